@@ -1,0 +1,1 @@
+//! The management role of a druse node.

@@ -1,0 +1,385 @@
+//! The task that owns the swarm: it runs the handles' commands and turns swarm events into
+//! [`Event`]s. Nothing in here awaits while handling an event, so a slow consumer can never
+//! stall the swarm.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use futures::StreamExt;
+use libp2p::gossipsub::{self, IdentTopic, PublishError};
+use libp2p::metrics::{Metrics, Recorder};
+use libp2p::multiaddr::Protocol;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::{ConnectionId, DialError, SwarmEvent};
+use libp2p::{Multiaddr, PeerId, Swarm, identify, mdns};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::behaviour::{Behaviour, BehaviourEvent, KAD_PROTOCOL};
+use super::{Acceptance, Command, Error, Event, MessageId, PeerInfo, Registry};
+use crate::topic;
+
+/// How long a leaving node keeps the swarm running so its unsubscriptions reach its peers.
+const LEAVE_FLUSH: Duration = Duration::from_millis(200);
+
+/// How long a leaving node waits for its connections to close.
+const LEAVE_CLOSE: Duration = Duration::from_secs(1);
+
+type DialReply = oneshot::Sender<Result<(), Error>>;
+
+/// The swarm and everything only the swarm task may touch.
+pub(super) struct Actor {
+    swarm: Swarm<Behaviour>,
+    commands: mpsc::Receiver<Command>,
+    events: mpsc::Sender<Event>,
+    metrics: Metrics,
+    /// Events the node's channel had no room for.
+    dropped: Counter,
+    /// Dials started by `Handle::dial`, answered when their connection opens or fails.
+    pending_dials: HashMap<ConnectionId, DialReply>,
+    /// The remote address of every open connection, for `Handle::peers`.
+    connections: HashMap<PeerId, HashMap<ConnectionId, Multiaddr>>,
+}
+
+impl Actor {
+    pub(super) fn new(
+        swarm: Swarm<Behaviour>,
+        commands: mpsc::Receiver<Command>,
+        events: mpsc::Sender<Event>,
+        registry: &mut Registry,
+    ) -> Self {
+        let metrics = Metrics::new(registry);
+        let dropped = Counter::default();
+        registry.register(
+            "druse_net_events_dropped",
+            "Swarm events dropped because the node's event channel was full",
+            dropped.clone(),
+        );
+        Self {
+            swarm,
+            commands,
+            events,
+            metrics,
+            dropped,
+            pending_dials: HashMap::new(),
+            connections: HashMap::new(),
+        }
+    }
+
+    /// Listens, then dials the bootstrap peers and seeds Kademlia with them.
+    pub(super) fn start(
+        &mut self,
+        listen: &[Multiaddr],
+        bootstrap: &[(PeerId, Multiaddr)],
+    ) -> Result<(), Error> {
+        for addr in listen {
+            self.swarm.listen_on(addr.clone()).map_err(|e| Error::Listen {
+                addr: addr.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        for (peer, addr) in bootstrap {
+            let mut addr = addr.clone();
+            addr.pop(); // the /p2p/<peer id> suffix: Kademlia keeps the peer id apart
+            self.swarm.behaviour_mut().kademlia.add_address(peer, addr.clone());
+            // An unreachable bootstrap peer is not fatal: others, or mDNS, may do.
+            if let Err(error) = self.swarm.dial(DialOpts::peer_id(*peer).addresses(vec![addr]).build())
+            {
+                tracing::warn!(%peer, %error, "cannot dial bootstrap peer");
+            }
+        }
+        if !bootstrap.is_empty()
+            && let Err(error) = self.swarm.behaviour_mut().kademlia.bootstrap()
+        {
+            tracing::debug!(%error, "kademlia bootstrap not started");
+        }
+        Ok(())
+    }
+
+    /// The event loop: local commands first, then the swarm. Ends on `shutdown` or when every
+    /// handle is gone.
+    pub(super) async fn run(mut self) {
+        tracing::info!("network task started");
+        let shutdown = loop {
+            tokio::select! {
+                biased;
+                command = self.commands.recv() => match command {
+                    Some(command) => {
+                        if let ControlFlow::Break(reply) = self.on_command(command) {
+                            break Some(reply);
+                        }
+                    }
+                    None => break None,
+                },
+                event = self.swarm.select_next_some() => self.on_swarm_event(event),
+            }
+        };
+        self.leave().await;
+        // The swarm and the command receiver are gone before the caller hears back, so every
+        // later request fails with `Error::Closed`.
+        drop(self);
+        tracing::info!("network task stopped");
+        if let Some(reply) = shutdown {
+            let _ = reply.send(());
+        }
+    }
+
+    /// Unsubscribes from every topic, gives the news a moment to go out, then closes every
+    /// connection.
+    async fn leave(&mut self) {
+        self.commands.close();
+        for t in topic::ALL {
+            self.swarm.behaviour_mut().gossipsub.unsubscribe(&IdentTopic::new(t));
+        }
+        if self.swarm.network_info().num_peers() > 0 {
+            self.drive_until(Instant::now() + LEAVE_FLUSH, false).await;
+        }
+        let peers: Vec<PeerId> = self.swarm.connected_peers().copied().collect();
+        for peer in peers {
+            let _ = self.swarm.disconnect_peer_id(peer);
+        }
+        self.drive_until(Instant::now() + LEAVE_CLOSE, true).await;
+    }
+
+    /// Keeps handling swarm events until `deadline` (or, if `until_alone`, until no peer is
+    /// left).
+    async fn drive_until(&mut self, deadline: Instant, until_alone: bool) {
+        while !(until_alone && self.swarm.network_info().num_peers() == 0) {
+            match tokio::time::timeout_at(deadline, self.swarm.select_next_some()).await {
+                Ok(event) => self.on_swarm_event(event),
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn gossipsub(&mut self) -> &mut super::behaviour::Gossipsub {
+        &mut self.swarm.behaviour_mut().gossipsub
+    }
+
+    /// Runs one command; `Break` carries the reply of a shutdown.
+    fn on_command(&mut self, command: Command) -> ControlFlow<oneshot::Sender<()>> {
+        // A caller that stopped waiting does not care about its reply, so send errors are
+        // ignored throughout.
+        match command {
+            Command::Publish { topic, data, reply } => {
+                let _ = reply.send(self.publish(topic, data));
+            }
+            Command::Report { id, propagation_source, verdict, reply } => {
+                let held = self.gossipsub().report_message_validation_result(
+                    &id,
+                    &propagation_source,
+                    verdict,
+                );
+                if !held {
+                    tracing::debug!(message_id = %id, "verdict came after gossipsub let go of the message");
+                }
+                let _ = reply.send(());
+            }
+            Command::SetApplicationScore { peer, score, reply } => {
+                if !self.gossipsub().set_application_score(&peer, score) {
+                    tracing::debug!(%peer, "application score for a peer gossipsub does not know");
+                }
+                let _ = reply.send(());
+            }
+            Command::Peers { reply } => {
+                let _ = reply.send(self.peers());
+            }
+            Command::PeerScore { peer, reply } => {
+                let _ = reply.send(self.swarm.behaviour().gossipsub.peer_score(&peer));
+            }
+            Command::ListenAddrs { reply } => {
+                let _ = reply.send(self.swarm.listeners().cloned().collect());
+            }
+            Command::Dial { addr, reply } => self.dial(addr, reply),
+            Command::Shutdown { reply } => return ControlFlow::Break(reply),
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn publish(&mut self, topic: &'static str, data: Vec<u8>) -> Result<MessageId, Error> {
+        if !topic::ALL.contains(&topic) {
+            return Err(Error::UnknownTopic(topic));
+        }
+        self.gossipsub().publish(IdentTopic::new(topic), data).map_err(|e| match e {
+            PublishError::NoPeersSubscribedToTopic => Error::NoPeers,
+            PublishError::Duplicate => Error::Duplicate,
+            other => Error::Publish(other.to_string()),
+        })
+    }
+
+    fn peers(&self) -> Vec<PeerInfo> {
+        let gossipsub = &self.swarm.behaviour().gossipsub;
+        self.swarm
+            .connected_peers()
+            .map(|peer| PeerInfo {
+                peer_id: *peer,
+                score: gossipsub.peer_score(peer),
+                addresses: self
+                    .connections
+                    .get(peer)
+                    .map(|c| c.values().cloned().collect())
+                    .unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    fn dial(&mut self, addr: Multiaddr, reply: DialReply) {
+        let opts = match addr.iter().last() {
+            // Naming the peer lets the swarm verify it and skip the dial if it is connected.
+            Some(Protocol::P2p(peer)) => DialOpts::peer_id(peer)
+                .addresses(vec![addr])
+                .condition(PeerCondition::Disconnected)
+                .build(),
+            _ => DialOpts::unknown_peer_id().address(addr).build(),
+        };
+        let connection = opts.connection_id();
+        match self.swarm.dial(opts) {
+            Ok(()) => {
+                self.pending_dials.insert(connection, reply);
+            }
+            Err(DialError::DialPeerConditionFalse(_)) => {
+                let _ = reply.send(Ok(()));
+            }
+            Err(error) => {
+                let _ = reply.send(Err(Error::Dial(error.to_string())));
+            }
+        }
+    }
+
+    /// Hands an event to the node without waiting; `false` if it was not delivered.
+    fn emit(&mut self, event: Event) -> bool {
+        match self.events.try_send(event) {
+            Ok(()) => true,
+            Err(TrySendError::Full(event)) => {
+                self.dropped.inc();
+                tracing::debug!(?event, "event channel full; event dropped");
+                false
+            }
+            // The node stopped listening; nothing to count.
+            Err(TrySendError::Closed(_)) => false,
+        }
+    }
+
+    fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        self.metrics.record(&event);
+        match event {
+            SwarmEvent::Behaviour(event) => self.on_behaviour_event(event),
+            SwarmEvent::ConnectionEstablished {
+                peer_id, connection_id, endpoint, num_established, ..
+            } => {
+                if let Some(reply) = self.pending_dials.remove(&connection_id) {
+                    let _ = reply.send(Ok(()));
+                }
+                let addr = endpoint.get_remote_address().clone();
+                self.connections.entry(peer_id).or_default().insert(connection_id, addr);
+                if num_established.get() == 1 {
+                    tracing::debug!(peer = %peer_id, "peer connected");
+                    self.emit(Event::PeerConnected(peer_id));
+                }
+            }
+            SwarmEvent::ConnectionClosed { peer_id, connection_id, num_established, .. } => {
+                if let Some(open) = self.connections.get_mut(&peer_id) {
+                    open.remove(&connection_id);
+                    if open.is_empty() {
+                        self.connections.remove(&peer_id);
+                    }
+                }
+                if num_established == 0 {
+                    tracing::debug!(peer = %peer_id, "peer disconnected");
+                    self.emit(Event::PeerDisconnected(peer_id));
+                }
+            }
+            SwarmEvent::OutgoingConnectionError { connection_id, peer_id, error } => {
+                match self.pending_dials.remove(&connection_id) {
+                    Some(reply) => {
+                        let _ = reply.send(Err(Error::Dial(error.to_string())));
+                    }
+                    None => tracing::debug!(?peer_id, %error, "outgoing connection failed"),
+                }
+            }
+            SwarmEvent::NewListenAddr { address, .. } => {
+                tracing::info!(%address, "listening");
+                self.emit(Event::NewListenAddr(address));
+            }
+            SwarmEvent::ListenerError { error, .. } => {
+                tracing::warn!(%error, "listener error");
+            }
+            SwarmEvent::ListenerClosed { addresses, reason, .. } => {
+                tracing::warn!(?addresses, ?reason, "listener closed");
+            }
+            _ => {}
+        }
+    }
+
+    fn on_behaviour_event(&mut self, event: BehaviourEvent) {
+        match event {
+            BehaviourEvent::Gossipsub(event) => {
+                self.metrics.record(&event);
+                if let gossipsub::Event::Message { propagation_source, message_id, message } = event
+                {
+                    self.on_message(propagation_source, message_id, message);
+                }
+            }
+            BehaviourEvent::Identify(event) => {
+                self.metrics.record(&event);
+                if let identify::Event::Received { peer_id, info, .. } = event
+                    && info.protocols.contains(&KAD_PROTOCOL)
+                {
+                    let kademlia = &mut self.swarm.behaviour_mut().kademlia;
+                    for addr in info.listen_addrs {
+                        kademlia.add_address(&peer_id, addr);
+                    }
+                }
+            }
+            BehaviourEvent::Kademlia(event) => self.metrics.record(&event),
+            BehaviourEvent::Ping(event) => self.metrics.record(&event),
+            BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => self.on_discovered(found),
+            BehaviourEvent::Mdns(mdns::Event::Expired(_)) => {}
+            BehaviourEvent::ConnectionLimits(never) => match never {},
+        }
+    }
+
+    /// Passes a gossip message to the node for its verdict. One the node cannot take is
+    /// ignored at once: gossipsub frees it, forwards nothing and penalises nobody.
+    fn on_message(
+        &mut self,
+        propagation_source: PeerId,
+        id: MessageId,
+        message: gossipsub::Message,
+    ) {
+        let event = Event::Message {
+            id: id.clone(),
+            propagation_source,
+            source: message.source,
+            topic: message.topic.into_string(),
+            data: message.data,
+        };
+        if !self.emit(event) {
+            self.gossipsub().report_message_validation_result(
+                &id,
+                &propagation_source,
+                Acceptance::Ignore,
+            );
+        }
+    }
+
+    /// Dials the peers mDNS found on the local network and tells Kademlia about them.
+    fn on_discovered(&mut self, found: Vec<(PeerId, Multiaddr)>) {
+        let mut by_peer: HashMap<PeerId, Vec<Multiaddr>> = HashMap::new();
+        for (peer, addr) in found {
+            self.swarm.behaviour_mut().kademlia.add_address(&peer, addr.clone());
+            by_peer.entry(peer).or_default().push(addr);
+        }
+        for (peer, addrs) in by_peer {
+            if self.swarm.is_connected(&peer) {
+                continue;
+            }
+            if let Err(error) = self.swarm.dial(DialOpts::peer_id(peer).addresses(addrs).build()) {
+                tracing::debug!(%peer, %error, "cannot dial peer found by mDNS");
+            }
+        }
+    }
+}

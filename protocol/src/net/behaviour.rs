@@ -1,0 +1,292 @@
+//! The composed behaviour, gossipsub's configuration and peer scoring, and the transport.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity, MessageId, ValidationMode};
+use libp2p::swarm::NetworkBehaviour;
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::{
+    StreamProtocol, Swarm, SwarmBuilder, connection_limits, identify, identity, kad, mdns, noise,
+    ping, tcp, yamux,
+};
+use sha2::{Digest, Sha256};
+
+use super::{Config, Error, Registry};
+use crate::envelope::{Envelope, MAX_ENVELOPE_LEN};
+use crate::topic;
+
+/// The identify protocol version druse nodes announce.
+pub(super) const IDENTIFY_PROTOCOL: &str = "/druse/id/1";
+
+/// The Kademlia protocol: druse runs its own DHT, apart from the public IPFS one.
+pub(super) const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/druse/kad/1");
+
+/// Connections being set up at once, each way: bounds the cost of a dial or accept storm.
+const MAX_PENDING: u32 = 32;
+
+/// How long gossipsub holds a message for the node's verdict, whatever the heartbeat.
+const VALIDATION_WINDOW: Duration = Duration::from_secs(5);
+
+/// Gossipsub as druse runs it: remote subscriptions to anything but druse topics are ignored,
+/// so a peer cannot make us track unbounded topic state.
+pub(super) type Gossipsub =
+    gossipsub::Behaviour<gossipsub::IdentityTransform, gossipsub::WhitelistSubscriptionFilter>;
+
+/// Every protocol a druse node speaks, one field each.
+#[derive(NetworkBehaviour)]
+pub(super) struct Behaviour {
+    /// Refuses connections beyond the configured limits before any other protocol sees them.
+    pub(super) connection_limits: connection_limits::Behaviour,
+    /// Carries envelopes, holds each message until the node's verdict, and scores peers.
+    pub(super) gossipsub: Gossipsub,
+    /// Learns peers' listen addresses and protocols, which feed Kademlia.
+    pub(super) identify: identify::Behaviour,
+    /// Measures round trips and notices dead connections.
+    pub(super) ping: ping::Behaviour,
+    /// Finds peers beyond the bootstrap list.
+    pub(super) kademlia: kad::Behaviour<kad::store::MemoryStore>,
+    /// Finds peers on the local network, when enabled.
+    pub(super) mdns: Toggle<mdns::tokio::Behaviour>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Behaviour {
+    fn new(key: &identity::Keypair, config: &Config) -> Result<Self, BoxError> {
+        let peer_id = key.public().to_peer_id();
+
+        let limits = connection_limits::ConnectionLimits::default()
+            .with_max_established(Some(config.max_established))
+            .with_max_established_per_peer(Some(config.max_established_per_peer))
+            .with_max_pending_incoming(Some(MAX_PENDING))
+            .with_max_pending_outgoing(Some(MAX_PENDING));
+
+        let topics = topic::ALL.iter().map(|t| IdentTopic::new(*t).hash()).collect();
+        let mut gossipsub = Gossipsub::new_with_subscription_filter(
+            MessageAuthenticity::Signed(key.clone()),
+            gossipsub_config(config.heartbeat)?,
+            gossipsub::WhitelistSubscriptionFilter(topics),
+        )?;
+        gossipsub.with_peer_score(score_params(), score_thresholds())?;
+        for t in topic::ALL {
+            gossipsub.subscribe(&IdentTopic::new(t))?;
+        }
+
+        let identify = identify::Behaviour::new(
+            identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), key.public())
+                .with_agent_version(format!("druse/{}", env!("CARGO_PKG_VERSION"))),
+        );
+
+        let mut kademlia = kad::Behaviour::with_config(
+            peer_id,
+            kad::store::MemoryStore::new(peer_id),
+            kad::Config::new(KAD_PROTOCOL),
+        );
+        // Every druse node answers DHT queries: nodes on one LAN or machine never confirm an
+        // external address, and in automatic mode they would all stay silent clients.
+        kademlia.set_mode(Some(kad::Mode::Server));
+
+        let mdns = if config.mdns {
+            Some(mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)?)
+        } else {
+            None
+        };
+
+        Ok(Self {
+            connection_limits: connection_limits::Behaviour::new(limits),
+            gossipsub,
+            identify,
+            ping: ping::Behaviour::new(ping::Config::new()),
+            kademlia,
+            mdns: Toggle::from(mdns),
+        })
+    }
+}
+
+/// The gossip message id: the envelope's content id, so gossip dedupes on what the store
+/// dedupes on, whoever relays it. Bytes that are not an envelope get the sha256 of the bytes;
+/// they will be rejected, but still need an id to be rejected under.
+fn message_id(message: &gossipsub::Message) -> MessageId {
+    match Envelope::peek_content_id(&message.data) {
+        Some(cid) => MessageId::new(cid.digest()),
+        None => MessageId::new(&Sha256::digest(&message.data)),
+    }
+}
+
+fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, BoxError> {
+    // The message cache holds `history_length` heartbeats; keep a message at least
+    // VALIDATION_WINDOW so the node's verdict still finds it when heartbeats are short.
+    let heartbeat_ms = heartbeat.as_millis().max(1);
+    let history = VALIDATION_WINDOW.as_millis().div_ceil(heartbeat_ms);
+    let history = usize::try_from(history).unwrap_or(usize::MAX).clamp(5, 1000);
+    let config = gossipsub::ConfigBuilder::default()
+        // Every message must carry a source, a sequence number and the source's signature.
+        .validation_mode(ValidationMode::Strict)
+        // Nothing is forwarded until the node has opened the envelope and said Accept.
+        .validate_messages()
+        .message_id_fn(message_id)
+        // The largest envelope plus room for gossipsub's own framing (key, signature, topic).
+        .max_transmit_size(MAX_ENVELOPE_LEN + 4096)
+        .heartbeat_interval(heartbeat)
+        // The default waits 5 s before the first heartbeat; one interval is enough to let
+        // the first connections come up.
+        .heartbeat_initial_delay(heartbeat)
+        .history_length(history)
+        .build()?;
+    Ok(config)
+}
+
+/// Peer-score weights. Scores are read relative to the thresholds in [`score_thresholds`]:
+/// one invalid message costs 100, and all the credit an honest peer can earn is 30, so a single
+/// `Reject` always drives a peer's score below zero.
+fn score_params() -> gossipsub::PeerScoreParams {
+    let topics = topic::ALL.iter().map(|t| (IdentTopic::new(*t).hash(), topic_score_params()));
+    // Counters fade to 10% of their value over this long: a peer's record is about the last
+    // ten minutes, long enough that a burst of bad messages is not forgotten between bursts.
+    let memory = gossipsub::score_parameter_decay(Duration::from_secs(600));
+    gossipsub::PeerScoreParams {
+        topics: topics.collect::<HashMap<_, _>>(),
+        // Positive credit from all topics together is capped at 20 (see the invariant above).
+        topic_score_cap: 20.0,
+        // P5: the node's reputation in [0, 1] adds up to 10; a banned peer can be pushed
+        // below the graylist with a negative application score.
+        app_specific_weight: 10.0,
+        // P6: more than 10 peers behind one IP is suspicious (a sybil farm), except on the
+        // loopback, where test swarms and single-machine deployments legitimately live.
+        ip_colocation_factor_weight: -5.0,
+        ip_colocation_factor_threshold: 10.0,
+        ip_colocation_factor_whitelist: HashSet::from([
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ]),
+        // P7: broken IWANT promises and early re-grafts. A few are network noise (hence the
+        // threshold of 6); beyond that the penalty grows with the square of the excess.
+        behaviour_penalty_weight: -10.0,
+        behaviour_penalty_threshold: 6.0,
+        behaviour_penalty_decay: memory,
+        decay_interval: Duration::from_secs(1),
+        decay_to_zero: 0.1,
+        // A peer that disconnects keeps its record for an hour, so reconnecting does not
+        // wash away a penalty.
+        retain_score: Duration::from_secs(3600),
+        ..gossipsub::PeerScoreParams::default()
+    }
+}
+
+/// The same parameters for every druse topic: all carry signed envelopes that every node
+/// validates identically, so an invalid message is equally damning on any of them.
+fn topic_score_params() -> gossipsub::TopicScoreParams {
+    let memory = gossipsub::score_parameter_decay(Duration::from_secs(600));
+    gossipsub::TopicScoreParams {
+        topic_weight: 1.0,
+        // P1: staying in the mesh earns 0.01 per second, up to 3 after five minutes.
+        time_in_mesh_weight: 0.01,
+        time_in_mesh_quantum: Duration::from_secs(1),
+        time_in_mesh_cap: 300.0,
+        // P2: being first to deliver a valid message earns 0.5, up to 10 per topic.
+        first_message_deliveries_weight: 0.5,
+        first_message_deliveries_decay: memory,
+        first_message_deliveries_cap: 20.0,
+        // P3 and P3b off: weather, bans and bounties are rare by design, so a mesh-delivery
+        // quota would punish honest peers for the network being quiet.
+        mesh_message_deliveries_weight: 0.0,
+        mesh_failure_penalty_weight: 0.0,
+        // P4: each `Reject` counts one invalid delivery, and the penalty is 100 times the
+        // square of the count: one costs 100, two cost 400, three cost 900. The penalty lands
+        // at once; the decay only sets how long it is remembered (ten minutes to 10%).
+        invalid_message_deliveries_weight: -100.0,
+        invalid_message_deliveries_decay: memory,
+        ..gossipsub::TopicScoreParams::default()
+    }
+}
+
+/// What a low score costs a peer. With no credit: one invalid message (-100) leaves a peer
+/// fully served but negative; two (-400) stop gossip to and from it and our publishing to it;
+/// three (-900) graylist it, so everything it sends is dropped unread.
+fn score_thresholds() -> gossipsub::PeerScoreThresholds {
+    gossipsub::PeerScoreThresholds {
+        gossip_threshold: -150.0,
+        publish_threshold: -300.0,
+        graylist_threshold: -600.0,
+        // Peer exchange is off; should it be turned on, only accept it from peers in credit.
+        accept_px_threshold: 10.0,
+        // Graft better peers when the mesh's median score falls below a little credit.
+        opportunistic_graft_threshold: 5.0,
+    }
+}
+
+/// Builds the transports (TCP with noise and yamux, QUIC, optionally DNS) and the behaviour.
+pub(super) fn build_swarm(
+    key: identity::Keypair,
+    config: &Config,
+    registry: &mut Registry,
+) -> Result<Swarm<Behaviour>, Error> {
+    let transport = |e: &dyn std::fmt::Display| Error::Transport(e.to_string());
+    let idle_timeout = config.idle_timeout;
+    let behaviour = |key: &identity::Keypair| Behaviour::new(key, config);
+
+    // The builder's phases are distinct types, so the two endings are spelled out twice.
+    macro_rules! base {
+        () => {
+            SwarmBuilder::with_existing_identity(key.clone())
+                .with_tokio()
+                .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)
+                .map_err(|e| transport(&e))?
+                .with_quic()
+        };
+    }
+    // DNS lets bootstrap addresses name hosts. A host without a readable resolver
+    // configuration (some containers) can still run on IP addresses alone.
+    let swarm = match base!().with_dns() {
+        Ok(builder) => builder
+            .with_bandwidth_metrics(registry)
+            .with_behaviour(behaviour)
+            .map_err(|e| transport(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(idle_timeout))
+            .build(),
+        Err(e) => {
+            tracing::warn!(error = %e, "no DNS resolver configuration; /dns addresses will not resolve");
+            base!()
+                .with_bandwidth_metrics(registry)
+                .with_behaviour(behaviour)
+                .map_err(|e| transport(&e))?
+                .with_swarm_config(|c| c.with_idle_connection_timeout(idle_timeout))
+                .build()
+        }
+    };
+    Ok(swarm)
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn score_parameters_are_accepted_by_gossipsub() {
+        score_params().validate().unwrap();
+        score_thresholds().validate().unwrap();
+    }
+
+    #[test]
+    fn one_rejected_message_outweighs_all_possible_credit() {
+        let params = score_params();
+        let topic = topic_score_params();
+        let credit = params.topic_score_cap + params.app_specific_weight * 1.0;
+        assert!(credit + topic.invalid_message_deliveries_weight * topic.topic_weight < 0.0);
+    }
+
+    #[test]
+    fn message_id_is_the_envelope_content_id() {
+        let key = crate::Keypair::from_seed([1; 32]);
+        let data = Envelope::seal(&key, crate::Kind::Weather, b"body");
+        let message = gossipsub::Message {
+            source: None,
+            data,
+            sequence_number: None,
+            topic: IdentTopic::new(topic::WEATHER).hash(),
+        };
+        assert_eq!(message_id(&message).0, crate::ContentId::of(b"body").digest().to_vec());
+    }
+}

@@ -1,0 +1,301 @@
+//! The libp2p layer: how a druse node joins the swarm and moves envelopes over gossipsub.
+//!
+//! One task owns the [`libp2p::Swarm`]. Everyone else holds a cheap, cloneable [`Handle`] that
+//! sends it a command with a oneshot reply, and reads what the swarm saw from a bounded
+//! [`Event`] channel. The task never waits on its consumers: events go out with `try_send`, and
+//! what does not fit is counted in `druse_net_events_dropped_total` (a dropped gossip message is
+//! reported `Ignore`, so gossipsub neither forwards nor penalises it).
+//!
+//! Every gossip message is held by gossipsub until the node reports its verdict with
+//! [`Handle::report`]: `Accept` forwards it, `Reject` penalises the peer that sent it, and
+//! `Ignore` drops it quietly. Message ids are envelope content ids, so the swarm dedupes on the
+//! same key the store does.
+
+mod actor;
+mod behaviour;
+#[cfg(test)]
+mod tests;
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use libp2p::multiaddr::Protocol;
+use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
+
+pub use libp2p::gossipsub::{MessageAcceptance as Acceptance, MessageId};
+pub use libp2p::metrics::Registry;
+pub use libp2p::{Multiaddr, PeerId};
+
+/// How many commands may wait for the swarm task before callers feel backpressure.
+const COMMAND_BUFFER: usize = 256;
+
+/// How a node joins the swarm; `Default` is a working single-machine config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Addresses to listen on.
+    pub listen: Vec<Multiaddr>,
+    /// Known peers, each ending in `/p2p/<peer id>`: dialled at start and added to Kademlia.
+    pub bootstrap: Vec<Multiaddr>,
+    /// Whether to find (and dial) peers on the local network with mDNS.
+    pub mdns: bool,
+    /// The gossipsub heartbeat: how often meshes are repaired and gossip is emitted.
+    pub heartbeat: Duration,
+    /// At most this many connections to one peer (2 lets a simultaneous dial succeed).
+    pub max_established_per_peer: u32,
+    /// At most this many connections in total.
+    pub max_established: u32,
+    /// A connection no protocol uses is closed after this long.
+    pub idle_timeout: Duration,
+    /// Bound of the event channel; events that do not fit are dropped and counted.
+    pub event_buffer: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: vec![
+                Multiaddr::empty().with(Protocol::Ip4(Ipv4Addr::UNSPECIFIED)).with(Protocol::Tcp(4001)),
+                Multiaddr::empty()
+                    .with(Protocol::Ip4(Ipv4Addr::UNSPECIFIED))
+                    .with(Protocol::Udp(4001))
+                    .with(Protocol::QuicV1),
+            ],
+            bootstrap: Vec::new(),
+            mdns: true,
+            heartbeat: Duration::from_secs(1),
+            max_established_per_peer: 2,
+            max_established: 128,
+            idle_timeout: Duration::from_secs(60),
+            event_buffer: 1024,
+        }
+    }
+}
+
+/// Why the network layer could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The swarm task has ended (after `shutdown`, or because every handle was dropped).
+    #[error("the network task has stopped")]
+    Closed,
+    /// No connected peer is subscribed to the topic: the message is stored locally only.
+    #[error("no peer is subscribed to the topic")]
+    NoPeers,
+    /// This exact content was published recently; gossipsub will not send it twice.
+    #[error("this message was already published")]
+    Duplicate,
+    /// `publish` was asked for a topic that druse does not use.
+    #[error("{0:?} is not a druse topic")]
+    UnknownTopic(&'static str),
+    /// Gossipsub refused the message for another reason (too large, queues full...).
+    #[error("publishing failed: {0}")]
+    Publish(String),
+    /// The transport or a behaviour could not be built.
+    #[error("building the transport failed: {0}")]
+    Transport(String),
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen { addr: Multiaddr, reason: String },
+    /// A bootstrap address does not name its peer.
+    #[error("bootstrap address {0} does not end in /p2p/<peer id>")]
+    Bootstrap(Multiaddr),
+    /// A dial failed, or the connection was refused.
+    #[error("dialling failed: {0}")]
+    Dial(String),
+    /// `spawn` was called outside a tokio runtime.
+    #[error("the network layer must be started inside a tokio runtime")]
+    NoRuntime,
+}
+
+/// What the swarm saw, for the node to act on.
+#[derive(Debug)]
+pub enum Event {
+    /// A gossip message awaiting the node's verdict ([`Handle::report`]).
+    Message {
+        /// The id to report the verdict under (the envelope's content id digest).
+        id: MessageId,
+        /// The peer that forwarded it to us: the one a `Reject` penalises.
+        propagation_source: PeerId,
+        /// The peer that signed it into gossipsub (always present: validation is strict).
+        source: Option<PeerId>,
+        /// The topic it arrived on.
+        topic: String,
+        /// The envelope bytes.
+        data: Vec<u8>,
+    },
+    /// The first connection to a peer opened: time to set its application score.
+    PeerConnected(PeerId),
+    /// The last connection to a peer closed.
+    PeerDisconnected(PeerId),
+    /// The node can now be reached at this address.
+    NewListenAddr(Multiaddr),
+}
+
+/// A connected peer, as the census and `/v1/peers` show it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PeerInfo {
+    /// Who it is.
+    pub peer_id: PeerId,
+    /// Its gossipsub score (negative after invalid messages); `None` if scoring is off.
+    pub score: Option<f64>,
+    /// The remote addresses of our open connections to it.
+    pub addresses: Vec<Multiaddr>,
+}
+
+/// What a [`Handle`] asks the swarm task to do; each carries its reply channel.
+#[derive(Debug)]
+enum Command {
+    Publish {
+        topic: &'static str,
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<MessageId, Error>>,
+    },
+    Report {
+        id: MessageId,
+        propagation_source: PeerId,
+        verdict: Acceptance,
+        reply: oneshot::Sender<()>,
+    },
+    SetApplicationScore {
+        peer: PeerId,
+        score: f64,
+        reply: oneshot::Sender<()>,
+    },
+    Peers {
+        reply: oneshot::Sender<Vec<PeerInfo>>,
+    },
+    PeerScore {
+        peer: PeerId,
+        reply: oneshot::Sender<Option<f64>>,
+    },
+    ListenAddrs {
+        reply: oneshot::Sender<Vec<Multiaddr>>,
+    },
+    Dial {
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// Aborts the swarm task when the last handle goes away, so the task always has an owner.
+#[derive(Debug)]
+struct TaskGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The node's way to talk to the swarm task; clone it freely.
+#[derive(Clone, Debug)]
+pub struct Handle {
+    local_peer_id: PeerId,
+    commands: mpsc::Sender<Command>,
+    _task: Arc<TaskGuard>,
+}
+
+impl Handle {
+    /// This node's PeerId (the same as `Keypair::peer_id`).
+    pub fn local_peer_id(&self) -> PeerId {
+        self.local_peer_id
+    }
+
+    /// Sends a command and waits for its reply; a stopped task is `Error::Closed`.
+    async fn request<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Error> {
+        let (reply, response) = oneshot::channel();
+        self.commands.send(make(reply)).await.map_err(|_| Error::Closed)?;
+        response.await.map_err(|_| Error::Closed)
+    }
+
+    /// Publishes envelope bytes on a druse topic. `Error::NoPeers` means nobody could be told
+    /// (callers treat the message as stored locally).
+    pub async fn publish(&self, topic: &'static str, data: Vec<u8>) -> Result<MessageId, Error> {
+        self.request(|reply| Command::Publish { topic, data, reply }).await?
+    }
+
+    /// Tells gossipsub the node's verdict on a received message: forward, penalise or drop.
+    pub async fn report(
+        &self,
+        id: MessageId,
+        propagation_source: PeerId,
+        verdict: Acceptance,
+    ) -> Result<(), Error> {
+        self.request(|reply| Command::Report { id, propagation_source, verdict, reply }).await
+    }
+
+    /// Feeds the node's opinion of a peer into its gossipsub score. The score is weighted by
+    /// 10: a reputation in [0, 1] adds up to 10; a score of -61 or less graylists the peer.
+    /// Gossipsub keeps it only for peers it knows (connected, or recently so), so set it on
+    /// `Event::PeerConnected`.
+    pub async fn set_application_score(&self, peer: PeerId, score: f64) -> Result<(), Error> {
+        self.request(|reply| Command::SetApplicationScore { peer, score, reply }).await
+    }
+
+    /// The peers we are connected to, with their scores and addresses.
+    pub async fn peers(&self) -> Result<Vec<PeerInfo>, Error> {
+        self.request(|reply| Command::Peers { reply }).await
+    }
+
+    /// A peer's gossipsub score (0 for a peer it has never seen); `None` if scoring is off.
+    pub async fn peer_score(&self, peer: PeerId) -> Result<Option<f64>, Error> {
+        self.request(|reply| Command::PeerScore { peer, reply }).await
+    }
+
+    /// The addresses the node listens on right now.
+    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, Error> {
+        self.request(|reply| Command::ListenAddrs { reply }).await
+    }
+
+    /// Connects to `addr` (with or without `/p2p/<peer id>`); returns once the connection is up,
+    /// or at once if that peer is already connected.
+    pub async fn dial(&self, addr: Multiaddr) -> Result<(), Error> {
+        self.request(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// Leaves the swarm cleanly: unsubscribes, closes every connection and ends the task.
+    /// Every call after it returns `Error::Closed`.
+    pub async fn shutdown(&self) {
+        // A task that has already stopped has nothing left to leave.
+        let _ = self.request(|reply| Command::Shutdown { reply }).await;
+    }
+}
+
+/// Starts the swarm task for `key`; must be called inside a tokio runtime.
+///
+/// libp2p's metrics (and `druse_net_events_dropped_total`) are registered in `registry`.
+pub fn spawn(
+    key: &crate::Keypair,
+    config: Config,
+    registry: &mut Registry,
+) -> Result<(Handle, mpsc::Receiver<Event>), Error> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+    let local_peer_id = key.peer_id();
+    let bootstrap = config
+        .bootstrap
+        .iter()
+        .map(|addr| match addr.iter().last() {
+            Some(Protocol::P2p(peer)) => Ok((peer, addr.clone())),
+            _ => Err(Error::Bootstrap(addr.clone())),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    // Listening and mDNS need the runtime's reactor, so the swarm is built inside it.
+    let _enter = runtime.enter();
+    let swarm = behaviour::build_swarm(key.to_libp2p(), &config, registry)?;
+    let (event_tx, event_rx) = mpsc::channel(config.event_buffer.max(1));
+    let (command_tx, command_rx) = mpsc::channel(COMMAND_BUFFER);
+    let mut actor = actor::Actor::new(swarm, command_rx, event_tx, registry);
+    actor.start(&config.listen, &bootstrap)?;
+
+    let span = tracing::info_span!("net", peer = %local_peer_id);
+    let task = runtime.spawn(actor.run().instrument(span));
+    let handle = Handle { local_peer_id, commands: command_tx, _task: Arc::new(TaskGuard(task)) };
+    Ok((handle, event_rx))
+}

@@ -1,0 +1,403 @@
+//! The pure validator every gossip message passes before a node stores or forwards it.
+//!
+//! `validate(bytes, source, now, &mut view)` runs DESIGN §6 steps 1–6 in order: size cap,
+//! envelope decode, signature, body decode, timestamp window, authority, dedupe, seq and
+//! per-peer rate. It does no IO; `TrustView` carries the state it needs and is bounded.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use libp2p_identity::PeerId;
+
+use crate::UnixMillis;
+use crate::body::{self, Body};
+use crate::cid::ContentId;
+use crate::envelope::{self, Envelope, Kind};
+use crate::keys::PublicKey;
+use crate::trust::TrustList;
+
+/// Why a message was not accepted; one label per reason for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// Over the envelope or body size cap.
+    TooLarge,
+    /// Not decodable, wrong field types, unknown fields or trailing bytes.
+    Malformed,
+    /// An envelope version this node does not speak.
+    UnsupportedVersion,
+    /// A kind this node does not know.
+    UnknownKind,
+    /// The bytes are not in their one canonical encoding.
+    NonCanonical,
+    /// The signature does not verify for this signer, kind and body.
+    BadSignature,
+    /// A field breaks its rule (range, length, expiry).
+    InvalidField,
+    /// A listing of a private memory type (only skills and task patterns may travel).
+    NotPublishable,
+    /// A management kind signed by a key that is not on the trust list.
+    UntrustedSigner,
+    /// A crystal or report whose signer is not the gossip peer that originated it.
+    AuthorMismatch,
+    /// Issued further in the future than the window allows.
+    FutureDated,
+    /// Issued further in the past than the window allows.
+    Stale,
+    /// A body already accepted.
+    Duplicate,
+    /// A seq this signer already used (or one too old to tell).
+    ReplayedSeq,
+    /// The originating peer is over its message rate.
+    RateLimited,
+}
+
+impl Reason {
+    /// Every reason, for pre-registering metric labels.
+    pub const ALL: [Reason; 15] = [
+        Reason::TooLarge,
+        Reason::Malformed,
+        Reason::UnsupportedVersion,
+        Reason::UnknownKind,
+        Reason::NonCanonical,
+        Reason::BadSignature,
+        Reason::InvalidField,
+        Reason::NotPublishable,
+        Reason::UntrustedSigner,
+        Reason::AuthorMismatch,
+        Reason::FutureDated,
+        Reason::Stale,
+        Reason::Duplicate,
+        Reason::ReplayedSeq,
+        Reason::RateLimited,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::TooLarge => "too_large",
+            Reason::Malformed => "malformed",
+            Reason::UnsupportedVersion => "unsupported_version",
+            Reason::UnknownKind => "unknown_kind",
+            Reason::NonCanonical => "non_canonical",
+            Reason::BadSignature => "bad_signature",
+            Reason::InvalidField => "invalid_field",
+            Reason::NotPublishable => "not_publishable",
+            Reason::UntrustedSigner => "untrusted_signer",
+            Reason::AuthorMismatch => "author_mismatch",
+            Reason::FutureDated => "future_dated",
+            Reason::Stale => "stale",
+            Reason::Duplicate => "duplicate",
+            Reason::ReplayedSeq => "replayed_seq",
+            Reason::RateLimited => "rate_limited",
+        }
+    }
+
+    /// Provably bad (the sender is penalised) rather than merely "not now".
+    pub fn is_reject(self) -> bool {
+        !matches!(
+            self,
+            Reason::FutureDated | Reason::Stale | Reason::Duplicate | Reason::ReplayedSeq | Reason::RateLimited
+        )
+    }
+}
+
+impl From<envelope::Error> for Reason {
+    fn from(e: envelope::Error) -> Self {
+        match e {
+            envelope::Error::TooLarge { .. } | envelope::Error::BodyTooLarge { .. } => Reason::TooLarge,
+            envelope::Error::Malformed(_) | envelope::Error::BadSigner | envelope::Error::BadSignatureLength => {
+                Reason::Malformed
+            }
+            envelope::Error::Version(_) => Reason::UnsupportedVersion,
+            envelope::Error::UnknownKind(_) => Reason::UnknownKind,
+            envelope::Error::NonCanonical => Reason::NonCanonical,
+            envelope::Error::BadSignature => Reason::BadSignature,
+        }
+    }
+}
+
+impl From<body::Error> for Reason {
+    fn from(e: body::Error) -> Self {
+        match e {
+            body::Error::Malformed { .. } => Reason::Malformed,
+            body::Error::NonCanonical { .. } => Reason::NonCanonical,
+            body::Error::Field { .. } => Reason::InvalidField,
+            body::Error::NotPublishable(_) => Reason::NotPublishable,
+        }
+    }
+}
+
+/// A message that passed every rule, decoded and ready to act on.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    pub envelope: Envelope,
+    pub body: Body,
+    pub content_id: ContentId,
+}
+
+/// The outcome gossipsub is told: forward, drop quietly, or drop and penalise.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    Accept(Box<Accepted>),
+    Ignore(Reason),
+    Reject(Reason),
+}
+
+impl Verdict {
+    fn refuse(reason: Reason) -> Self {
+        if reason.is_reject() { Verdict::Reject(reason) } else { Verdict::Ignore(reason) }
+    }
+
+    /// The reason, when not accepted.
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            Verdict::Accept(_) => None,
+            Verdict::Ignore(r) | Verdict::Reject(r) => Some(*r),
+        }
+    }
+
+    /// Whether the message was accepted.
+    pub fn is_accept(&self) -> bool {
+        matches!(self, Verdict::Accept(_))
+    }
+}
+
+/// A message budget: at most `count` messages per `per_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u32,
+    pub per_ms: u64,
+}
+
+/// The validator's knobs; `Default` holds DESIGN §5's numbers.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How far in the past `issued_at` may be (300 s).
+    pub max_age_ms: u64,
+    /// How far in the future `issued_at` may be (60 s).
+    pub max_skew_ms: u64,
+    /// Content ids remembered for dedupe.
+    pub seen_capacity: usize,
+    /// Listings one peer may originate (10 per 60 s).
+    pub listing_rate: Rate,
+    /// Reports one peer may originate (60 per 60 s).
+    pub report_rate: Rate,
+    /// Peers whose rates are tracked at once; the least recently seen are forgotten first.
+    pub rate_peers: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_age_ms: 300_000,
+            max_skew_ms: 60_000,
+            seen_capacity: 65_536,
+            listing_rate: Rate { count: 10, per_ms: 60_000 },
+            report_rate: Rate { count: 60, per_ms: 60_000 },
+            rate_peers: 4_096,
+        }
+    }
+}
+
+/// How far back a signer's out-of-order seqs are still accepted (gossip does not keep order).
+const SEQ_WINDOW: u64 = 128;
+
+/// Seqs seen from one signer: the highest, and which of the `SEQ_WINDOW` below it were seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SeqWindow {
+    last: u64,
+    /// Bit i set: seq `last - i` was seen.
+    mask: u128,
+}
+
+impl SeqWindow {
+    fn check(&self, seq: u64) -> Result<(), Reason> {
+        if seq > self.last {
+            return Ok(());
+        }
+        let behind = self.last - seq;
+        if behind >= SEQ_WINDOW || self.mask & (1u128 << behind) != 0 {
+            return Err(Reason::ReplayedSeq);
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, seq: u64) {
+        if seq > self.last {
+            let shift = seq - self.last;
+            self.mask = if shift >= SEQ_WINDOW { 0 } else { self.mask << shift };
+            self.mask |= 1;
+            self.last = seq;
+        } else {
+            self.mask |= 1u128 << (self.last - seq);
+        }
+    }
+}
+
+/// A set of recent ids with a fixed capacity; the oldest is forgotten first.
+#[derive(Debug, Clone)]
+struct Bounded<T: std::hash::Hash + Eq + Copy> {
+    set: HashSet<T>,
+    order: VecDeque<T>,
+    capacity: usize,
+}
+
+impl<T: std::hash::Hash + Eq + Copy> Bounded<T> {
+    fn new(capacity: usize) -> Self {
+        Self { set: HashSet::new(), order: VecDeque::new(), capacity: capacity.max(1) }
+    }
+
+    fn contains(&self, item: &T) -> bool {
+        self.set.contains(item)
+    }
+
+    fn insert(&mut self, item: T) {
+        if !self.set.insert(item) {
+            return;
+        }
+        self.order.push_back(item);
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+}
+
+/// One peer's recent message times for one budget.
+#[derive(Debug, Clone, Default)]
+struct Window {
+    times: VecDeque<UnixMillis>,
+    last_seen: UnixMillis,
+}
+
+/// Everything the validator remembers: whom to trust, which seqs and bodies it has seen,
+/// and how fast each peer is sending. Every part has a bound.
+#[derive(Debug, Clone)]
+pub struct TrustView {
+    config: Config,
+    trust: TrustList,
+    seqs: HashMap<PublicKey, SeqWindow>,
+    seen: Bounded<ContentId>,
+    rates: HashMap<(PublicKey, Kind), Window>,
+}
+
+impl TrustView {
+    /// A view trusting `trust` for management kinds.
+    pub fn new(config: Config, trust: TrustList) -> Self {
+        let seen = Bounded::new(config.seen_capacity);
+        Self { config, trust, seqs: HashMap::new(), seen, rates: HashMap::new() }
+    }
+
+    /// The trust list in force.
+    pub fn trust_list(&self) -> &TrustList {
+        &self.trust
+    }
+
+    /// Replaces the trust list (an operator reloaded it).
+    pub fn set_trust_list(&mut self, trust: TrustList) {
+        self.trust = trust;
+    }
+
+    /// The highest seq accepted from each management key, for persisting.
+    pub fn last_seqs(&self) -> impl Iterator<Item = (PublicKey, u64)> + '_ {
+        self.seqs.iter().map(|(k, w)| (*k, w.last))
+    }
+
+    /// Restores a persisted seq: after a restart nothing at or below it is accepted again.
+    pub fn restore_seq(&mut self, key: PublicKey, last: u64) {
+        let entry = self.seqs.entry(key).or_insert(SeqWindow { last, mask: u128::MAX });
+        if last >= entry.last {
+            *entry = SeqWindow { last, mask: u128::MAX };
+        }
+    }
+
+    /// Whether a body with this id was already accepted.
+    pub fn has_seen(&self, id: &ContentId) -> bool {
+        self.seen.contains(id)
+    }
+
+    /// Marks a body as seen, e.g. one this node published itself.
+    pub fn mark_seen(&mut self, id: ContentId) {
+        self.seen.insert(id);
+    }
+
+    fn rate_for(&self, kind: Kind) -> Option<Rate> {
+        match kind {
+            Kind::Crystal => Some(self.config.listing_rate),
+            Kind::Report => Some(self.config.report_rate),
+            _ => None,
+        }
+    }
+
+    /// Admits one message from `peer` against its budget, or refuses it.
+    fn admit_rate(&mut self, peer: PublicKey, kind: Kind, now: UnixMillis) -> Result<(), Reason> {
+        let Some(rate) = self.rate_for(kind) else { return Ok(()) };
+        if !self.rates.contains_key(&(peer, kind)) && self.rates.len() >= self.config.rate_peers {
+            // Forget the peer heard from longest ago so the table stays bounded.
+            if let Some(oldest) = self.rates.iter().min_by_key(|(_, w)| w.last_seen).map(|(k, _)| *k) {
+                self.rates.remove(&oldest);
+            }
+        }
+        let window = self.rates.entry((peer, kind)).or_default();
+        window.last_seen = now;
+        while window.times.front().is_some_and(|t| now.saturating_sub(*t) >= rate.per_ms) {
+            window.times.pop_front();
+        }
+        if window.times.len() >= rate.count as usize {
+            return Err(Reason::RateLimited);
+        }
+        window.times.push_back(now);
+        Ok(())
+    }
+
+    fn check_time(&self, issued_at: UnixMillis, now: UnixMillis) -> Result<(), Reason> {
+        if issued_at > now.saturating_add(self.config.max_skew_ms) {
+            return Err(Reason::FutureDated);
+        }
+        if issued_at < now.saturating_sub(self.config.max_age_ms) {
+            return Err(Reason::Stale);
+        }
+        Ok(())
+    }
+}
+
+/// Runs every rule on `bytes`, received over gossip from `source` (the originating peer).
+pub fn validate(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut TrustView) -> Verdict {
+    match validate_inner(bytes, source, now, view) {
+        Ok(accepted) => Verdict::Accept(Box::new(accepted)),
+        Err(reason) => Verdict::refuse(reason),
+    }
+}
+
+fn validate_inner(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut TrustView) -> Result<Accepted, Reason> {
+    let envelope = Envelope::open(bytes)?;
+    let kind = envelope.kind();
+    let body = Body::decode(kind, envelope.body())?;
+    view.check_time(body.issued_at(), now)?;
+    let signer = envelope.signer();
+    if kind.is_management() {
+        if !view.trust.contains(&signer) {
+            return Err(Reason::UntrustedSigner);
+        }
+    } else if signer.peer_id() != *source {
+        return Err(Reason::AuthorMismatch);
+    }
+    let content_id = envelope.content_id();
+    if view.seen.contains(&content_id) {
+        return Err(Reason::Duplicate);
+    }
+    if let Some(seq) = body.seq() {
+        view.seqs.get(&signer).map_or(Ok(()), |w| w.check(seq))?;
+    }
+    view.admit_rate(signer, kind, now)?;
+    // Every rule passed: only now does the view change.
+    if let Some(seq) = body.seq() {
+        view.seqs.entry(signer).or_insert(SeqWindow { last: 0, mask: 0 }).record(seq);
+    }
+    view.seen.insert(content_id);
+    Ok(Accepted { envelope, body, content_id })
+}
+
+#[cfg(test)]
+mod tests;

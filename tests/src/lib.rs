@@ -1,0 +1,1 @@
+//! Harness for multi-node druse scenarios.
