@@ -1,1 +1,167 @@
 //! The management role of a druse node.
+//!
+//! A management node is an ordinary node (the `druse-node` library) whose key is on every
+//! node's trust list. This crate adds what only it does: sign endorsements, cortisol weather,
+//! bounties, bans and attestations with a persisted, strictly rising `seq`; re-announce
+//! active weather so late joiners obey it; and serve the routes the `druse-mgmt` CLI drives.
+
+pub mod api;
+
+use std::time::Duration;
+
+use druse_node::node::{self, now_ms};
+use druse_node::skill::Skill;
+use druse_node::{Node, Role};
+use druse_protocol::body::{
+    Attest, Ban, Body, Bounty, Endorsement, EndorsementVerdict, TrustLevel, Weather, limits,
+};
+use druse_protocol::{ContentId, PublicKey};
+use tokio::sync::Mutex;
+
+/// The state record holding the last seq this node signed.
+const SEQ_KEY: &str = "management_seq";
+
+/// Why a management action failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("this node has no skill {0}; it can only endorse what it has received")]
+    UnknownSkill(ContentId),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Node(#[from] node::Error),
+    #[error(transparent)]
+    Store(#[from] druse_node::store::Error),
+}
+
+/// The management role, on top of a running node.
+#[derive(Debug)]
+pub struct Management {
+    node: Node,
+    /// The last seq signed; held across the flush so no seq is ever used twice.
+    seq: Mutex<u64>,
+}
+
+impl Management {
+    /// Takes the management role on `node` (which must run as `Role::Management`).
+    pub fn new(node: Node) -> Result<std::sync::Arc<Self>, Error> {
+        if node.role() != Role::Management {
+            return Err(Error::Invalid("the node was not started in the management role".into()));
+        }
+        let seq = node.store().state::<u64>(SEQ_KEY)?.unwrap_or(0);
+        Ok(std::sync::Arc::new(Self { node, seq: Mutex::new(seq) }))
+    }
+
+    /// The node this role runs on.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The last seq this node signed.
+    pub async fn last_seq(&self) -> u64 {
+        *self.seq.lock().await
+    }
+
+    /// Allocates the next seq and makes it durable before anyone sees it.
+    async fn next_seq(&self) -> Result<u64, Error> {
+        let mut seq = self.seq.lock().await;
+        let next = *seq + 1;
+        self.node.store().put_state(SEQ_KEY, &next)?;
+        self.node.store().flush().await?;
+        *seq = next;
+        Ok(next)
+    }
+
+    /// Endorses (or revokes) a skill this node holds.
+    pub async fn endorse(&self, id: ContentId, verdict: EndorsementVerdict, note: String) -> Result<ContentId, Error> {
+        let skill: Skill = self.node.skill(&id)?.ok_or(Error::UnknownSkill(id))?;
+        let seq = self.next_seq().await?;
+        let body = Body::Endorsement(Endorsement {
+            issued_at: now_ms(),
+            seq,
+            content_id: id,
+            skill_id: skill.listing.skill_id,
+            version: skill.listing.version,
+            verdict,
+            note,
+        });
+        Ok(self.node.publish(&body).await?)
+    }
+
+    /// Broadcasts cortisol weather; a level of 0 lifts it.
+    pub async fn weather(&self, level: f64, duration: Duration, reason: String) -> Result<ContentId, Error> {
+        let duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        if duration_ms > limits::WEATHER_DURATION_MS {
+            return Err(Error::Invalid("weather lasts at most 7 days".into()));
+        }
+        let seq = self.next_seq().await?;
+        let body = Body::Weather(Weather { issued_at: now_ms(), seq, level, duration_ms, reason });
+        Ok(self.node.publish(&body).await?)
+    }
+
+    /// Bans a peer until `duration` has passed.
+    pub async fn ban(&self, peer: PublicKey, reason: String, duration: Duration) -> Result<ContentId, Error> {
+        let seq = self.next_seq().await?;
+        let issued_at = now_ms();
+        let body = Body::Ban(Ban { issued_at, seq, peer, reason, expires_at: expiry(issued_at, duration) });
+        Ok(self.node.publish(&body).await?)
+    }
+
+    /// Sets a peer's trust level until `duration` has passed.
+    pub async fn attest(
+        &self,
+        peer: PublicKey,
+        level: TrustLevel,
+        reason: String,
+        duration: Duration,
+    ) -> Result<ContentId, Error> {
+        let seq = self.next_seq().await?;
+        let issued_at = now_ms();
+        let body = Body::Attest(Attest { issued_at, seq, peer, level, reason, expires_at: expiry(issued_at, duration) });
+        Ok(self.node.publish(&body).await?)
+    }
+
+    /// Posts a bounty.
+    pub async fn bounty(&self, mut bounty: Bounty) -> Result<ContentId, Error> {
+        bounty.seq = self.next_seq().await?;
+        Ok(self.node.publish(&Body::Bounty(bounty)).await?)
+    }
+
+    /// Broadcasts this node's active weather again, with a fresh seq and the time it has left,
+    /// so a node that joined after the original broadcast obeys it too.
+    pub async fn reannounce_weather(&self) -> Result<Option<ContentId>, Error> {
+        let now = now_ms();
+        let Some(active) = self.node.weather().active.filter(|w| w.signer == self.node.key().public()) else {
+            return Ok(None);
+        };
+        let remaining = Duration::from_millis(active.expires_at.saturating_sub(now));
+        if remaining.is_zero() {
+            return Ok(None);
+        }
+        Ok(Some(self.weather(active.level, remaining, active.reason).await?))
+    }
+
+    /// Starts the periodic weather re-announcement; the node owns the task.
+    pub fn spawn_reannounce(self: &std::sync::Arc<Self>, every: Duration) {
+        let this = std::sync::Arc::clone(self);
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match this.reannounce_weather().await {
+                    Ok(Some(id)) => tracing::debug!(%id, "weather re-announced"),
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(%error, "re-announcing weather failed"),
+                }
+            }
+        });
+        self.node.own_task(task);
+    }
+}
+
+fn expiry(issued_at: u64, duration: Duration) -> u64 {
+    issued_at.saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,5 +1,26 @@
 //! A druse edge node.
 //!
 //! The node library holds everything an edge node runs: its config, its store, the ingestion
-//! pipeline that applies the protocol's rules to gossip, the market, the HTTP API and the
-//! metrics. The `druse-node` binary and the management node (`druse-mgmt`) are built on it.
+//! pipeline that applies the protocol's rules to gossip, the weather and trust state, the HTTP
+//! API and the metrics. The `druse-node` binary and the management node (`druse-mgmt`) are
+//! both built on it.
+
+pub mod api;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod daemon;
+pub mod governance;
+pub mod ingest;
+pub mod metrics;
+pub mod node;
+pub mod peers;
+pub mod skill;
+pub mod store;
+pub mod weather;
+
+pub use config::Config;
+pub use node::{Node, Role};
+
+/// Local cortisol at rest (seed 004's homeostasis), until the hormone system drives it.
+pub const HOMEOSTATIC_CORTISOL: f64 = 0.02;

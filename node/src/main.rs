@@ -1,1 +1,152 @@
-fn main() {}
+//! `druse-node`: run an edge node, or act on a running one through its API.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use druse_node::api::{PublishSkill, Published};
+use druse_node::cli::{self, ApiArgs, RunArgs, print_json};
+use druse_node::{Role, daemon};
+use druse_protocol::Keypair;
+use druse_protocol::body::{ExecutionStats, SemanticType};
+use serde_json::Value;
+
+#[derive(Debug, Parser)]
+#[command(name = "druse-node", version, about = "A druse edge node")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the node until SIGTERM or Ctrl-C.
+    Run(RunArgs),
+    /// Print this node's PeerId and public key (creating the key if there is none).
+    Id {
+        #[arg(long, env = "DRUSE_DATA_DIR", default_value = "./druse-data")]
+        data_dir: PathBuf,
+    },
+    /// Create a key file (mode 0600) and print its PeerId and public key.
+    Keygen {
+        /// Where to write the key.
+        #[arg(long, default_value = "./druse-data/node.key")]
+        out: PathBuf,
+    },
+    /// Show a running node's status.
+    Status {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Skills: publish, list.
+    Skill {
+        #[command(subcommand)]
+        command: SkillCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Show the weather a running node obeys.
+    Weather {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// List the peers a running node knows.
+    Peers {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SkillCommand {
+    /// Publish a skill or task pattern to the swarm.
+    Publish {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        text: String,
+        /// `skill` or `task_pattern` (memory types are refused).
+        #[arg(long = "type", default_value = "skill", value_parser = parse_semantic_type)]
+        semantic_type: SemanticType,
+        #[arg(long, value_delimiter = ',')]
+        tags: Vec<String>,
+        #[arg(long)]
+        category: Option<String>,
+        /// Stable id across versions (default: the name).
+        #[arg(long)]
+        skill_id: Option<String>,
+        #[arg(long, default_value_t = 1)]
+        version: u32,
+        /// Asking price in micro-USDC.
+        #[arg(long, default_value_t = 0)]
+        price: u64,
+        /// Executions, successes and mean reward so far, like `10,8,0.7`.
+        #[arg(long, value_parser = parse_stats)]
+        stats: Option<ExecutionStats>,
+    },
+    /// List the skills the node holds.
+    List,
+}
+
+fn parse_semantic_type(text: &str) -> Result<SemanticType, String> {
+    serde_json::from_value(Value::String(text.to_owned())).map_err(|_| format!("unknown semantic type {text:?}"))
+}
+
+fn parse_stats(text: &str) -> Result<ExecutionStats, String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let [executions, successes, avg_reward] = parts.as_slice() else {
+        return Err("expected executions,successes,avg_reward".into());
+    };
+    Ok(ExecutionStats {
+        executions: executions.parse().map_err(|e| format!("executions: {e}"))?,
+        successes: successes.parse().map_err(|e| format!("successes: {e}"))?,
+        avg_reward: avg_reward.parse().map_err(|e| format!("avg_reward: {e}"))?,
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => {
+            cli::init_logging(args.log_format);
+            let config = args.load().context("loading the config")?;
+            daemon::run(config, Role::Edge, |_| axum::Router::new()).await.context("running the node")?;
+        }
+        Command::Id { data_dir } => {
+            let key = Keypair::load_or_generate(&data_dir.join("node.key"))?;
+            println!("peer_id    {}\npublic_key {}", key.peer_id(), key.public());
+        }
+        Command::Keygen { out } => {
+            anyhow::ensure!(!out.exists(), "{} already exists; refusing to overwrite a key", out.display());
+            let key = Keypair::generate()?;
+            key.save(&out)?;
+            println!("wrote {}\npeer_id    {}\npublic_key {}", out.display(), key.peer_id(), key.public());
+        }
+        Command::Status { api } => print_json(&api.reader().get::<Value>("/v1/status").await?),
+        Command::Weather { api } => print_json(&api.reader().get::<Value>("/v1/weather").await?),
+        Command::Peers { api } => print_json(&api.reader().get::<Value>("/v1/peers").await?),
+        Command::Skill { command, api } => match command {
+            SkillCommand::Publish { name, text, semantic_type, tags, category, skill_id, version, price, stats } => {
+                let request = PublishSkill {
+                    name,
+                    text,
+                    semantic_type,
+                    tags,
+                    category,
+                    skill_id,
+                    version,
+                    previous_version: None,
+                    stats,
+                    asking_price: price,
+                    scope: druse_node::governance::Scope::Shared,
+                    sensitivity: druse_node::governance::Sensitivity::Normal,
+                };
+                let published: Published = api.writer()?.post("/v1/skills", &request).await?;
+                println!("{}", published.content_id);
+            }
+            SkillCommand::List => print_json(&api.reader().get::<Value>("/v1/skills").await?),
+        },
+    }
+    Ok(())
+}

@@ -429,7 +429,10 @@ impl Body {
         };
         let bytes = encoded.map_err(|e| Error::Malformed { kind, detail: e.to_string() })?;
         if bytes.len() > kind.max_body_len() {
-            return Err(field("body", format!("{} bytes, over the {kind} cap of {}", bytes.len(), kind.max_body_len())));
+            return Err(field(
+                "body",
+                format!("{} bytes, over the {kind} cap of {}", bytes.len(), kind.max_body_len()),
+            ));
         }
         Ok(bytes)
     }

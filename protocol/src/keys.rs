@@ -98,9 +98,8 @@ impl Keypair {
         check_private(path, &meta)?;
         let text = Zeroizing::new(fs::read_to_string(path).map_err(read_err)?);
         let malformed = || Error::Malformed { path: path.to_owned() };
-        let bytes = Zeroizing::new(
-            data_encoding::HEXLOWER_PERMISSIVE.decode(text.trim().as_bytes()).map_err(|_| malformed())?,
-        );
+        let bytes =
+            Zeroizing::new(data_encoding::HEXLOWER_PERMISSIVE.decode(text.trim().as_bytes()).map_err(|_| malformed())?);
         let seed: [u8; 32] = bytes.as_slice().try_into().map_err(|_| malformed())?;
         Ok(Self::from_seed(seed))
     }

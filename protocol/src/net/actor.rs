@@ -58,36 +58,22 @@ impl Actor {
             "Swarm events dropped because the node's event channel was full",
             dropped.clone(),
         );
-        Self {
-            swarm,
-            commands,
-            events,
-            metrics,
-            dropped,
-            pending_dials: HashMap::new(),
-            connections: HashMap::new(),
-        }
+        Self { swarm, commands, events, metrics, dropped, pending_dials: HashMap::new(), connections: HashMap::new() }
     }
 
     /// Listens, then dials the bootstrap peers and seeds Kademlia with them.
-    pub(super) fn start(
-        &mut self,
-        listen: &[Multiaddr],
-        bootstrap: &[(PeerId, Multiaddr)],
-    ) -> Result<(), Error> {
+    pub(super) fn start(&mut self, listen: &[Multiaddr], bootstrap: &[(PeerId, Multiaddr)]) -> Result<(), Error> {
         for addr in listen {
-            self.swarm.listen_on(addr.clone()).map_err(|e| Error::Listen {
-                addr: addr.clone(),
-                reason: e.to_string(),
-            })?;
+            self.swarm
+                .listen_on(addr.clone())
+                .map_err(|e| Error::Listen { addr: addr.clone(), reason: e.to_string() })?;
         }
         for (peer, addr) in bootstrap {
             let mut addr = addr.clone();
             addr.pop(); // the /p2p/<peer id> suffix: Kademlia keeps the peer id apart
             self.swarm.behaviour_mut().kademlia.add_address(peer, addr.clone());
             // An unreachable bootstrap peer is not fatal: others, or mDNS, may do.
-            if let Err(error) = self.swarm.dial(DialOpts::peer_id(*peer).addresses(vec![addr]).build())
-            {
+            if let Err(error) = self.swarm.dial(DialOpts::peer_id(*peer).addresses(vec![addr]).build()) {
                 tracing::warn!(%peer, %error, "cannot dial bootstrap peer");
             }
         }
@@ -168,11 +154,7 @@ impl Actor {
                 let _ = reply.send(self.publish(topic, data));
             }
             Command::Report { id, propagation_source, verdict, reply } => {
-                let held = self.gossipsub().report_message_validation_result(
-                    &id,
-                    &propagation_source,
-                    verdict,
-                );
+                let held = self.gossipsub().report_message_validation_result(&id, &propagation_source, verdict);
                 if !held {
                     tracing::debug!(message_id = %id, "verdict came after gossipsub let go of the message");
                 }
@@ -217,11 +199,7 @@ impl Actor {
             .map(|peer| PeerInfo {
                 peer_id: *peer,
                 score: gossipsub.peer_score(peer),
-                addresses: self
-                    .connections
-                    .get(peer)
-                    .map(|c| c.values().cloned().collect())
-                    .unwrap_or_default(),
+                addresses: self.connections.get(peer).map(|c| c.values().cloned().collect()).unwrap_or_default(),
             })
             .collect()
     }
@@ -229,10 +207,9 @@ impl Actor {
     fn dial(&mut self, addr: Multiaddr, reply: DialReply) {
         let opts = match addr.iter().last() {
             // Naming the peer lets the swarm verify it and skip the dial if it is connected.
-            Some(Protocol::P2p(peer)) => DialOpts::peer_id(peer)
-                .addresses(vec![addr])
-                .condition(PeerCondition::Disconnected)
-                .build(),
+            Some(Protocol::P2p(peer)) => {
+                DialOpts::peer_id(peer).addresses(vec![addr]).condition(PeerCondition::Disconnected).build()
+            }
             _ => DialOpts::unknown_peer_id().address(addr).build(),
         };
         let connection = opts.connection_id();
@@ -267,9 +244,7 @@ impl Actor {
         self.metrics.record(&event);
         match event {
             SwarmEvent::Behaviour(event) => self.on_behaviour_event(event),
-            SwarmEvent::ConnectionEstablished {
-                peer_id, connection_id, endpoint, num_established, ..
-            } => {
+            SwarmEvent::ConnectionEstablished { peer_id, connection_id, endpoint, num_established, .. } => {
                 if let Some(reply) = self.pending_dials.remove(&connection_id) {
                     let _ = reply.send(Ok(()));
                 }
@@ -318,8 +293,7 @@ impl Actor {
         match event {
             BehaviourEvent::Gossipsub(event) => {
                 self.metrics.record(&event);
-                if let gossipsub::Event::Message { propagation_source, message_id, message } = event
-                {
+                if let gossipsub::Event::Message { propagation_source, message_id, message } = event {
                     self.on_message(propagation_source, message_id, message);
                 }
             }
@@ -344,12 +318,7 @@ impl Actor {
 
     /// Passes a gossip message to the node for its verdict. One the node cannot take is
     /// ignored at once: gossipsub frees it, forwards nothing and penalises nobody.
-    fn on_message(
-        &mut self,
-        propagation_source: PeerId,
-        id: MessageId,
-        message: gossipsub::Message,
-    ) {
+    fn on_message(&mut self, propagation_source: PeerId, id: MessageId, message: gossipsub::Message) {
         let event = Event::Message {
             id: id.clone(),
             propagation_source,
@@ -358,11 +327,7 @@ impl Actor {
             data: message.data,
         };
         if !self.emit(event) {
-            self.gossipsub().report_message_validation_result(
-                &id,
-                &propagation_source,
-                Acceptance::Ignore,
-            );
+            self.gossipsub().report_message_validation_result(&id, &propagation_source, Acceptance::Ignore);
         }
     }
 

@@ -8,8 +8,7 @@ use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity, MessageId, Valida
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::{
-    StreamProtocol, Swarm, SwarmBuilder, connection_limits, identify, identity, kad, mdns, noise,
-    ping, tcp, yamux,
+    StreamProtocol, Swarm, SwarmBuilder, connection_limits, identify, identity, kad, mdns, noise, ping, tcp, yamux,
 };
 use sha2::{Digest, Sha256};
 
@@ -31,8 +30,7 @@ const VALIDATION_WINDOW: Duration = Duration::from_secs(5);
 
 /// Gossipsub as druse runs it: remote subscriptions to anything but druse topics are ignored,
 /// so a peer cannot make us track unbounded topic state.
-pub(super) type Gossipsub =
-    gossipsub::Behaviour<gossipsub::IdentityTransform, gossipsub::WhitelistSubscriptionFilter>;
+pub(super) type Gossipsub = gossipsub::Behaviour<gossipsub::IdentityTransform, gossipsub::WhitelistSubscriptionFilter>;
 
 /// Every protocol a druse node speaks, one field each.
 #[derive(NetworkBehaviour)]
@@ -79,20 +77,14 @@ impl Behaviour {
                 .with_agent_version(format!("druse/{}", env!("CARGO_PKG_VERSION"))),
         );
 
-        let mut kademlia = kad::Behaviour::with_config(
-            peer_id,
-            kad::store::MemoryStore::new(peer_id),
-            kad::Config::new(KAD_PROTOCOL),
-        );
+        let mut kademlia =
+            kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), kad::Config::new(KAD_PROTOCOL));
         // Every druse node answers DHT queries: nodes on one LAN or machine never confirm an
         // external address, and in automatic mode they would all stay silent clients.
         kademlia.set_mode(Some(kad::Mode::Server));
 
-        let mdns = if config.mdns {
-            Some(mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)?)
-        } else {
-            None
-        };
+        let mdns =
+            if config.mdns { Some(mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)?) } else { None };
 
         Ok(Self {
             connection_limits: connection_limits::Behaviour::new(limits),

@@ -148,39 +148,14 @@ pub struct PeerInfo {
 /// What a [`Handle`] asks the swarm task to do; each carries its reply channel.
 #[derive(Debug)]
 enum Command {
-    Publish {
-        topic: &'static str,
-        data: Vec<u8>,
-        reply: oneshot::Sender<Result<MessageId, Error>>,
-    },
-    Report {
-        id: MessageId,
-        propagation_source: PeerId,
-        verdict: Acceptance,
-        reply: oneshot::Sender<()>,
-    },
-    SetApplicationScore {
-        peer: PeerId,
-        score: f64,
-        reply: oneshot::Sender<()>,
-    },
-    Peers {
-        reply: oneshot::Sender<Vec<PeerInfo>>,
-    },
-    PeerScore {
-        peer: PeerId,
-        reply: oneshot::Sender<Option<f64>>,
-    },
-    ListenAddrs {
-        reply: oneshot::Sender<Vec<Multiaddr>>,
-    },
-    Dial {
-        addr: Multiaddr,
-        reply: oneshot::Sender<Result<(), Error>>,
-    },
-    Shutdown {
-        reply: oneshot::Sender<()>,
-    },
+    Publish { topic: &'static str, data: Vec<u8>, reply: oneshot::Sender<Result<MessageId, Error>> },
+    Report { id: MessageId, propagation_source: PeerId, verdict: Acceptance, reply: oneshot::Sender<()> },
+    SetApplicationScore { peer: PeerId, score: f64, reply: oneshot::Sender<()> },
+    Peers { reply: oneshot::Sender<Vec<PeerInfo>> },
+    PeerScore { peer: PeerId, reply: oneshot::Sender<Option<f64>> },
+    ListenAddrs { reply: oneshot::Sender<Vec<Multiaddr>> },
+    Dial { addr: Multiaddr, reply: oneshot::Sender<Result<(), Error>> },
+    Shutdown { reply: oneshot::Sender<()> },
 }
 
 /// Aborts the swarm task when the last handle goes away, so the task always has an owner.
@@ -221,12 +196,7 @@ impl Handle {
     }
 
     /// Tells gossipsub the node's verdict on a received message: forward, penalise or drop.
-    pub async fn report(
-        &self,
-        id: MessageId,
-        propagation_source: PeerId,
-        verdict: Acceptance,
-    ) -> Result<(), Error> {
+    pub async fn report(&self, id: MessageId, propagation_source: PeerId, verdict: Acceptance) -> Result<(), Error> {
         self.request(|reply| Command::Report { id, propagation_source, verdict, reply }).await
     }
 

@@ -224,9 +224,7 @@ async fn shutdown_ends_the_task() {
     let result = a.handle.publish(crate::topic::REPORTS, envelope(&a.key, 1)).await;
     assert!(matches!(result, Err(Error::Closed)), "{result:?}");
     // The task dropped its event sender: the stream ends once drained.
-    timeout(WAIT, async { while a.events.recv().await.is_some() {} })
-        .await
-        .expect("event channel still open");
+    timeout(WAIT, async { while a.events.recv().await.is_some() {} }).await.expect("event channel still open");
 }
 
 #[tokio::test(flavor = "multi_thread")]

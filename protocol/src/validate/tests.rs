@@ -483,34 +483,37 @@ fn arb_listing() -> impl Strategy<Value = CrystalListing> {
         proptest::option::of("[a-z-]{1,20}"),
         (any::<u32>(), 0u64..1000, 0.0f64..=1.0, -1.0f64..=1.0, any::<u64>(), any::<bool>()),
     )
-        .prop_map(|(name, text, semantic_type, tags, category, (version, executions, rate, avg_reward, price, prev))| {
-            CrystalListing {
-                issued_at: NOW,
-                skill_id: format!("{name}-id"),
-                name,
-                text,
-                semantic_type,
-                tags,
-                category,
-                version,
-                previous_version: prev.then(|| ContentId::of(&version.to_le_bytes())),
-                stats: ExecutionStats { executions, successes: (executions as f64 * rate) as u64, avg_reward },
-                asking_price: price,
-            }
-        })
+        .prop_map(
+            |(name, text, semantic_type, tags, category, (version, executions, rate, avg_reward, price, prev))| {
+                CrystalListing {
+                    issued_at: NOW,
+                    skill_id: format!("{name}-id"),
+                    name,
+                    text,
+                    semantic_type,
+                    tags,
+                    category,
+                    version,
+                    previous_version: prev.then(|| ContentId::of(&version.to_le_bytes())),
+                    stats: ExecutionStats { executions, successes: (executions as f64 * rate) as u64, avg_reward },
+                    asking_price: price,
+                }
+            },
+        )
 }
 
 fn arb_body() -> impl Strategy<Value = Body> {
     prop_oneof![
         arb_listing().prop_map(Body::Crystal),
-        (any::<u64>(), 0.0f64..=1.0, 0u64..limits_weather(), text(100))
-            .prop_map(|(seq, level, duration_ms, reason)| Body::Weather(Weather {
+        (any::<u64>(), 0.0f64..=1.0, 0u64..limits_weather(), text(100)).prop_map(
+            |(seq, level, duration_ms, reason)| Body::Weather(Weather {
                 issued_at: NOW,
                 seq,
                 level,
                 duration_ms,
                 reason
-            })),
+            })
+        ),
         (any::<u64>(), any::<bool>(), -1.0f64..=1.0, any::<u64>()).prop_map(|(seq, success, reward, paid)| {
             Body::Report(Report {
                 issued_at: NOW,

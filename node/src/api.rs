@@ -1,0 +1,273 @@
+//! The node's HTTP API (DESIGN §11): JSON over axum, on 127.0.0.1 by default. Read routes are
+//! open; write routes need `Authorization: Bearer <token>` from the data directory. Errors are
+//! `{ "error": code, "detail": text }` with the matching status. Request bodies are bounded.
+
+use std::future::Future;
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use druse_protocol::body::{Body, CrystalListing, ExecutionStats, SemanticType};
+use druse_protocol::validate::Reason;
+use druse_protocol::{ContentId, UnixMillis};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::governance::{self, Scope, Sensitivity};
+use crate::ingest::Outcome;
+use crate::node::{self, Node, now_ms};
+
+/// An API error: a status, a stable code and a human sentence.
+#[derive(Debug)]
+pub struct Error {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub detail: String,
+}
+
+impl Error {
+    /// An error with this status, code and detail.
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Self { status, code, detail: detail.into() }
+    }
+
+    /// 400: the request itself is wrong.
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", detail)
+    }
+
+    /// 404.
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", detail)
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.code, "detail": self.detail }))).into_response()
+    }
+}
+
+impl From<JsonRejection> for Error {
+    fn from(rejection: JsonRejection) -> Self {
+        let status = rejection.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "bad_request" };
+        Self::new(status, code, rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for Error {
+    fn from(rejection: PathRejection) -> Self {
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+impl From<node::Error> for Error {
+    fn from(error: node::Error) -> Self {
+        match error {
+            node::Error::Refused(Outcome::Protocol(Reason::RateLimited)) => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "over the per-peer listing rate; try later")
+            }
+            node::Error::Refused(Outcome::Protocol(Reason::Duplicate)) => {
+                Self::new(StatusCode::CONFLICT, "duplicate", "this exact message was already published")
+            }
+            node::Error::Refused(Outcome::Confidential) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "confidential", error.to_string())
+            }
+            node::Error::Refused(_) | node::Error::Body(_) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string())
+            }
+            other => {
+                tracing::error!(error = %other, "request failed");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string())
+            }
+        }
+    }
+}
+
+impl From<governance::Refusal> for Error {
+    fn from(refusal: governance::Refusal) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "not_publishable", refusal.to_string())
+    }
+}
+
+/// Parses a content id from a path segment.
+pub fn parse_id(text: &str) -> Result<ContentId, Error> {
+    text.parse().map_err(|e: druse_protocol::cid::ParseError| Error::bad_request(format!("{text:?}: {e}")))
+}
+
+/// Wraps `routes` so each needs the node's bearer token.
+pub fn require_token<S: Clone + Send + Sync + 'static>(routes: Router<S>, token: &str) -> Router<S> {
+    let expected = format!("Bearer {token}");
+    routes.route_layer(middleware::from_fn(move |headers: HeaderMap, request: Request, next: Next| {
+        let expected = expected.clone();
+        async move {
+            let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+            if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+                return Error::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "write routes need `Authorization: Bearer <token>` (the token is in the data directory's api.token)",
+                )
+                .into_response();
+            }
+            next.run(request).await
+        }
+    }))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The node's routes, with state applied; the management role merges its own.
+pub fn router(node: Node) -> Router {
+    let max_body = node.config().api.max_body_bytes;
+    let writes = require_token(Router::new().route("/v1/skills", axum::routing::post(publish_skill)), node.token());
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/status", get(status))
+        .route("/v1/skills", get(list_skills))
+        .route("/v1/crystals/{id}", get(get_crystal))
+        .route("/v1/peers", get(peers))
+        .route("/v1/weather", get(weather))
+        .merge(writes)
+        .fallback(|| async { Error::not_found("no such route") })
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(node)
+}
+
+/// The metrics listener's routes: `/metrics` and `/healthz` only.
+pub fn metrics_router(node: Node) -> Router {
+    Router::new().route("/metrics", get(metrics)).route("/healthz", get(healthz)).with_state(node)
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn metrics(State(node): State<Node>) -> Response {
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], node.metrics().render()).into_response()
+}
+
+async fn status(State(node): State<Node>) -> Json<node::Status> {
+    Json(node.status().await)
+}
+
+async fn peers(State(node): State<Node>) -> Json<Vec<node::PeerView>> {
+    Json(node.peers().await)
+}
+
+async fn weather(State(node): State<Node>) -> Json<node::WeatherView> {
+    Json(node.weather())
+}
+
+async fn list_skills(State(node): State<Node>) -> Result<Json<Vec<crate::skill::Skill>>, Error> {
+    Ok(Json(node.skills()?))
+}
+
+async fn get_crystal(
+    State(node): State<Node>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<crate::skill::Skill>, Error> {
+    let Path(id) = id?;
+    let id = parse_id(&id)?;
+    node.skill(&id)?.map(Json).ok_or_else(|| Error::not_found(format!("no crystal {id}")))
+}
+
+/// What an agent developer sends to publish a skill.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishSkill {
+    pub name: String,
+    pub text: String,
+    #[serde(default = "default_semantic_type")]
+    pub semantic_type: SemanticType,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub category: Option<String>,
+    /// Stable across versions; defaults to the name.
+    #[serde(default)]
+    pub skill_id: Option<String>,
+    #[serde(default = "default_version")]
+    pub version: u32,
+    #[serde(default)]
+    pub previous_version: Option<ContentId>,
+    #[serde(default)]
+    pub stats: Option<ExecutionStats>,
+    /// Asking price in micro-USDC.
+    #[serde(default)]
+    pub asking_price: u64,
+    #[serde(default = "default_scope")]
+    pub scope: Scope,
+    #[serde(default = "default_sensitivity")]
+    pub sensitivity: Sensitivity,
+}
+
+fn default_semantic_type() -> SemanticType {
+    SemanticType::Skill
+}
+fn default_version() -> u32 {
+    1
+}
+fn default_scope() -> Scope {
+    Scope::Shared
+}
+fn default_sensitivity() -> Sensitivity {
+    Sensitivity::Normal
+}
+
+/// The answer to a publish.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Published {
+    pub content_id: ContentId,
+    pub issued_at: UnixMillis,
+}
+
+impl PublishSkill {
+    /// The listing this request describes, after the governance check: memory crystals,
+    /// private scope and confidential content never leave the node.
+    pub fn into_listing(self, now: UnixMillis) -> Result<CrystalListing, governance::Refusal> {
+        governance::check_publishable(self.semantic_type, self.scope, self.sensitivity, &[&self.name, &self.text])?;
+        Ok(CrystalListing {
+            issued_at: now,
+            skill_id: self.skill_id.unwrap_or_else(|| self.name.clone()),
+            name: self.name,
+            text: self.text,
+            semantic_type: self.semantic_type,
+            tags: self.tags,
+            category: self.category,
+            version: self.version,
+            previous_version: self.previous_version,
+            stats: self.stats.unwrap_or(ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 }),
+            asking_price: self.asking_price,
+        })
+    }
+}
+
+async fn publish_skill(
+    State(node): State<Node>,
+    request: Result<Json<PublishSkill>, JsonRejection>,
+) -> Result<(StatusCode, Json<Published>), Error> {
+    let Json(request) = request?;
+    let now = now_ms();
+    let listing = request.into_listing(now)?;
+    let content_id = node.publish(&Body::Crystal(listing)).await?;
+    Ok((StatusCode::CREATED, Json(Published { content_id, issued_at: now })))
+}

@@ -1,0 +1,137 @@
+//! Command-line pieces shared by `druse-node` and `druse-mgmt`: the flags that override the
+//! config file, the flags that reach a running node, and logging.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use druse_protocol::net::Multiaddr;
+
+use crate::client::Client;
+use crate::config::{self, Config};
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Flags of `run`; each overrides the config file and has a `DRUSE_*` variable.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// TOML config file.
+    #[arg(long, env = "DRUSE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Data directory (key, API token, database).
+    #[arg(long, env = "DRUSE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// P2P listen addresses, comma-separated.
+    #[arg(long, env = "DRUSE_P2P_LISTEN", value_delimiter = ',')]
+    pub listen: Vec<Multiaddr>,
+    /// Bootstrap peers (`.../p2p/<peer id>`), comma-separated.
+    #[arg(long, env = "DRUSE_BOOTSTRAP", value_delimiter = ',')]
+    pub bootstrap: Vec<Multiaddr>,
+    /// API listen address.
+    #[arg(long, env = "DRUSE_API_LISTEN")]
+    pub api_listen: Option<SocketAddr>,
+    /// Metrics listen address.
+    #[arg(long, env = "DRUSE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Trust list file of management keys.
+    #[arg(long, env = "DRUSE_TRUST_LIST")]
+    pub trust_list: Option<PathBuf>,
+    /// Turn mDNS discovery on or off.
+    #[arg(long, env = "DRUSE_MDNS")]
+    pub mdns: Option<bool>,
+    /// Gossipsub heartbeat, like `1s` or `100ms`.
+    #[arg(long, env = "DRUSE_HEARTBEAT", value_parser = humantime::parse_duration)]
+    pub heartbeat: Option<std::time::Duration>,
+    /// Log format.
+    #[arg(long, env = "DRUSE_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl RunArgs {
+    /// The config file (or the default) with every given flag applied on top.
+    pub fn load(&self) -> Result<Config, config::Error> {
+        let mut config = match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        if let Some(dir) = &self.data_dir {
+            config.store.data_dir = dir.clone();
+        }
+        if !self.listen.is_empty() {
+            config.p2p.listen = self.listen.clone();
+        }
+        if !self.bootstrap.is_empty() {
+            config.p2p.bootstrap = self.bootstrap.clone();
+        }
+        if let Some(addr) = self.api_listen {
+            config.api.listen = addr;
+        }
+        if let Some(addr) = self.metrics_listen {
+            config.metrics.listen = addr;
+        }
+        if let Some(path) = &self.trust_list {
+            config.trust.trust_list = Some(path.clone());
+        }
+        if let Some(mdns) = self.mdns {
+            config.p2p.mdns = mdns;
+        }
+        if let Some(heartbeat) = self.heartbeat {
+            config.p2p.heartbeat = heartbeat;
+        }
+        config.check()?;
+        Ok(config)
+    }
+}
+
+/// Flags that reach a running node's API.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApiArgs {
+    /// The node's API.
+    #[arg(long, env = "DRUSE_API", default_value = "http://127.0.0.1:7700", global = true)]
+    pub api: String,
+    /// Bearer token for write routes (default: read from the data directory).
+    #[arg(long, env = "DRUSE_API_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// The node's data directory, to read its API token from.
+    #[arg(long = "node-data-dir", env = "DRUSE_DATA_DIR", default_value = "./druse-data", global = true)]
+    pub data_dir: PathBuf,
+}
+
+impl ApiArgs {
+    /// A client that reads only.
+    pub fn reader(&self) -> Client {
+        Client::new(&self.api, None)
+    }
+
+    /// A client with the write token.
+    pub fn writer(&self) -> Result<Client, crate::client::Error> {
+        let token = match &self.token {
+            Some(token) => token.clone(),
+            None => Client::token_from(&self.data_dir)?,
+        };
+        Ok(Client::new(&self.api, Some(token)))
+    }
+}
+
+/// Starts logging to stderr; `RUST_LOG` filters (default `info`, libp2p at `warn`).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,libp2p=warn,libp2p_gossipsub=error"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Prints a value as pretty JSON.
+pub fn print_json<T: serde::Serialize>(value: &T) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(error) => eprintln!("cannot print the answer: {error}"),
+    }
+}

@@ -1,0 +1,315 @@
+//! Node configuration: a TOML file with one section per component, overridden by flags and
+//! `DRUSE_*` environment variables. `Config::default()` is a working single-machine node.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use druse_protocol::body::TrustLevel;
+use druse_protocol::net::Multiaddr;
+use serde::{Deserialize, Serialize};
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("reading config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+/// The whole node configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub p2p: P2p,
+    pub trust: Trust,
+    pub store: Store,
+    pub memory: Memory,
+    pub market: Market,
+    pub api: Api,
+    pub metrics: Metrics,
+    pub agent: Agent,
+    pub management: Management,
+}
+
+/// How the node joins the swarm.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct P2p {
+    /// Listen addresses (TCP and QUIC).
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start, each ending in `/p2p/<peer id>`.
+    pub bootstrap: Vec<Multiaddr>,
+    /// Find peers on the local network.
+    pub mdns: bool,
+    /// Gossipsub heartbeat.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat: Duration,
+    /// Most connections at once.
+    pub max_connections: u32,
+}
+
+impl Default for P2p {
+    fn default() -> Self {
+        let net = druse_protocol::net::Config::default();
+        Self {
+            listen: net.listen,
+            bootstrap: net.bootstrap,
+            mdns: net.mdns,
+            heartbeat: net.heartbeat,
+            max_connections: net.max_established,
+        }
+    }
+}
+
+/// Whom the node trusts, and the ingestion limits of DESIGN §5.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Trust {
+    /// A trust list file: one management public key per line, `#` comments.
+    pub trust_list: Option<PathBuf>,
+    /// Management public keys given inline (hex, base64 or PeerId).
+    pub management_keys: Vec<String>,
+    /// Peers whose trust level the operator fixes, by PeerId.
+    pub pins: BTreeMap<String, TrustLevel>,
+    /// Oldest `issued_at` accepted.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    /// Furthest-future `issued_at` accepted.
+    #[serde(with = "humantime_serde")]
+    pub max_skew: Duration,
+    /// Listings one peer may originate per `rate_window`.
+    pub listings_per_window: u32,
+    /// Reports one peer may originate per `rate_window`.
+    pub reports_per_window: u32,
+    #[serde(with = "humantime_serde")]
+    pub rate_window: Duration,
+    /// Endorsements kept while their skill has not arrived yet.
+    pub pending_endorsements: usize,
+    /// How long a pending endorsement waits for its skill.
+    #[serde(with = "humantime_serde")]
+    pub pending_endorsement_ttl: Duration,
+}
+
+impl Default for Trust {
+    fn default() -> Self {
+        Self {
+            trust_list: None,
+            management_keys: Vec::new(),
+            pins: BTreeMap::new(),
+            max_age: Duration::from_secs(300),
+            max_skew: Duration::from_secs(60),
+            listings_per_window: 10,
+            reports_per_window: 60,
+            rate_window: Duration::from_secs(60),
+            pending_endorsements: 1024,
+            pending_endorsement_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Where the node keeps its data.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Store {
+    /// Holds the key, the API token and the database.
+    pub data_dir: PathBuf,
+    /// sled's page cache, in bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self { data_dir: PathBuf::from("./druse-data"), cache_bytes: 32 * 1024 * 1024 }
+    }
+}
+
+/// The memory engine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Memory {
+    /// How often consolidation runs.
+    #[serde(with = "humantime_serde")]
+    pub consolidation_interval: Duration,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self { consolidation_interval: Duration::from_secs(30 * 60) }
+    }
+}
+
+/// The marketplace.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Market {
+    /// Base price of a listed skill, in USDC.
+    pub base_price_usdc: f64,
+    /// Executions a skill needs before it may be listed.
+    pub min_executions: u64,
+    /// Success rate a skill needs before it may be listed.
+    pub min_success_rate: f64,
+}
+
+impl Default for Market {
+    fn default() -> Self {
+        Self { base_price_usdc: 0.01, min_executions: 3, min_success_rate: 0.6 }
+    }
+}
+
+/// The HTTP API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Api {
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Api {
+    fn default() -> Self {
+        Self { listen: SocketAddr::from(([127, 0, 0, 1], 7700)), max_body_bytes: 256 * 1024 }
+    }
+}
+
+/// The Prometheus endpoint (also served at the API's `/metrics`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    pub listen: SocketAddr,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self { listen: SocketAddr::from(([127, 0, 0, 1], 9464)) }
+    }
+}
+
+/// The agent loop (seeds 000–002); off until configured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Agent {
+    pub enabled: bool,
+}
+
+/// The management role; read by `druse-mgmt` only.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Management {
+    /// How often active weather is broadcast again, so nodes that join late obey it.
+    #[serde(with = "humantime_serde")]
+    pub weather_reannounce: Duration,
+}
+
+impl Default for Management {
+    fn default() -> Self {
+        Self { weather_reannounce: Duration::from_secs(30) }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file; unknown keys are an error that names them.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_owned(), source })?;
+        Self::parse(&text).map_err(|message| Error::Parse { path: path.to_owned(), message })
+    }
+
+    /// Parses TOML text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The node's key file.
+    pub fn key_path(&self) -> PathBuf {
+        self.store.data_dir.join("node.key")
+    }
+
+    /// The API token file.
+    pub fn token_path(&self) -> PathBuf {
+        self.store.data_dir.join("api.token")
+    }
+
+    /// The database directory.
+    pub fn db_path(&self) -> PathBuf {
+        self.store.data_dir.join("db")
+    }
+
+    /// The network layer's config.
+    pub fn net(&self) -> druse_protocol::net::Config {
+        druse_protocol::net::Config {
+            listen: self.p2p.listen.clone(),
+            bootstrap: self.p2p.bootstrap.clone(),
+            mdns: self.p2p.mdns,
+            heartbeat: self.p2p.heartbeat,
+            max_established: self.p2p.max_connections,
+            ..druse_protocol::net::Config::default()
+        }
+    }
+
+    /// The validator's config.
+    pub fn validator(&self) -> druse_protocol::validate::Config {
+        use druse_protocol::validate::Rate;
+        let per_ms = self.trust.rate_window.as_millis() as u64;
+        druse_protocol::validate::Config {
+            max_age_ms: self.trust.max_age.as_millis() as u64,
+            max_skew_ms: self.trust.max_skew.as_millis() as u64,
+            listing_rate: Rate { count: self.trust.listings_per_window, per_ms },
+            report_rate: Rate { count: self.trust.reports_per_window, per_ms },
+            ..druse_protocol::validate::Config::default()
+        }
+    }
+
+    /// Checks what TOML types cannot.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.p2p.heartbeat.is_zero() {
+            return Err(Error::Invalid("p2p.heartbeat must be positive".into()));
+        }
+        if !(0.0..=1.0).contains(&self.market.min_success_rate) {
+            return Err(Error::Invalid("market.min_success_rate must be in [0, 1]".into()));
+        }
+        if self.trust.rate_window.is_zero() {
+            return Err(Error::Invalid("trust.rate_window must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_default_config() {
+        let config = Config::parse("").unwrap();
+        assert_eq!(config.api.listen, Config::default().api.listen);
+        assert_eq!(config.metrics.listen.port(), 9464);
+        assert!(config.p2p.mdns);
+        assert_eq!(config.store.data_dir, PathBuf::from("./druse-data"));
+    }
+
+    #[test]
+    fn durations_are_human_readable() {
+        let config = Config::parse("[memory]\nconsolidation_interval = \"45m\"\n[p2p]\nheartbeat = \"250ms\"\n").unwrap();
+        assert_eq!(config.memory.consolidation_interval, Duration::from_secs(45 * 60));
+        assert_eq!(config.p2p.heartbeat, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn unknown_keys_are_an_error_that_names_them() {
+        let err = Config::parse("[api]\nlisten = \"127.0.0.1:1\"\nlisten_port = 3\n").unwrap_err();
+        assert!(err.contains("listen_port"), "{err}");
+        assert!(Config::parse("[nonsense]\n").is_err());
+    }
+
+    #[test]
+    fn pins_name_trust_levels() {
+        let config = Config::parse("[trust.pins]\n\"12D3KooWabc\" = \"trusted\"\n").unwrap();
+        assert_eq!(config.trust.pins.get("12D3KooWabc"), Some(&TrustLevel::Trusted));
+        assert!(Config::parse("[trust.pins]\n\"x\" = \"emperor\"\n").is_err());
+    }
+}

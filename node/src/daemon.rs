@@ -1,0 +1,122 @@
+//! Running a node as a service: the node, its API and metrics listeners, the startup line,
+//! and a clean stop on SIGTERM or Ctrl-C (leave the swarm, flush the store).
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::node::{self, Node, Role};
+
+/// A started node with its HTTP listeners.
+#[derive(Debug)]
+pub struct Running {
+    pub node: Node,
+    /// Where the API listens (the configured port, or the one the OS chose for port 0).
+    pub api_addr: SocketAddr,
+    /// Where the metrics listener listens.
+    pub metrics_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    servers: Vec<JoinHandle<()>>,
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, node::Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| node::Error::Io(std::io::Error::new(e.kind(), format!("cannot listen for the {what} on {addr}: {e}"))))
+}
+
+/// Starts a node and serves its API (with `extra` routes merged in) and its metrics.
+pub async fn start(config: Config, role: Role, extra: impl FnOnce(&Node) -> Router) -> Result<Running, node::Error> {
+    let api = bind(config.api.listen, "API").await?;
+    let metrics = bind(config.metrics.listen, "metrics").await?;
+    let node = Node::start(config, role).await?;
+    let api_addr = api.local_addr()?;
+    let metrics_addr = metrics.local_addr()?;
+    let (stop, stopped) = watch::channel(false);
+    let app = crate::api::router(node.clone()).merge(extra(&node));
+    let metrics_app = crate::api::metrics_router(node.clone());
+    let servers = vec![spawn_server(api, app, stopped.clone()), spawn_server(metrics, metrics_app, stopped)];
+    Ok(Running { node, api_addr, metrics_addr, stop, servers })
+}
+
+fn spawn_server(listener: TcpListener, app: Router, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(error) = crate::api::serve(listener, app, shutdown).await {
+            tracing::error!(%error, "HTTP server failed");
+        }
+    })
+}
+
+impl Running {
+    /// The line an operator reads first: who the node is and where to reach it.
+    pub async fn startup_line(&self) -> String {
+        let status = self.node.status().await;
+        format!(
+            "druse {role} node {peer} started: p2p {listen}; API http://{api}; metrics http://{metrics}/metrics; \
+             trusted management keys: {keys}",
+            role = status.role.as_str(),
+            peer = status.peer_id,
+            listen = status.listen_addrs.join(", "),
+            api = self.api_addr,
+            metrics = self.metrics_addr,
+            keys = status.management_keys.len(),
+        )
+    }
+
+    /// Stops the HTTP servers, leaves the swarm and flushes the store.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for server in self.servers {
+            let _ = server.await;
+        }
+        self.node.shutdown().await;
+    }
+}
+
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// Runs a node until SIGTERM or Ctrl-C, then stops it cleanly.
+pub async fn run(config: Config, role: Role, extra: impl FnOnce(&Node) -> Router) -> Result<(), node::Error> {
+    let running = start(config, role, extra).await?;
+    // Give the swarm a moment to bind its listeners so the startup line names them.
+    for _ in 0..20 {
+        if !running.node.net().listen_addrs().await.unwrap_or_default().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tracing::info!("{}", running.startup_line().await);
+    shutdown_signal().await;
+    tracing::info!("stopping: leaving the swarm and flushing the store");
+    running.stop().await;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,473 @@
+//! A running node: its key, store, network handle, ingestion pipeline and background tasks.
+//! The HTTP API, the CLI and the management role all act through [`Node`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use druse_protocol::body::{Body, TrustLevel};
+use druse_protocol::net::{self, Event, PeerId};
+use druse_protocol::trust::TrustList;
+use druse_protocol::validate::{Reason, TrustView};
+use druse_protocol::{ContentId, Envelope, Keypair, UnixMillis, keys};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::ingest::{self, Outcome, Pipeline};
+use crate::metrics::{KindLabel, Metrics};
+use crate::peers::Book;
+use crate::skill::{Pending, Skill};
+use crate::store::{self, Store};
+use crate::weather;
+
+/// The version every binary reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How often scores, gauges and expiries are refreshed.
+const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Peers remembered in the trust book.
+const PEER_BOOK_CAPACITY: usize = 10_000;
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn now_ms() -> UnixMillis {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Which role a node plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Edge,
+    Management,
+}
+
+impl Role {
+    /// The label metrics and status use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Edge => "edge",
+            Role::Management => "management",
+        }
+    }
+}
+
+/// Why a node could not start or act.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] crate::config::Error),
+    #[error(transparent)]
+    Key(#[from] keys::Error),
+    #[error(transparent)]
+    TrustList(#[from] druse_protocol::trust::Error),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Net(#[from] net::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("trust.pins: {0:?} is not a PeerId")]
+    BadPin(String),
+    #[error("the message was refused: {}", .0.label())]
+    Refused(Outcome),
+    #[error(transparent)]
+    Body(#[from] druse_protocol::body::Error),
+}
+
+/// A handle to a running node; clone it freely.
+#[derive(Debug, Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Config,
+    role: Role,
+    key: Keypair,
+    store: Store,
+    net: net::Handle,
+    metrics: Metrics,
+    pipeline: Mutex<Pipeline>,
+    connected: Mutex<HashSet<PeerId>>,
+    token: String,
+    started: Instant,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A snapshot of the node for `/v1/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub peer_id: String,
+    pub public_key: String,
+    pub role: Role,
+    pub version: &'static str,
+    pub uptime_seconds: u64,
+    pub listen_addrs: Vec<String>,
+    pub connected_peers: usize,
+    pub skills: usize,
+    pub halted: bool,
+    pub weather: WeatherView,
+    pub management_keys: Vec<String>,
+}
+
+/// The weather as `/v1/weather` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WeatherView {
+    pub halted: bool,
+    pub effective_cortisol: f64,
+    pub active: Option<weather::Current>,
+    pub last: Option<weather::Current>,
+}
+
+/// A peer as `/v1/peers` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerView {
+    pub peer_id: String,
+    pub connected: bool,
+    pub trust_level: TrustLevel,
+    pub reputation: f64,
+    pub gossip_score: Option<f64>,
+    pub accepted: u64,
+    pub rejected: u64,
+    pub addresses: Vec<String>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep serving.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn load_or_create_token(path: &std::path::Path) -> Result<String, Error> {
+    match std::fs::read_to_string(path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let token = data_encoding::HEXLOWER.encode(&bytes);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    use std::io::Write;
+    let mut file = options.open(path)?;
+    file.write_all(format!("{token}\n").as_bytes())?;
+    file.sync_all()?;
+    Ok(token)
+}
+
+/// Reads the trust list a config names: its file, its inline keys, and (for a management
+/// node) the node's own key.
+pub fn trust_list(config: &Config) -> Result<TrustList, Error> {
+    let mut list = match &config.trust.trust_list {
+        Some(path) => TrustList::load(path)?,
+        None => TrustList::default(),
+    };
+    for (index, key) in config.trust.management_keys.iter().enumerate() {
+        let key = key.parse().map_err(|e: keys::Error| druse_protocol::trust::Error::Line {
+            line: index + 1,
+            reason: format!("trust.management_keys: {e}"),
+        })?;
+        list.insert(key);
+    }
+    Ok(list)
+}
+
+impl Node {
+    /// Opens the data directory, joins the swarm and starts ingesting.
+    pub async fn start(config: Config, role: Role) -> Result<Self, Error> {
+        config.check()?;
+        std::fs::create_dir_all(&config.store.data_dir)?;
+        let key = Keypair::load_or_generate(&config.key_path())?;
+        let token = load_or_create_token(&config.token_path())?;
+        let store = Store::open(&config.db_path(), config.store.cache_bytes)?;
+        let mut trust = trust_list(&config)?;
+        if role == Role::Management {
+            trust.insert(key.public());
+        }
+        let mut pins = HashMap::new();
+        for (peer, level) in &config.trust.pins {
+            let id = peer.parse::<PeerId>().map_err(|_| Error::BadPin(peer.clone()))?;
+            pins.insert(id, *level);
+        }
+        let mut metrics = Metrics::new(VERSION, role.as_str());
+        let (net, events) = net::spawn(&key, config.net(), metrics.registry_mut())?;
+        let view = TrustView::new(config.validator(), trust.clone());
+        let book = Book::new(trust, pins, PEER_BOOK_CAPACITY);
+        let pending =
+            Pending::new(config.trust.pending_endorsements, config.trust.pending_endorsement_ttl.as_millis() as u64);
+        let pipeline = Pipeline::restore(store.clone(), view, book, pending)?;
+        pipeline.refresh_gauges(now_ms(), &metrics);
+        let node = Node {
+            inner: Arc::new(Inner {
+                config,
+                role,
+                key,
+                store,
+                net,
+                metrics,
+                pipeline: Mutex::new(pipeline),
+                connected: Mutex::new(HashSet::new()),
+                token,
+                started: Instant::now(),
+                tasks: Mutex::new(Vec::new()),
+            }),
+        };
+        let ingest = tokio::spawn(node.clone().ingest_loop(events));
+        let maintenance = tokio::spawn(node.clone().maintenance_loop());
+        lock(&node.inner.tasks).extend([ingest, maintenance]);
+        Ok(node)
+    }
+
+    /// Stops the background tasks, leaves the swarm and flushes the store.
+    pub async fn shutdown(&self) {
+        for task in lock(&self.inner.tasks).drain(..) {
+            task.abort();
+        }
+        self.inner.net.shutdown().await;
+        if let Err(error) = self.inner.store.flush().await {
+            tracing::error!(%error, "flushing the store at shutdown failed");
+        }
+    }
+
+    /// Keeps a task alive as long as the node, and stops it at shutdown.
+    pub fn own_task(&self, task: JoinHandle<()>) {
+        lock(&self.inner.tasks).push(task);
+    }
+
+    /// This node's PeerId.
+    pub fn peer_id(&self) -> PeerId {
+        self.inner.net.local_peer_id()
+    }
+
+    /// This node's key.
+    pub fn key(&self) -> &Keypair {
+        &self.inner.key
+    }
+
+    /// The config the node started with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The role the node plays.
+    pub fn role(&self) -> Role {
+        self.inner.role
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The network handle.
+    pub fn net(&self) -> &net::Handle {
+        &self.inner.net
+    }
+
+    /// The bearer token write routes require.
+    pub fn token(&self) -> &str {
+        &self.inner.token
+    }
+
+    /// Signs `body` with the node's key, applies it locally through the same validator and
+    /// state as gossip, makes it durable, then gossips it. A message refused locally is
+    /// never sent.
+    pub async fn publish(&self, body: &Body) -> Result<ContentId, Error> {
+        let bytes = Envelope::seal(&self.inner.key, body.kind(), &body.encode()?);
+        let id = ContentId::of(&body.encode()?);
+        let outcome = {
+            let mut pipeline = lock(&self.inner.pipeline);
+            pipeline.admit_local(&bytes, &self.peer_id(), now_ms(), &self.inner.metrics)
+        };
+        if outcome != Outcome::Accepted {
+            return Err(Error::Refused(outcome));
+        }
+        self.inner.store.flush().await?;
+        self.inner.metrics.published.get_or_create(&KindLabel { kind: body.kind().as_str() }).inc();
+        match self.inner.net.publish(body.kind().topic(), bytes).await {
+            Ok(_) => {}
+            Err(net::Error::NoPeers) => tracing::info!(kind = %body.kind(), %id, "published with no peers subscribed"),
+            Err(error) => tracing::warn!(%error, kind = %body.kind(), %id, "gossip publish failed; kept locally"),
+        }
+        Ok(id)
+    }
+
+    /// One stored skill.
+    pub fn skill(&self, id: &ContentId) -> Result<Option<Skill>, Error> {
+        Ok(self.inner.store.skill(id)?)
+    }
+
+    /// Every stored skill.
+    pub fn skills(&self) -> Result<Vec<Skill>, Error> {
+        Ok(self.inner.store.skills().collect::<Result<_, _>>()?)
+    }
+
+    /// The weather as this node sees it now.
+    pub fn weather(&self) -> WeatherView {
+        let now = now_ms();
+        let pipeline = lock(&self.inner.pipeline);
+        let local = crate::HOMEOSTATIC_CORTISOL;
+        WeatherView {
+            halted: pipeline.weather.halted(now),
+            effective_cortisol: pipeline.weather.effective_cortisol(local, now),
+            active: pipeline.weather.active(now).cloned(),
+            last: pipeline.weather.last().cloned(),
+        }
+    }
+
+    /// Whether ingestion from peers below `trusted` is halted now.
+    pub fn halted(&self) -> bool {
+        lock(&self.inner.pipeline).weather.halted(now_ms())
+    }
+
+    /// The trust level this node gives `peer`.
+    pub fn trust_level(&self, peer: &PeerId) -> TrustLevel {
+        lock(&self.inner.pipeline).book.level(peer, now_ms())
+    }
+
+    /// The highest seq accepted from each management key.
+    pub fn last_seqs(&self) -> Vec<(druse_protocol::PublicKey, u64)> {
+        lock(&self.inner.pipeline).view.last_seqs().collect()
+    }
+
+    /// The node's status.
+    pub async fn status(&self) -> Status {
+        let listen_addrs = self.inner.net.listen_addrs().await.unwrap_or_default();
+        let weather = self.weather();
+        let management_keys =
+            lock(&self.inner.pipeline).trust_list().iter().map(ToString::to_string).collect::<Vec<_>>();
+        Status {
+            peer_id: self.peer_id().to_string(),
+            public_key: self.inner.key.public().to_string(),
+            role: self.inner.role,
+            version: VERSION,
+            uptime_seconds: self.inner.started.elapsed().as_secs(),
+            listen_addrs: listen_addrs.iter().map(ToString::to_string).collect(),
+            connected_peers: lock(&self.inner.connected).len(),
+            skills: self.inner.store.skill_count(),
+            halted: weather.halted,
+            weather,
+            management_keys,
+        }
+    }
+
+    /// Connected peers, and every peer the trust book knows.
+    pub async fn peers(&self) -> Vec<PeerView> {
+        let live = self.inner.net.peers().await.unwrap_or_default();
+        let now = now_ms();
+        let pipeline = lock(&self.inner.pipeline);
+        let mut views: Vec<PeerView> = live
+            .iter()
+            .map(|info| {
+                let record = pipeline.book.record(&info.peer_id);
+                PeerView {
+                    peer_id: info.peer_id.to_string(),
+                    connected: true,
+                    trust_level: pipeline.book.level(&info.peer_id, now),
+                    reputation: pipeline.book.reputation(&info.peer_id, now),
+                    gossip_score: info.score,
+                    accepted: record.map_or(0, |r| r.accepted),
+                    rejected: record.map_or(0, |r| r.rejected),
+                    addresses: info.addresses.iter().map(ToString::to_string).collect(),
+                }
+            })
+            .collect();
+        let connected: HashSet<PeerId> = live.iter().map(|i| i.peer_id).collect();
+        for (peer, record) in pipeline.book.iter().filter(|(p, _)| !connected.contains(p)) {
+            views.push(PeerView {
+                peer_id: peer.to_string(),
+                connected: false,
+                trust_level: pipeline.book.level(peer, now),
+                reputation: pipeline.book.reputation(peer, now),
+                gossip_score: None,
+                accepted: record.accepted,
+                rejected: record.rejected,
+                addresses: Vec::new(),
+            });
+        }
+        views
+    }
+
+    /// Ingests one message as if it had arrived over gossip (benchmarks and tests use this to
+    /// drive the pipeline without a network).
+    pub fn ingest_bytes(&self, bytes: &[u8], source: &PeerId, topic: &str) -> Outcome {
+        let now = now_ms();
+        let (kind, outcome) = lock(&self.inner.pipeline).ingest(bytes, source, source, topic, now, &self.inner.metrics);
+        ingest::count(&self.inner.metrics, topic, kind, outcome);
+        outcome
+    }
+
+    async fn ingest_loop(self, mut events: mpsc::Receiver<Event>) {
+        while let Some(event) = events.recv().await {
+            match event {
+                Event::Message { id, propagation_source, source, topic, data } => {
+                    let started = Instant::now();
+                    let now = now_ms();
+                    let (kind, outcome) = match source {
+                        Some(source) => lock(&self.inner.pipeline).ingest(
+                            &data,
+                            &source,
+                            &propagation_source,
+                            &topic,
+                            now,
+                            &self.inner.metrics,
+                        ),
+                        // Strict validation signs every message; an unsigned one is malformed.
+                        None => (None, Outcome::Protocol(Reason::Malformed)),
+                    };
+                    ingest::count(&self.inner.metrics, &topic, kind, outcome);
+                    self.inner.metrics.ingest_seconds.observe(started.elapsed().as_secs_f64());
+                    if let Err(error) = self.inner.net.report(id, propagation_source, outcome.acceptance()).await {
+                        tracing::debug!(%error, "could not report a verdict");
+                    }
+                    if outcome == Outcome::Accepted {
+                        tracing::debug!(?kind, %topic, "ingested");
+                    } else {
+                        tracing::debug!(?kind, %topic, outcome = outcome.label(), "refused");
+                    }
+                }
+                Event::PeerConnected(peer) => {
+                    lock(&self.inner.connected).insert(peer);
+                    let score = lock(&self.inner.pipeline).book.application_score(&peer, now_ms());
+                    let _ = self.inner.net.set_application_score(peer, score).await;
+                }
+                Event::PeerDisconnected(peer) => {
+                    lock(&self.inner.connected).remove(&peer);
+                }
+                Event::NewListenAddr(addr) => tracing::info!(%addr, "listening"),
+            }
+        }
+    }
+
+    async fn maintenance_loop(self) {
+        let mut tick = tokio::time::interval(MAINTENANCE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let now = now_ms();
+            let connected: Vec<PeerId> = lock(&self.inner.connected).iter().copied().collect();
+            let scores: Vec<(PeerId, f64)> = {
+                let pipeline = lock(&self.inner.pipeline);
+                pipeline.refresh_gauges(now, &self.inner.metrics);
+                pipeline.count_peers(connected.iter(), now, &self.inner.metrics);
+                connected.iter().map(|p| (*p, pipeline.book.application_score(p, now))).collect()
+            };
+            for (peer, score) in scores {
+                let _ = self.inner.net.set_application_score(peer, score).await;
+            }
+        }
+    }
+}

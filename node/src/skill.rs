@@ -1,0 +1,212 @@
+//! Skills this node holds: its own and those ingested from peers, with their endorsement
+//! state (seed 004's `isVerified` / `verifiedBy`) and the endorsements waiting for their skill.
+
+use std::collections::{HashMap, VecDeque};
+
+use druse_protocol::body::{CrystalListing, Endorsement, EndorsementVerdict};
+use druse_protocol::{ContentId, PublicKey, UnixMillis};
+use serde::{Deserialize, Serialize};
+
+/// Where a skill came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Published by this node.
+    Local,
+    /// Received from the swarm.
+    Peer,
+}
+
+/// The last endorsement verdict applied to a skill.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub by: PublicKey,
+    pub seq: u64,
+    pub issued_at: UnixMillis,
+    pub verdict: EndorsementVerdict,
+    pub note: String,
+}
+
+/// A stored skill.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skill {
+    pub id: ContentId,
+    pub listing: CrystalListing,
+    /// The key that signed the listing.
+    pub author: PublicKey,
+    /// The author's PeerId.
+    pub author_peer: String,
+    pub origin: Origin,
+    pub received_at: UnixMillis,
+    /// Endorsed by a management key and not revoked since.
+    pub is_verified: bool,
+    /// The management key that endorsed it.
+    pub verified_by: Option<PublicKey>,
+    /// The last endorsement or revocation applied.
+    pub endorsement: Option<Verdict>,
+}
+
+impl Skill {
+    /// A skill as first stored.
+    pub fn new(id: ContentId, listing: CrystalListing, author: PublicKey, origin: Origin, now: UnixMillis) -> Self {
+        Self {
+            id,
+            listing,
+            author,
+            author_peer: author.peer_id().to_string(),
+            origin,
+            received_at: now,
+            is_verified: false,
+            verified_by: None,
+            endorsement: None,
+        }
+    }
+
+    /// Applies an endorsement or revocation; returns false if it is older than the one applied.
+    /// A newer seq from the same key wins; between keys, the later issue time wins.
+    pub fn apply_endorsement(&mut self, signer: PublicKey, e: &Endorsement) -> bool {
+        if let Some(last) = &self.endorsement {
+            let older = if last.by == signer { e.seq <= last.seq } else { e.issued_at < last.issued_at };
+            if older {
+                return false;
+            }
+        }
+        self.endorsement = Some(Verdict {
+            by: signer,
+            seq: e.seq,
+            issued_at: e.issued_at,
+            verdict: e.verdict,
+            note: e.note.clone(),
+        });
+        match e.verdict {
+            EndorsementVerdict::Endorse => {
+                self.is_verified = true;
+                self.verified_by = Some(signer);
+            }
+            EndorsementVerdict::Revoke => {
+                self.is_verified = false;
+                self.verified_by = None;
+            }
+        }
+        true
+    }
+}
+
+/// Endorsements that arrived before their skill: bounded in count, each kept for a TTL.
+#[derive(Debug)]
+pub struct Pending {
+    waiting: HashMap<ContentId, Vec<(PublicKey, Endorsement, UnixMillis)>>,
+    order: VecDeque<(ContentId, UnixMillis)>,
+    capacity: usize,
+    ttl_ms: u64,
+}
+
+impl Pending {
+    /// At most `capacity` endorsements, each kept `ttl_ms`.
+    pub fn new(capacity: usize, ttl_ms: u64) -> Self {
+        Self { waiting: HashMap::new(), order: VecDeque::new(), capacity: capacity.max(1), ttl_ms }
+    }
+
+    /// Keeps an endorsement until its skill arrives, dropping the oldest when full.
+    pub fn push(&mut self, signer: PublicKey, endorsement: Endorsement, now: UnixMillis) {
+        self.expire(now);
+        while self.order.len() >= self.capacity {
+            self.drop_oldest();
+        }
+        self.order.push_back((endorsement.content_id, now));
+        self.waiting.entry(endorsement.content_id).or_default().push((signer, endorsement, now));
+    }
+
+    /// Takes the endorsements waiting for `id`, in arrival order.
+    pub fn take(&mut self, id: &ContentId, now: UnixMillis) -> Vec<(PublicKey, Endorsement)> {
+        self.expire(now);
+        let taken = self.waiting.remove(id).unwrap_or_default();
+        if !taken.is_empty() {
+            self.order.retain(|(waiting, _)| waiting != id);
+        }
+        taken.into_iter().map(|(signer, e, _)| (signer, e)).collect()
+    }
+
+    /// How many endorsements are waiting.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether none are waiting.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    fn expire(&mut self, now: UnixMillis) {
+        while self.order.front().is_some_and(|(_, at)| now.saturating_sub(*at) >= self.ttl_ms) {
+            self.drop_oldest();
+        }
+    }
+
+    fn drop_oldest(&mut self) {
+        let Some((id, _)) = self.order.pop_front() else { return };
+        if let Some(list) = self.waiting.get_mut(&id) {
+            if !list.is_empty() {
+                list.remove(0);
+            }
+            if list.is_empty() {
+                self.waiting.remove(&id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use druse_protocol::Keypair;
+    use druse_protocol::body::{ExecutionStats, SemanticType};
+
+    fn endorsement(seq: u64, verdict: EndorsementVerdict, id: ContentId) -> Endorsement {
+        Endorsement { issued_at: seq, seq, content_id: id, skill_id: "s".into(), version: 1, verdict, note: String::new() }
+    }
+
+    fn skill() -> Skill {
+        let listing = CrystalListing {
+            issued_at: 0,
+            name: "s".into(),
+            text: "t".into(),
+            semantic_type: SemanticType::Skill,
+            tags: vec![],
+            category: None,
+            skill_id: "s".into(),
+            version: 1,
+            previous_version: None,
+            stats: ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 },
+            asking_price: 0,
+        };
+        Skill::new(ContentId::of(b"s"), listing, Keypair::from_seed([2; 32]).public(), Origin::Peer, 0)
+    }
+
+    #[test]
+    fn endorse_then_revoke_then_late_endorse_is_ignored() {
+        let mgmt = Keypair::from_seed([1; 32]).public();
+        let mut s = skill();
+        assert!(s.apply_endorsement(mgmt, &endorsement(1, EndorsementVerdict::Endorse, s.id)));
+        assert!(s.is_verified && s.verified_by == Some(mgmt));
+        assert!(s.apply_endorsement(mgmt, &endorsement(3, EndorsementVerdict::Revoke, s.id)));
+        assert!(!s.is_verified && s.verified_by.is_none());
+        assert!(!s.apply_endorsement(mgmt, &endorsement(2, EndorsementVerdict::Endorse, s.id)));
+        assert!(!s.is_verified);
+    }
+
+    #[test]
+    fn pending_endorsements_are_bounded_and_expire() {
+        let mgmt = Keypair::from_seed([1; 32]).public();
+        let mut pending = Pending::new(2, 1000);
+        let ids: Vec<_> = (0..3u8).map(|i| ContentId::of(&[i])).collect();
+        for (i, id) in ids.iter().enumerate() {
+            pending.push(mgmt, endorsement(i as u64, EndorsementVerdict::Endorse, *id), 0);
+        }
+        assert_eq!(pending.len(), 2);
+        assert!(pending.take(&ids[0], 10).is_empty(), "the oldest was dropped");
+        assert_eq!(pending.take(&ids[1], 10).len(), 1);
+        assert!(pending.take(&ids[2], 1000).is_empty(), "expired after its TTL");
+        assert!(pending.is_empty());
+    }
+}
