@@ -15,6 +15,29 @@ use druse_protocol::body::{EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, Keypair};
 use serde_json::Value;
 
+/// Where a management node keeps its data unless told otherwise.
+const DEFAULT_DATA_DIR: &str = "./druse-mgmt-data";
+
+/// Flags that reach a running management node's API (its defaults differ from an edge's).
+#[derive(Debug, Clone, clap::Args)]
+struct MgmtApi {
+    /// The management node's API.
+    #[arg(long, env = "DRUSE_MGMT_API", default_value = "http://127.0.0.1:7710", global = true)]
+    api: String,
+    /// Bearer token (default: read from the data directory).
+    #[arg(long, env = "DRUSE_API_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// The management node's data directory, to read its API token from.
+    #[arg(long = "node-data-dir", env = "DRUSE_MGMT_DATA_DIR", default_value = DEFAULT_DATA_DIR, global = true)]
+    data_dir: PathBuf,
+}
+
+impl From<MgmtApi> for ApiArgs {
+    fn from(m: MgmtApi) -> Self {
+        ApiArgs { api: m.api, token: m.token, data_dir: m.data_dir }
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "druse-mgmt", version, about = "A druse management node")]
 struct Cli {
@@ -37,7 +60,7 @@ enum Command {
         #[arg(long, default_value = "")]
         note: String,
         #[command(flatten)]
-        api: ApiArgs,
+        api: MgmtApi,
     },
     /// Revoke an endorsement.
     Revoke {
@@ -45,7 +68,7 @@ enum Command {
         #[arg(long, default_value = "")]
         note: String,
         #[command(flatten)]
-        api: ApiArgs,
+        api: MgmtApi,
     },
     /// Broadcast cortisol weather (level 0 lifts it).
     Weather {
@@ -56,7 +79,7 @@ enum Command {
         #[arg(long, default_value = "")]
         reason: String,
         #[command(flatten)]
-        api: ApiArgs,
+        api: MgmtApi,
     },
     /// Ban a peer (public key or PeerId).
     Ban {
@@ -66,7 +89,7 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
         duration: Duration,
         #[command(flatten)]
-        api: ApiArgs,
+        api: MgmtApi,
     },
     /// Attest a peer's trust level (public key or PeerId).
     Attest {
@@ -78,7 +101,7 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
         duration: Duration,
         #[command(flatten)]
-        api: ApiArgs,
+        api: MgmtApi,
     },
     /// Post a bounty.
     Bounty {
@@ -95,12 +118,12 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
         duration: Duration,
         #[command(flatten)]
-        api: ApiArgs,
+        api: MgmtApi,
     },
     /// The peers the management node knows, with their trust levels.
     Census {
         #[command(flatten)]
-        api: ApiArgs,
+        api: MgmtApi,
     },
 }
 
@@ -109,21 +132,44 @@ fn parse_level(text: &str) -> Result<TrustLevel, String> {
         .map_err(|_| format!("unknown trust level {text:?} (untrusted, provisional, trusted, verified)"))
 }
 
-async fn send<B: serde::Serialize>(api: &ApiArgs, path: &str, body: &B) -> anyhow::Result<()> {
-    let published: Published = api.writer()?.post(path, body).await?;
+async fn send<B: serde::Serialize>(api: MgmtApi, path: &str, body: &B) -> anyhow::Result<()> {
+    let published: Published = ApiArgs::from(api).writer()?.post(path, body).await?;
     println!("{}", published.content_id);
     Ok(())
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> std::process::ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
             cli::init_logging(args.log_format);
             let mut config = args.load().context("loading the config")?;
-            if args.data_dir.is_none() && args.config.is_none() {
-                config.store.data_dir = PathBuf::from("./druse-mgmt-data");
+            // Without a config file, the management node takes its own defaults, so it can run
+            // beside an edge node on one machine.
+            if args.config.is_none() {
+                if args.data_dir.is_none() {
+                    config.store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
+                }
+                if args.api_listen.is_none() {
+                    config.api.listen = ([127, 0, 0, 1], 7710).into();
+                }
+                if args.metrics_listen.is_none() {
+                    config.metrics.listen = ([127, 0, 0, 1], 9465).into();
+                }
+                if args.listen.is_empty() {
+                    config.p2p.listen =
+                        vec!["/ip4/0.0.0.0/tcp/4010".parse()?, "/ip4/0.0.0.0/udp/4010/quic-v1".parse()?];
+                }
             }
             let every = config.management.weather_reannounce;
             daemon::run(config, Role::Management, |node| match Management::new(node.clone()) {
@@ -147,27 +193,27 @@ async fn main() -> anyhow::Result<()> {
             println!("add this line to every node's trust list:\n{}  # druse-mgmt", key.public());
         }
         Command::Endorse { content_id, note, api } => {
-            send(&api, "/v1/endorsements", &EndorseRequest { content_id, verdict: EndorsementVerdict::Endorse, note })
+            send(api, "/v1/endorsements", &EndorseRequest { content_id, verdict: EndorsementVerdict::Endorse, note })
                 .await?
         }
         Command::Revoke { content_id, note, api } => {
-            send(&api, "/v1/endorsements", &EndorseRequest { content_id, verdict: EndorsementVerdict::Revoke, note })
+            send(api, "/v1/endorsements", &EndorseRequest { content_id, verdict: EndorsementVerdict::Revoke, note })
                 .await?
         }
         Command::Weather { level, duration, reason, api } => {
-            send(&api, "/v1/weather", &WeatherRequest { level, duration, reason }).await?
+            send(api, "/v1/weather", &WeatherRequest { level, duration, reason }).await?
         }
         Command::Ban { peer, reason, duration, api } => {
-            send(&api, "/v1/bans", &BanRequest { peer, reason, duration }).await?
+            send(api, "/v1/bans", &BanRequest { peer, reason, duration }).await?
         }
         Command::Attest { peer, level, reason, duration, api } => {
-            send(&api, "/v1/attestations", &AttestRequest { peer, level, reason, duration }).await?
+            send(api, "/v1/attestations", &AttestRequest { peer, level, reason, duration }).await?
         }
         Command::Bounty { id, description, tags, priority, reward_multiplier, duration, api } => {
             let request = BountyRequest { id, description, tags, priority, reward_multiplier, duration };
-            send(&api, "/v1/bounties", &request).await?
+            send(api, "/v1/bounties", &request).await?
         }
-        Command::Census { api } => print_json(&api.reader().get::<Value>("/v1/peers").await?),
+        Command::Census { api } => print_json(&ApiArgs::from(api).reader().get::<Value>("/v1/peers").await?),
     }
     Ok(())
 }

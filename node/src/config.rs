@@ -307,6 +307,21 @@ mod tests {
     }
 
     #[test]
+    fn every_sample_config_in_deploy_loads() {
+        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(&deploy).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let config = Config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                config.check().unwrap();
+                loaded += 1;
+            }
+        }
+        assert!(loaded >= 2, "expected the edge and management samples in {}", deploy.display());
+    }
+
+    #[test]
     fn pins_name_trust_levels() {
         let config = Config::parse("[trust.pins]\n\"12D3KooWabc\" = \"trusted\"\n").unwrap();
         assert_eq!(config.trust.pins.get("12D3KooWabc"), Some(&TrustLevel::Trusted));

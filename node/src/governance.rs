@@ -75,9 +75,9 @@ pub fn tag_sensitivity(text: &str) -> Sensitivity {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
-    #[error("a {0:?} crystal is private memory; only skills and task patterns may be published")]
+    #[error("a {} crystal is private memory; only skills and task patterns may be published", .0.as_str())]
     MemoryCrystal(SemanticType),
-    #[error("a crystal with scope {0:?} may not leave the node; use shared or public")]
+    #[error("a private crystal may not leave the node; use scope shared or public")]
     PrivateScope(Scope),
     #[error("the content is confidential (it looks like a password, key, token or secret)")]
     Confidential,

@@ -320,3 +320,166 @@ pub fn count(metrics: &Metrics, topic: &str, kind: Option<Kind>, outcome: Outcom
 fn topic_label(topic: &str) -> String {
     if topic::ALL.contains(&topic) { topic.to_owned() } else { "other".to_owned() }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use druse_protocol::body::{
+        Attest, CrystalListing, Endorsement, EndorsementVerdict, ExecutionStats, SemanticType, Weather,
+    };
+    use druse_protocol::validate::Config;
+    use druse_protocol::{Envelope, Keypair};
+
+    use super::*;
+
+    const NOW: UnixMillis = 1_700_000_000_000;
+
+    struct Fixture {
+        pipeline: Pipeline,
+        metrics: Metrics,
+        mgmt: Keypair,
+        _dir: tempfile::TempDir,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let mgmt = Keypair::from_seed([1; 32]);
+        let trust = TrustList::new([mgmt.public()]);
+        let view = TrustView::new(Config::default(), trust.clone());
+        let book = Book::new(trust, HashMap::new(), 100);
+        let pipeline = Pipeline::restore(store, view, book, Pending::new(16, 60_000)).unwrap();
+        Fixture { pipeline, metrics: Metrics::new("test", "edge"), mgmt, _dir: dir }
+    }
+
+    fn listing(name: &str, text: &str) -> Body {
+        Body::Crystal(CrystalListing {
+            issued_at: NOW,
+            name: name.into(),
+            text: text.into(),
+            semantic_type: SemanticType::Skill,
+            tags: vec![],
+            category: None,
+            skill_id: name.into(),
+            version: 1,
+            previous_version: None,
+            stats: ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 },
+            asking_price: 0,
+        })
+    }
+
+    fn seal(key: &Keypair, body: &Body) -> Vec<u8> {
+        Envelope::seal(key, body.kind(), &body.encode().unwrap())
+    }
+
+    impl Fixture {
+        fn ingest(&mut self, key: &Keypair, body: &Body) -> Outcome {
+            let source = key.peer_id();
+            let topic = body.kind().topic();
+            self.pipeline.ingest(&seal(key, body), &source, &source, topic, NOW, &self.metrics).1
+        }
+
+        fn weather(&mut self, seq: u64) {
+            let mgmt = self.mgmt.clone();
+            let body = Body::Weather(Weather { issued_at: NOW, seq, level: 0.9, duration_ms: 60_000, reason: "x".into() });
+            assert_eq!(self.ingest(&mgmt, &body), Outcome::Accepted);
+        }
+    }
+
+    #[test]
+    fn weather_halts_listings_from_provisional_peers_but_not_trusted_ones() {
+        let mut f = fixture();
+        let provisional = Keypair::from_seed([2; 32]);
+        let trusted = Keypair::from_seed([3; 32]);
+        let mgmt = f.mgmt.clone();
+        let attest = Body::Attest(Attest {
+            issued_at: NOW,
+            seq: 1,
+            peer: trusted.public(),
+            level: TrustLevel::Trusted,
+            reason: "known".into(),
+            expires_at: NOW + 3_600_000,
+        });
+        assert_eq!(f.ingest(&mgmt, &attest), Outcome::Accepted);
+        f.weather(2);
+        assert!(f.pipeline.weather.halted(NOW));
+        assert_eq!(f.ingest(&provisional, &listing("a", "retry with backoff")), Outcome::Halted);
+        assert_eq!(f.ingest(&trusted, &listing("b", "retry with jitter")), Outcome::Accepted);
+        assert_eq!(f.pipeline.store.skill_count(), 1);
+    }
+
+    #[test]
+    fn listing_that_carries_a_secret_is_refused_and_not_stored() {
+        let mut f = fixture();
+        let author = Keypair::from_seed([2; 32]);
+        assert_eq!(f.ingest(&author, &listing("leak", "the password: hunter2")), Outcome::Confidential);
+        assert_eq!(f.pipeline.store.skill_count(), 0);
+    }
+
+    #[test]
+    fn message_on_the_wrong_topic_is_rejected_and_blamed() {
+        let mut f = fixture();
+        let author = Keypair::from_seed([2; 32]);
+        let bytes = seal(&author, &listing("a", "text"));
+        let source = author.peer_id();
+        let (_, outcome) = f.pipeline.ingest(&bytes, &source, &source, topic::WEATHER, NOW, &f.metrics);
+        assert_eq!(outcome, Outcome::WrongTopic);
+        assert_eq!(outcome.acceptance(), Acceptance::Reject);
+        assert_eq!(f.pipeline.book.record(&source).map(|r| r.rejected), Some(1));
+    }
+
+    #[test]
+    fn endorsement_before_its_skill_is_applied_when_the_skill_arrives() {
+        let mut f = fixture();
+        let author = Keypair::from_seed([2; 32]);
+        let body = listing("a", "retry with backoff");
+        let id = ContentId::of(&body.encode().unwrap());
+        let mgmt = f.mgmt.clone();
+        let endorsement = Body::Endorsement(Endorsement {
+            issued_at: NOW,
+            seq: 1,
+            content_id: id,
+            skill_id: "a".into(),
+            version: 1,
+            verdict: EndorsementVerdict::Endorse,
+            note: String::new(),
+        });
+        assert_eq!(f.ingest(&mgmt, &endorsement), Outcome::Accepted);
+        assert_eq!(f.pipeline.pending.len(), 1);
+        assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
+        let skill: Skill = f.pipeline.store.skill(&id).unwrap().unwrap();
+        assert!(skill.is_verified);
+        assert_eq!(skill.verified_by, Some(mgmt.public()));
+        assert!(f.pipeline.pending.is_empty());
+    }
+
+    #[test]
+    fn banned_peer_listings_are_ignored() {
+        let mut f = fixture();
+        let spammer = Keypair::from_seed([2; 32]);
+        let mgmt = f.mgmt.clone();
+        let ban = Body::Ban(druse_protocol::body::Ban {
+            issued_at: NOW,
+            seq: 1,
+            peer: spammer.public(),
+            reason: "spam".into(),
+            expires_at: NOW + 60_000,
+        });
+        assert_eq!(f.ingest(&mgmt, &ban), Outcome::Accepted);
+        assert_eq!(f.ingest(&spammer, &listing("a", "x")), Outcome::Banned);
+    }
+
+    #[test]
+    fn weather_and_seqs_survive_a_restore_from_the_store() {
+        let mut f = fixture();
+        f.weather(7);
+        let store = f.pipeline.store.clone();
+        let trust = TrustList::new([f.mgmt.public()]);
+        let view = TrustView::new(Config::default(), trust.clone());
+        let book = Book::new(trust, HashMap::new(), 100);
+        let restored = Pipeline::restore(store, view, book, Pending::new(16, 60_000)).unwrap();
+        assert!(restored.weather.halted(NOW));
+        assert_eq!(restored.view.last_seqs().collect::<Vec<_>>(), vec![(f.mgmt.public(), 7)]);
+    }
+}

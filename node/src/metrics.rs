@@ -167,14 +167,97 @@ impl Metrics {
         &mut self.registry
     }
 
-    /// The whole exposition body.
+    /// The whole exposition body, in the Prometheus text format.
     pub fn render(&self) -> String {
         let mut body = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut body, &self.registry);
-        body
+        to_prometheus_text(&body)
     }
 }
 
 /// The content type of [`Metrics::render`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Rewrites prometheus-client's OpenMetrics output as Prometheus text format 0.0.4, which
+/// every scraper and `promtool check metrics` read: counter families take their `_total`
+/// sample name, info families become `_info` gauges, and `# UNIT` and `# EOF` lines go.
+pub fn to_prometheus_text(open_metrics: &str) -> String {
+    let mut out = String::with_capacity(open_metrics.len());
+    let mut help: Option<(&str, &str)> = None;
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            help = Some((name, text));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (family, kind) = match kind {
+                "counter" if !name.ends_with("_total") => (format!("{name}_total"), "counter"),
+                "info" => (format!("{name}_info"), "gauge"),
+                "unknown" => (name.to_owned(), "untyped"),
+                other => (name.to_owned(), other),
+            };
+            if let Some((_, text)) = help.take().filter(|(n, _)| *n == name) {
+                out.push_str(&format!("# HELP {family} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {family} {kind}\n"));
+            continue;
+        }
+        if let Some((name, text)) = help.take() {
+            out.push_str(&format!("# HELP {name} {text}\n"));
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_body() -> String {
+        let metrics = Metrics::new("0.0.0-test", "edge");
+        metrics.messages.get_or_create(&MessageLabels { topic: "druse/crystals/1".into(), verdict: "accept" }).inc();
+        metrics.retrieval_seconds.observe(0.003);
+        metrics.render()
+    }
+
+    #[test]
+    fn counters_and_info_render_in_prometheus_text_format() {
+        let body = sample_body();
+        assert!(body.contains("# TYPE druse_messages_total counter"), "{body}");
+        assert!(body.contains("druse_messages_total{topic=\"druse/crystals/1\",verdict=\"accept\"} 1"), "{body}");
+        assert!(body.contains("# TYPE druse_build_info gauge"), "{body}");
+        assert!(body.contains("druse_build_info{version=\"0.0.0-test\",role=\"edge\"} 1"), "{body}");
+        assert!(!body.contains("# EOF") && !body.contains("# UNIT"), "{body}");
+    }
+
+    #[test]
+    fn promtool_accepts_the_body() {
+        let Ok(mut child) = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("promtool is not installed; CI installs it and runs this check");
+            return;
+        };
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(sample_body().as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}

@@ -48,6 +48,21 @@ pub enum SemanticType {
 }
 
 impl SemanticType {
+    /// The name used on the wire, in the API and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SemanticType::Fact => "fact",
+            SemanticType::Preference => "preference",
+            SemanticType::TaskPattern => "task_pattern",
+            SemanticType::Skill => "skill",
+            SemanticType::Episode => "episode",
+            SemanticType::Insight => "insight",
+            SemanticType::Relationship => "relationship",
+            SemanticType::Goal => "goal",
+            SemanticType::General => "general",
+        }
+    }
+
     /// Knowledge crystals (skills and task patterns) may leave the node; memory crystals never do.
     pub fn is_publishable(self) -> bool {
         matches!(self, SemanticType::Skill | SemanticType::TaskPattern)
@@ -227,7 +242,7 @@ pub enum Error {
     NonCanonical { kind: Kind },
     #[error("field {field}: {problem}")]
     Field { field: &'static str, problem: String },
-    #[error("a {0:?} crystal is private memory and can never be published")]
+    #[error("a {} crystal is private memory and can never be published", .0.as_str())]
     NotPublishable(SemanticType),
 }
 
