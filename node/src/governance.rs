@@ -26,6 +26,34 @@ pub enum Scope {
     Public,
 }
 
+/// Who is asking for a crystal (seed 004's access model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Caller {
+    /// The node's own agent (an API call with the node's bearer token).
+    LocalAgent,
+    /// An authenticated session of the agent's counterpart.
+    Session,
+    /// Anyone else.
+    Anyone,
+}
+
+/// Seed 004's `canAccess`: confidential content and private crystals only to the local agent,
+/// shared ones also to authenticated sessions, public ones to anyone; expired ones to no one.
+pub fn can_access(scope: Scope, sensitivity: Sensitivity, expired: bool, caller: Caller) -> bool {
+    if expired {
+        return false;
+    }
+    if sensitivity == Sensitivity::Confidential {
+        return caller == Caller::LocalAgent;
+    }
+    match scope {
+        Scope::Private => caller == Caller::LocalAgent,
+        Scope::Shared => matches!(caller, Caller::LocalAgent | Caller::Session),
+        Scope::Public => true,
+    }
+}
+
 static CONFIDENTIAL: LazyLock<RegexSet> = LazyLock::new(|| {
     // Proof of impossibility: the patterns are fixed and valid.
     #[allow(clippy::unwrap_used)]
@@ -132,6 +160,26 @@ mod tests {
     fn ordinary_skill_text_is_normal() {
         for text in ["Parse RFC 3339 timestamps with chrono", "retry with exponential backoff", "tokenize the input"] {
             assert_eq!(tag_sensitivity(text), Sensitivity::Normal, "{text}");
+        }
+    }
+
+    #[test]
+    fn access_matrix_matches_seed_004() {
+        use Caller::*;
+        let cases = [
+            // (scope, sensitivity, expired) → [local agent, session, anyone]
+            ((Scope::Private, Sensitivity::Normal, false), [true, false, false]),
+            ((Scope::Shared, Sensitivity::Normal, false), [true, true, false]),
+            ((Scope::Public, Sensitivity::Normal, false), [true, true, true]),
+            ((Scope::Public, Sensitivity::Personal, false), [true, true, true]),
+            ((Scope::Public, Sensitivity::Confidential, false), [true, false, false]),
+            ((Scope::Shared, Sensitivity::Confidential, false), [true, false, false]),
+            ((Scope::Public, Sensitivity::Normal, true), [false, false, false]),
+            ((Scope::Private, Sensitivity::Normal, true), [false, false, false]),
+        ];
+        for ((scope, sensitivity, expired), expected) in cases {
+            let got = [LocalAgent, Session, Anyone].map(|caller| can_access(scope, sensitivity, expired, caller));
+            assert_eq!(got, expected, "{scope:?} {sensitivity:?} expired={expired}");
         }
     }
 

@@ -177,6 +177,11 @@ impl Actor {
             }
             Command::Dial { addr, reply } => self.dial(addr, reply),
             Command::Shutdown { reply } => return ControlFlow::Break(reply),
+            #[cfg(test)]
+            Command::MeshPeers { topic, reply } => {
+                let hash = IdentTopic::new(topic).hash();
+                let _ = reply.send(self.swarm.behaviour().gossipsub.mesh_peers(&hash).copied().collect());
+            }
         }
         ControlFlow::Continue(())
     }

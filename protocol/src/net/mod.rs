@@ -24,8 +24,13 @@ use libp2p::multiaddr::Protocol;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-pub use libp2p::gossipsub::{MessageAcceptance as Acceptance, MessageId};
+/// The node's verdict on a gossip message: `Accept` forwards, `Reject` penalises, `Ignore` drops.
+pub use libp2p::gossipsub::MessageAcceptance as Acceptance;
+/// Names a gossip message when reporting its verdict (the envelope's content id digest).
+pub use libp2p::gossipsub::MessageId;
+/// The metrics registry libp2p records into (prometheus-client's), re-exported so types match.
 pub use libp2p::metrics::Registry;
+/// Addresses and peer ids, re-exported so the node needs no libp2p dependency of its own.
 pub use libp2p::{Multiaddr, PeerId};
 
 /// How many commands may wait for the swarm task before callers feel backpressure.
@@ -148,14 +153,45 @@ pub struct PeerInfo {
 /// What a [`Handle`] asks the swarm task to do; each carries its reply channel.
 #[derive(Debug)]
 enum Command {
-    Publish { topic: &'static str, data: Vec<u8>, reply: oneshot::Sender<Result<MessageId, Error>> },
-    Report { id: MessageId, propagation_source: PeerId, verdict: Acceptance, reply: oneshot::Sender<()> },
-    SetApplicationScore { peer: PeerId, score: f64, reply: oneshot::Sender<()> },
-    Peers { reply: oneshot::Sender<Vec<PeerInfo>> },
-    PeerScore { peer: PeerId, reply: oneshot::Sender<Option<f64>> },
-    ListenAddrs { reply: oneshot::Sender<Vec<Multiaddr>> },
-    Dial { addr: Multiaddr, reply: oneshot::Sender<Result<(), Error>> },
-    Shutdown { reply: oneshot::Sender<()> },
+    Publish {
+        topic: &'static str,
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<MessageId, Error>>,
+    },
+    Report {
+        id: MessageId,
+        propagation_source: PeerId,
+        verdict: Acceptance,
+        reply: oneshot::Sender<()>,
+    },
+    SetApplicationScore {
+        peer: PeerId,
+        score: f64,
+        reply: oneshot::Sender<()>,
+    },
+    Peers {
+        reply: oneshot::Sender<Vec<PeerInfo>>,
+    },
+    PeerScore {
+        peer: PeerId,
+        reply: oneshot::Sender<Option<f64>>,
+    },
+    ListenAddrs {
+        reply: oneshot::Sender<Vec<Multiaddr>>,
+    },
+    Dial {
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+    /// Tests wait for meshes to form, so that forwarding (which uses the mesh) is deterministic.
+    #[cfg(test)]
+    MeshPeers {
+        topic: &'static str,
+        reply: oneshot::Sender<Vec<PeerId>>,
+    },
 }
 
 /// Aborts the swarm task when the last handle goes away, so the task always has an owner.
@@ -201,7 +237,7 @@ impl Handle {
     }
 
     /// Feeds the node's opinion of a peer into its gossipsub score. The score is weighted by
-    /// 10: a reputation in [0, 1] adds up to 10; a score of -61 or less graylists the peer.
+    /// 10: a reputation in [0, 1] adds up to 10, and -70 graylists a peer whatever else it earned.
     /// Gossipsub keeps it only for peers it knows (connected, or recently so), so set it on
     /// `Event::PeerConnected`.
     pub async fn set_application_score(&self, peer: PeerId, score: f64) -> Result<(), Error> {
@@ -235,6 +271,12 @@ impl Handle {
         // A task that has already stopped has nothing left to leave.
         let _ = self.request(|reply| Command::Shutdown { reply }).await;
     }
+
+    /// The peers in this node's mesh for `topic`.
+    #[cfg(test)]
+    async fn mesh_peers(&self, topic: &'static str) -> Result<Vec<PeerId>, Error> {
+        self.request(|reply| Command::MeshPeers { topic, reply }).await
+    }
 }
 
 /// Starts the swarm task for `key`; must be called inside a tokio runtime.
@@ -256,8 +298,6 @@ pub fn spawn(
         })
         .collect::<Result<Vec<_>, _>>()?;
 
-    // Listening and mDNS need the runtime's reactor, so the swarm is built inside it.
-    let _enter = runtime.enter();
     let swarm = behaviour::build_swarm(key.to_libp2p(), &config, registry)?;
     let (event_tx, event_rx) = mpsc::channel(config.event_buffer.max(1));
     let (command_tx, command_rx) = mpsc::channel(COMMAND_BUFFER);

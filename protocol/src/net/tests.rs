@@ -104,8 +104,8 @@ async fn connect(from: &Node, to: &Node) {
     timeout(WAIT, from.handle.dial(to.addr.clone())).await.expect("dial hung").unwrap();
 }
 
-/// Three nodes in a line, A - B - C. A and C may hold one connection only, so Kademlia can
-/// never introduce them to each other: whatever reaches C came through B.
+/// Three nodes in a line, A - B - C, with C in B's mesh. A and C may hold one connection only, so
+/// Kademlia can never introduce them to each other: whatever reaches C came through B.
 async fn line(seeds: [u8; 3]) -> (Node, Node, Node) {
     let single = |listen| Config { max_established: 1, ..config(listen) };
     let a = start(seeds[0], single(TCP)).await;
@@ -113,6 +113,16 @@ async fn line(seeds: [u8; 3]) -> (Node, Node, Node) {
     let c = start(seeds[2], single(TCP)).await;
     connect(&a, &b).await;
     connect(&c, &b).await;
+    // B forwards along its mesh only, and gossip skips mesh peers: a message forwarded just
+    // before C is grafted would never reach C. So wait for the graft.
+    let c_id = c.key.peer_id();
+    timeout(WAIT, async {
+        while !b.handle.mesh_peers(crate::topic::REPORTS).await.unwrap().contains(&c_id) {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("C never joined B's mesh");
     (a, b, c)
 }
 

@@ -1,0 +1,245 @@
+//! Embedders: text to unit vectors, so the memory engine can find crystals by meaning (DESIGN §3, §8).
+//!
+//! Three implementations sit behind one blocking trait, [`Embedder`]:
+//!
+//! - [`Hashing`]: feature hashing. Zero files, always there, microseconds per text; it matches
+//!   shared words and word pieces, not meaning.
+//! - [`MiniLm`]: all-MiniLM-L6-v2 (384-d) through candle on the CPU, when its weights are on disk.
+//! - [`OpenAi`]: any OpenAI-compatible `POST /v1/embeddings` endpoint.
+//!
+//! [`from_config`] picks one. Every vector that leaves this module is L2-normalised and finite, so the
+//! cosine of two of them is their dot product ([`cosine`]).
+//!
+//! Embedding is blocking (CPU-bound or blocking HTTP): async callers wrap it in
+//! `tokio::task::spawn_blocking`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+mod hashing;
+mod minilm;
+mod openai;
+#[cfg(test)]
+mod tests;
+
+pub use hashing::Hashing;
+pub use minilm::MiniLm;
+pub use openai::OpenAi;
+
+/// The environment variable naming a folder with the MiniLM weights, so CI and operators need no config file.
+pub const MINILM_DIR_ENV: &str = "DRUSE_MINILM_DIR";
+
+/// The hashing embedder's dimension when the config names none: the same as MiniLM's, so indexes are alike.
+pub const DEFAULT_HASHING_DIM: usize = 384;
+
+/// Text → unit-length vector. Implementations are blocking; async callers use spawn_blocking.
+pub trait Embedder: Send + Sync + std::fmt::Debug {
+    /// Names the model, so stored vectors can be told apart from another model's (e.g. "hashing-384").
+    fn name(&self) -> &str;
+    /// The length of every vector this embedder returns, so indexes can be sized before the first text.
+    fn dim(&self) -> usize;
+    /// One L2-normalised vector per text, in the order of `texts`.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, Error>;
+}
+
+/// Why an embedder could not be built or could not embed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file the model needs is not in its folder.
+    #[error("embedding model file not found: {}", path.display())]
+    MissingFile {
+        /// The file that was looked for.
+        path: PathBuf,
+    },
+    /// A model file exists but could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file that failed.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The model's config.json is not a BERT config.
+    #[error("invalid model config {}: {source}", path.display())]
+    ModelConfig {
+        /// The config file.
+        path: PathBuf,
+        /// What the parser found wrong.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// tokenizer.json could not be loaded.
+    #[error("cannot load tokenizer {}: {source}", path.display())]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What the tokenizers crate reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The tokenizer failed on an input text.
+    #[error("tokenizing input failed: {0}")]
+    Tokenize(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The weights file does not fit the model.
+    #[error("cannot load model weights {}: {source}", path.display())]
+    Weights {
+        /// The weights file.
+        path: PathBuf,
+        /// What candle reported.
+        #[source]
+        source: candle_core::Error,
+    },
+    /// The model's forward pass failed.
+    #[error("model inference failed: {0}")]
+    Inference(#[source] candle_core::Error),
+    /// The embedding endpoint could not be reached, or did not answer in time.
+    #[error("embedding request to {endpoint} failed: {source}")]
+    Http {
+        /// The URL that was requested.
+        endpoint: String,
+        /// The transport error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The embedding endpoint answered with a non-success status.
+    #[error("embedding endpoint {endpoint} answered HTTP {status}: {body}")]
+    Status {
+        /// The URL that was requested.
+        endpoint: String,
+        /// The HTTP status code.
+        status: u16,
+        /// The start of the response body, for the operator.
+        body: String,
+    },
+    /// The embedding endpoint answered 2xx with something that is not an embeddings response.
+    #[error("malformed response from embedding endpoint {endpoint}: {reason}")]
+    Malformed {
+        /// The URL that was requested.
+        endpoint: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The embedding endpoint returned vectors of another length than configured or than before.
+    #[error("embedding endpoint {endpoint} returned {got}-dimensional vectors, expected {expected}")]
+    Dim {
+        /// The URL that was requested.
+        endpoint: String,
+        /// The configured or first-seen dimension.
+        expected: usize,
+        /// The dimension in this answer.
+        got: usize,
+    },
+    /// The embedder configuration is inconsistent.
+    #[error("invalid embedder configuration: {0}")]
+    Config(String),
+    /// The worker thread that keeps a blocking request off the async runtime failed.
+    #[error("embedding worker thread failed: {0}")]
+    Worker(String),
+}
+
+/// Which embedder a node uses (the `[memory.embed]` part of its config), so operators choose without code.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// A folder holding model.safetensors and tokenizer.json (and config.json) of all-MiniLM-L6-v2.
+    /// When set, it must be valid; when unset, `DRUSE_MINILM_DIR` is tried.
+    pub minilm_dir: Option<PathBuf>,
+    /// Base URL of an OpenAI-compatible server (e.g. `http://127.0.0.1:11434`); takes precedence over MiniLM.
+    pub openai_url: Option<String>,
+    /// The model the OpenAI-compatible server should use; required with `openai_url`.
+    pub openai_model: Option<String>,
+    /// The name of the environment variable holding the API key (never the key itself, which is never logged).
+    pub openai_api_key_env: Option<String>,
+    /// Vector dimension: the hashing embedder's bucket count (default 384), or the dimension the
+    /// OpenAI-compatible endpoint must return (learned from a probe request when unset). MiniLM ignores it.
+    pub dim: Option<usize>,
+}
+
+/// Picks the embedder: an OpenAI-compatible endpoint if configured; else MiniLM from `minilm_dir` or the
+/// `DRUSE_MINILM_DIR` env var if that folder holds model.safetensors + tokenizer.json (+ config.json if
+/// present); else the hashing embedder, logging once (tracing::info!) that it is used and why.
+///
+/// With `openai_url` and no `dim`, this sends one probe request to learn the dimension: call it off the
+/// async runtime (spawn_blocking) or before starting one.
+pub fn from_config(config: &Config) -> Result<Arc<dyn Embedder>, Error> {
+    select(config, |name| std::env::var(name).ok())
+}
+
+/// [`from_config`] with the environment passed in, so tests need not mutate the process environment.
+fn select(config: &Config, env: impl Fn(&str) -> Option<String>) -> Result<Arc<dyn Embedder>, Error> {
+    if config.dim == Some(0) {
+        return Err(Error::Config("dim must be at least 1".into()));
+    }
+    match (&config.openai_url, &config.openai_model) {
+        (Some(url), Some(model)) => {
+            let api_key = match &config.openai_api_key_env {
+                None => None,
+                Some(var) => match env(var) {
+                    Some(key) if !key.is_empty() => Some(key),
+                    _ => {
+                        return Err(Error::Config(format!(
+                            "environment variable {var} (named by openai_api_key_env) is not set"
+                        )));
+                    }
+                },
+            };
+            let embedder = OpenAi::new(url, model, api_key, config.dim)?;
+            tracing::info!(
+                endpoint = %embedder.endpoint(),
+                model = %model,
+                dim = embedder.dim(),
+                "embedding with an OpenAI-compatible endpoint"
+            );
+            return Ok(Arc::new(embedder));
+        }
+        (Some(_), None) => return Err(Error::Config("openai_url is set but openai_model is not".into())),
+        (None, Some(_)) => return Err(Error::Config("openai_model is set but openai_url is not".into())),
+        (None, None) => {}
+    }
+    let dim = config.dim.unwrap_or(DEFAULT_HASHING_DIM);
+    if let Some(dir) = &config.minilm_dir {
+        // An explicit folder is a promise: failing to honour it is an error, not a silent downgrade.
+        return Ok(Arc::new(MiniLm::load(dir)?));
+    }
+    let why = match env(MINILM_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            match minilm::missing_file(&dir) {
+                None => return Ok(Arc::new(MiniLm::load(&dir)?)),
+                Some(missing) => format!("{MINILM_DIR_ENV} is set but {} is missing", missing.display()),
+            }
+        }
+        None => format!("neither minilm_dir nor {MINILM_DIR_ENV} names a MiniLM model folder"),
+    };
+    let embedder = Hashing::new(dim);
+    tracing::info!(
+        embedder = embedder.name(),
+        reason = %why,
+        "using the feature-hashing embedder (it matches shared words, not meaning)"
+    );
+    Ok(Arc::new(embedder))
+}
+
+/// Dot product of unit vectors, i.e. their cosine: the similarity every part of the memory engine uses.
+///
+/// Vectors of different lengths come from different embedders and are unrelated: the result is 0.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Scales `v` to unit length; false (and `v` untouched) when it has no direction or is not finite.
+fn normalize(v: &mut [f32]) -> bool {
+    let norm = v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+    if !norm.is_finite() || norm <= f64::from(f32::MIN_POSITIVE) {
+        return false;
+    }
+    for x in v.iter_mut() {
+        *x = (f64::from(*x) / norm) as f32;
+    }
+    true
+}

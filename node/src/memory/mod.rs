@@ -1,0 +1,15 @@
+//! The agent's long-term memory (seeds 000, 003, 004; DESIGN §8): crystals that decay,
+//! consolidate, supersede, and are found again fast.
+
+pub mod consolidation;
+pub mod correction;
+pub mod crystal;
+pub mod dates;
+pub mod decay;
+pub mod embed;
+pub mod engine;
+pub mod hormones;
+pub mod text;
+pub mod vector;
+
+pub use engine::Memory;

@@ -1,0 +1,646 @@
+//! The vector index (DESIGN §8): the memory's semantic candidates, found fast at 100k crystals.
+//!
+//! Vectors are unit length (the index normalises what it is given), so similarity is cosine
+//! similarity, a plain dot product. They live in two places:
+//!
+//! - sealed **segments**, each an instant-distance HNSW graph built once and then only read;
+//! - the unsealed **tail**, where inserts go and which every search scans exactly.
+//!
+//! When the tail reaches [`Config::seal_threshold`] vectors, the index's own builder thread
+//! (a `std::thread` owned by the [`VectorIndex`], stopped and joined when it drops) builds a
+//! segment from a snapshot of the tail and swaps it in under a short write lock. Until the swap
+//! the vectors are still searched in the tail, so a query never waits for a build and never
+//! misses a vector. The same thread merges segments of similar size (so a search visits few
+//! graphs) and rebuilds segments that are mostly dead.
+//!
+//! Removal and replacement are by version: every stored vector carries a sequence number, and
+//! a hit counts only while that number is its id's live one. Dead vectors are filtered from
+//! results and dropped when their segment is rebuilt or merged.
+//!
+//! Queries and inserts of the wrong dimension, zero vectors and non-finite values are refused
+//! with an [`Error`]; nothing here panics on input, and no score is NaN.
+
+pub mod kernel;
+mod segment;
+mod topk;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use self::segment::{BuildParams, Entry, Point, Segment};
+use self::topk::{Hit, TopK};
+
+/// How many finished builds [`Stats::recent_builds`] remembers.
+const RECENT_BUILDS: usize = 64;
+
+/// Why the index refused a call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The vector's length is not the index's dimension.
+    #[error("vector has {got} dimensions, the index holds {expected}")]
+    Dimension {
+        /// The index's dimension.
+        expected: usize,
+        /// The vector's length.
+        got: usize,
+    },
+    /// The vector is zero or holds a NaN or an infinity, so it has no direction.
+    #[error("vector is zero or holds a non-finite value")]
+    Degenerate,
+    /// A config value the index cannot work with.
+    #[error("invalid vector index config: {0}")]
+    Config(&'static str),
+    /// The OS refused the builder thread.
+    #[error("cannot start the segment builder thread")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// How the index is shaped and tuned; the defaults meet DESIGN §12 at 100k 384-d vectors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Length of every vector (384 for all-MiniLM-L6-v2 and the hashing embedder).
+    pub dim: usize,
+    /// Tail length that triggers a segment build; also the size of a freshly sealed segment.
+    pub seal_threshold: usize,
+    /// Candidate list size while building a graph: higher builds slower and finds better.
+    pub ef_construction: usize,
+    /// Candidate list size per segment search, fixed into a graph when it is built.
+    pub ef_search: usize,
+    /// Whether graph neighbours are picked by the HNSW diversity heuristic (better recall on
+    /// clustered data) rather than simply the nearest.
+    pub heuristic: bool,
+    /// This many segments of one size class merge into one; below 2, segments never merge.
+    pub merge_factor: usize,
+    /// A merge never builds a segment larger than this many vectors.
+    pub max_segment_len: usize,
+    /// A segment whose dead fraction exceeds this is rebuilt without its dead vectors.
+    pub compact_dead_fraction: f64,
+    /// Seeds each graph's level assignment. Graph layers are built in parallel, so a graph is
+    /// reproducible in its levels, not edge for edge.
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            dim: 384,
+            seal_threshold: 8192,
+            ef_construction: 100,
+            ef_search: 64,
+            heuristic: true,
+            merge_factor: 4,
+            max_segment_len: 65_536,
+            compact_dead_fraction: 0.3,
+            seed: 0x5eed_d00d,
+        }
+    }
+}
+
+impl Config {
+    fn check(&self) -> Result<(), Error> {
+        if self.dim == 0 {
+            return Err(Error::Config("dim must be at least 1"));
+        }
+        if self.seal_threshold == 0 {
+            return Err(Error::Config("seal_threshold must be at least 1"));
+        }
+        if self.ef_construction == 0 || self.ef_search == 0 {
+            return Err(Error::Config("ef_construction and ef_search must be at least 1"));
+        }
+        if !(self.compact_dead_fraction > 0.0 && self.compact_dead_fraction <= 1.0) {
+            return Err(Error::Config("compact_dead_fraction must be in (0, 1]"));
+        }
+        Ok(())
+    }
+
+    fn params(&self) -> BuildParams {
+        BuildParams {
+            ef_construction: self.ef_construction,
+            ef_search: self.ef_search,
+            heuristic: self.heuristic,
+            seed: self.seed,
+        }
+    }
+}
+
+/// What one sealed segment holds, for operators and benchmarks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SegmentStats {
+    /// Vectors in the graph, live or dead.
+    pub len: usize,
+    /// Of which removed or replaced since the build.
+    pub dead: usize,
+    /// How long the graph took to build.
+    pub build_time: Duration,
+    /// When the build finished.
+    pub built_at: SystemTime,
+}
+
+/// One finished build, so a benchmark can time every build, not only surviving segments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BuildStats {
+    /// How many segments went in: 0 for a seal of the tail, 1 for a compaction, more for a merge.
+    pub inputs: usize,
+    /// Vectors in the new segment.
+    pub len: usize,
+    /// How long the graph took to build.
+    pub took: Duration,
+}
+
+/// The index's shape at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stats {
+    /// Live vectors (what [`VectorIndex::len`] says).
+    pub live: usize,
+    /// Vectors in the tail, live or dead.
+    pub tail: usize,
+    /// Sealed segments, oldest first.
+    pub segments: Vec<SegmentStats>,
+    /// Builds finished since the index was made.
+    pub builds: u64,
+    /// Their summed build time.
+    pub build_time_total: Duration,
+    /// The last [`RECENT_BUILDS`] builds, oldest first.
+    pub recent_builds: Vec<BuildStats>,
+    /// Whether the builder thread is working now.
+    pub building: bool,
+    /// Whether a build panicked, after which the index stops building and scans its tail.
+    pub builder_failed: bool,
+}
+
+/// An approximate nearest-neighbour index over unit vectors, keyed by `u64`; share it as
+/// `Arc<VectorIndex>`. Searches share a read lock; inserts and removes take a brief write lock.
+pub struct VectorIndex {
+    shared: Arc<Shared>,
+    /// The builder thread; joined on drop.
+    builder: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for VectorIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.read();
+        f.debug_struct("VectorIndex")
+            .field("config", &self.shared.config)
+            .field("live", &state.live.len())
+            .field("tail", &state.tail.len())
+            .field("segments", &state.segments.len())
+            .finish()
+    }
+}
+
+/// Where an id's live version is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Home {
+    Tail,
+    /// The segment with this uid.
+    Segment(u64),
+}
+
+/// An id's live version.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    seq: u64,
+    home: Home,
+}
+
+/// A vector in the tail.
+#[derive(Debug)]
+struct TailEntry {
+    entry: Entry,
+    point: Point,
+}
+
+/// Everything searches read and inserts change, behind one lock.
+///
+/// Invariants: each id in `live` has exactly one stored vector with its `seq`, in `home`; the
+/// tail is in `seq` order and only the builder removes from it, from the front.
+#[derive(Debug, Default)]
+struct State {
+    segments: Vec<Arc<Segment>>,
+    tail: Vec<TailEntry>,
+    live: HashMap<u64, Slot>,
+    next_seq: u64,
+    next_uid: u64,
+    /// Tail entries below this seq are sealed whatever the tail's length ([`VectorIndex::seal`]).
+    seal_below: u64,
+    builds: u64,
+    build_time_total: Duration,
+    recent_builds: VecDeque<BuildStats>,
+    builder_failed: bool,
+}
+
+impl State {
+    fn is_live(&self, entry: Entry) -> bool {
+        self.live.get(&entry.id).is_some_and(|slot| slot.seq == entry.seq)
+    }
+
+    /// Records that `slot`'s vector died; true when its segment now wants compacting.
+    fn bury(&mut self, slot: Slot, compact_dead_fraction: f64) -> bool {
+        let Home::Segment(uid) = slot.home else { return false };
+        let Some(segment) = self.segments.iter().find(|s| s.uid == uid) else { return false };
+        segment.kill_one();
+        segment.dead() as f64 > segment.len() as f64 * compact_dead_fraction
+    }
+}
+
+/// What the builder thread takes from the callers.
+#[derive(Debug, Default)]
+struct Control {
+    stop: bool,
+    /// Set whenever the state may hold work; the builder clears it before it plans.
+    wanted: bool,
+    busy: bool,
+}
+
+/// The part the builder thread shares with the index.
+#[derive(Debug)]
+struct Shared {
+    config: Config,
+    state: RwLock<State>,
+    control: Mutex<Control>,
+    /// Wakes the builder.
+    wake: Condvar,
+    /// Wakes [`VectorIndex::wait_idle`] callers.
+    idle: Condvar,
+}
+
+/// One build the builder thread will run, with its inputs snapshotted under the read lock.
+#[derive(Debug)]
+enum Job {
+    /// Build a segment from the first `consumed` tail entries (those still live).
+    Seal { consumed: usize, entries: Vec<Entry>, points: Vec<Point> },
+    /// Rebuild the live vectors of these segments into one.
+    Merge { inputs: Vec<u64>, entries: Vec<Entry>, points: Vec<Point> },
+}
+
+impl VectorIndex {
+    /// Makes an empty index and starts its builder thread.
+    pub fn new(config: Config) -> Result<Self, Error> {
+        config.check()?;
+        let shared = Arc::new(Shared {
+            config,
+            state: RwLock::new(State::default()),
+            control: Mutex::new(Control::default()),
+            wake: Condvar::new(),
+            idle: Condvar::new(),
+        });
+        let worker = Arc::clone(&shared);
+        let builder = thread::Builder::new()
+            .name("vector-index-builder".into())
+            .spawn(move || worker.run_builder())
+            .map_err(Error::Spawn)?;
+        Ok(Self { shared, builder: Some(builder) })
+    }
+
+    /// The config the index was made with.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Stores `vector` (normalised) under `id`, replacing the id's previous vector if any.
+    pub fn insert(&self, id: u64, vector: &[f32]) -> Result<(), Error> {
+        let point = self.shared.unit(vector)?;
+        let shared = &self.shared;
+        let full = {
+            let mut state = shared.write();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            let compact = match state.live.insert(id, Slot { seq, home: Home::Tail }) {
+                Some(old) => state.bury(old, shared.config.compact_dead_fraction),
+                None => false,
+            };
+            state.tail.push(TailEntry { entry: Entry { id, seq }, point });
+            compact || state.tail.len() >= shared.config.seal_threshold
+        };
+        if full {
+            shared.want();
+        }
+        Ok(())
+    }
+
+    /// Hides `id` from every later search; false when it was not stored.
+    pub fn remove(&self, id: u64) -> bool {
+        let shared = &self.shared;
+        let (found, compact) = {
+            let mut state = shared.write();
+            match state.live.remove(&id) {
+                Some(old) => (true, state.bury(old, shared.config.compact_dead_fraction)),
+                None => (false, false),
+            }
+        };
+        if compact {
+            shared.want();
+        }
+        found
+    }
+
+    /// Whether `id` has a live vector.
+    pub fn contains(&self, id: u64) -> bool {
+        self.shared.read().live.contains_key(&id)
+    }
+
+    /// How many ids have a live vector.
+    pub fn len(&self) -> usize {
+        self.shared.read().live.len()
+    }
+
+    /// Whether no id has a live vector.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `k` live vectors most similar to `query`, best first, as `(id, cosine similarity)`:
+    /// approximate in the segments, exact in the tail. Fewer than `k` only when fewer are stored.
+    /// Keep `k` at most [`Config::ef_search`]: above it each segment is scanned exactly.
+    pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {
+        let query = self.shared.unit(query)?;
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let state = self.shared.read();
+        let live = |entry: Entry| state.is_live(entry);
+        let mut top = TopK::new(k);
+        for segment in &state.segments {
+            for hit in segment.search(&query, k, &live) {
+                top.offer(hit);
+            }
+        }
+        scan_tail(&state, &query.0, &mut top);
+        Ok(hits(top))
+    }
+
+    /// The exact `k` nearest live vectors, by brute force over everything: the reference that
+    /// [`VectorIndex::search`]'s recall is measured against.
+    pub fn exact(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {
+        let query = self.shared.unit(query)?;
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let state = self.shared.read();
+        let live = |entry: Entry| state.is_live(entry);
+        let mut top = TopK::new(k);
+        for segment in &state.segments {
+            segment.scan(&query.0, &live, &mut top);
+        }
+        scan_tail(&state, &query.0, &mut top);
+        Ok(hits(top))
+    }
+
+    /// Asks the builder to seal everything now in the tail, whatever its length (after a bulk
+    /// load, or in tests); returns at once.
+    pub fn seal(&self) {
+        {
+            let mut state = self.shared.write();
+            state.seal_below = state.next_seq;
+        }
+        self.shared.want();
+    }
+
+    /// Blocks until the builder has no work left, or `timeout` passes; true when idle. For
+    /// tests, benchmarks and orderly shutdown; never call it from an async task.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut control = self.shared.control();
+        while control.wanted || control.busy {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { return false };
+            control = self.shared.idle.wait_timeout(control, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        true
+    }
+
+    /// The sealed segments, oldest first.
+    pub fn segments(&self) -> Vec<SegmentStats> {
+        self.shared.read().segments.iter().map(|s| segment_stats(s)).collect()
+    }
+
+    /// Everything an operator or a benchmark wants to know about the index's shape.
+    pub fn stats(&self) -> Stats {
+        let building = self.shared.control().busy;
+        let state = self.shared.read();
+        Stats {
+            live: state.live.len(),
+            tail: state.tail.len(),
+            segments: state.segments.iter().map(|s| segment_stats(s)).collect(),
+            builds: state.builds,
+            build_time_total: state.build_time_total,
+            recent_builds: state.recent_builds.iter().cloned().collect(),
+            building,
+            builder_failed: state.builder_failed,
+        }
+    }
+}
+
+impl Drop for VectorIndex {
+    /// Stops the builder and joins it; a build in progress finishes first (instant-distance
+    /// cannot be interrupted), so this may block for one segment build.
+    fn drop(&mut self) {
+        self.shared.control().stop = true;
+        self.shared.wake.notify_all();
+        if let Some(builder) = self.builder.take()
+            && builder.join().is_err()
+        {
+            tracing::error!("vector index builder thread panicked");
+        }
+    }
+}
+
+fn segment_stats(segment: &Segment) -> SegmentStats {
+    SegmentStats {
+        len: segment.len(),
+        dead: segment.dead(),
+        build_time: segment.build_time(),
+        built_at: segment.built_at(),
+    }
+}
+
+/// Offers every live tail vector to `top`.
+fn scan_tail(state: &State, query: &[f32], top: &mut TopK) {
+    for TailEntry { entry, point } in &state.tail {
+        let hit = Hit { score: kernel::dot(query, &point.0), id: entry.id };
+        if top.admits(hit) && state.is_live(*entry) {
+            top.offer(hit);
+        }
+    }
+}
+
+fn hits(top: TopK) -> Vec<(u64, f32)> {
+    top.into_sorted().into_iter().map(|hit| (hit.id, hit.score)).collect()
+}
+
+impl Shared {
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn control(&self) -> MutexGuard<'_, Control> {
+        self.control.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Checks `vector` and returns it as a unit point.
+    fn unit(&self, vector: &[f32]) -> Result<Point, Error> {
+        if vector.len() != self.config.dim {
+            return Err(Error::Dimension { expected: self.config.dim, got: vector.len() });
+        }
+        let unit = kernel::normalised(vector).ok_or(Error::Degenerate)?;
+        Ok(Point(Arc::from(unit)))
+    }
+
+    /// Tells the builder there may be work.
+    fn want(&self) {
+        self.control().wanted = true;
+        self.wake.notify_one();
+    }
+
+    /// The builder thread: sleeps until there may be work, then runs jobs until there is none.
+    fn run_builder(&self) {
+        loop {
+            {
+                let mut control = self.control();
+                loop {
+                    if control.stop {
+                        return;
+                    }
+                    if control.wanted {
+                        control.wanted = false;
+                        control.busy = true;
+                        break;
+                    }
+                    control.busy = false;
+                    self.idle.notify_all();
+                    control = self.wake.wait(control).unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+            while let Some(job) = self.plan() {
+                if self.control().stop {
+                    return;
+                }
+                self.run(job);
+            }
+        }
+    }
+
+    /// The next build worth doing, by priority: seal the tail (searches scan it exactly),
+    /// compact a mostly dead segment, merge a size class.
+    fn plan(&self) -> Option<Job> {
+        let config = &self.config;
+        let state = self.read();
+        if state.builder_failed {
+            return None;
+        }
+        let live = |entry: Entry| state.is_live(entry);
+
+        let forced = state.tail.first().is_some_and(|t| t.entry.seq < state.seal_below);
+        if state.tail.len() >= config.seal_threshold || forced {
+            let consumed = state.tail.len().min(config.seal_threshold);
+            let (entries, points) =
+                state.tail[..consumed].iter().filter(|t| live(t.entry)).map(|t| (t.entry, t.point.clone())).unzip();
+            return Some(Job::Seal { consumed, entries, points });
+        }
+
+        let dead = state.segments.iter().find(|s| s.dead() as f64 > s.len() as f64 * config.compact_dead_fraction);
+        let inputs: Vec<&Arc<Segment>> = match dead {
+            Some(segment) => vec![segment],
+            None => merge_candidates(&state.segments, config)?,
+        };
+        let mut entries = Vec::new();
+        let mut points = Vec::new();
+        for segment in &inputs {
+            segment.live_entries(&live, &mut entries, &mut points);
+        }
+        Some(Job::Merge { inputs: inputs.iter().map(|s| s.uid).collect(), entries, points })
+    }
+
+    /// Builds the job's segment without any lock, then swaps it in.
+    fn run(&self, job: Job) {
+        let (inputs, entries, points) = match job {
+            Job::Seal { consumed, entries, points } => (Err(consumed), entries, points),
+            Job::Merge { inputs, entries, points } => (Ok(inputs), entries, points),
+        };
+        let uid = {
+            let mut state = self.write();
+            state.next_uid += 1;
+            state.next_uid
+        };
+        let segment = if entries.is_empty() {
+            None
+        } else {
+            let params = self.config.params();
+            match panic::catch_unwind(AssertUnwindSafe(|| Segment::build(uid, entries, points, params))) {
+                Ok(segment) => Some(Arc::new(segment)),
+                Err(_) => {
+                    tracing::error!(uid, "vector segment build panicked; the index stops building");
+                    self.write().builder_failed = true;
+                    return;
+                }
+            }
+        };
+
+        let mut state = self.write();
+        let inputs_len = match &inputs {
+            Err(consumed) => {
+                state.tail.drain(..*consumed);
+                0
+            }
+            Ok(uids) => {
+                state.segments.retain(|s| !uids.contains(&s.uid));
+                uids.len()
+            }
+        };
+        let Some(segment) = segment else { return };
+        for &entry in segment.entries() {
+            match state.live.get_mut(&entry.id) {
+                Some(slot) if slot.seq == entry.seq => slot.home = Home::Segment(uid),
+                _ => segment.kill_one(),
+            }
+        }
+        let took = segment.build_time();
+        tracing::debug!(uid, inputs = inputs_len, len = segment.len(), ?took, "vector segment built");
+        state.builds += 1;
+        state.build_time_total += took;
+        if state.recent_builds.len() >= RECENT_BUILDS {
+            state.recent_builds.pop_front();
+        }
+        state.recent_builds.push_back(BuildStats { inputs: inputs_len, len: segment.len(), took });
+        state.segments.push(segment);
+    }
+}
+
+/// The segments to merge next, if any: `merge_factor` of the smallest size class that has as
+/// many, where class `c` holds segments of up to `seal_threshold × merge_factor^c` live vectors.
+fn merge_candidates<'a>(segments: &'a [Arc<Segment>], config: &Config) -> Option<Vec<&'a Arc<Segment>>> {
+    if config.merge_factor < 2 {
+        return None;
+    }
+    let class = |segment: &Segment| {
+        let live = segment.len().saturating_sub(segment.dead());
+        let (mut class, mut cap) = (0u32, config.seal_threshold);
+        while live > cap {
+            class += 1;
+            cap = cap.saturating_mul(config.merge_factor);
+        }
+        class
+    };
+    let mut sized: Vec<(u32, usize, &Arc<Segment>)> =
+        segments.iter().map(|s| (class(s), s.len().saturating_sub(s.dead()), s)).collect();
+    sized.sort_by_key(|&(class, live, _)| (class, live));
+    sized.chunk_by(|a, b| a.0 == b.0).find_map(|group| {
+        let group = group.get(..config.merge_factor)?;
+        let total: usize = group.iter().map(|&(_, live, _)| live).sum();
+        (total <= config.max_segment_len).then(|| group.iter().map(|&(_, _, s)| s).collect())
+    })
+}

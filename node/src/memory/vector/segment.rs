@@ -1,0 +1,172 @@
+//! A sealed segment: an HNSW graph over a fixed set of vectors, built once and then only read.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use instant_distance::{Builder, HnswMap, Search};
+
+use super::kernel::dot;
+use super::topk::{Hit, TopK};
+
+/// Search scratch kept per segment; more than this many concurrent searches allocate afresh.
+const SEARCH_POOL: usize = 8;
+
+/// A stored unit vector. The vector is shared, not copied, between the tail and the segment
+/// built from it, so a build in flight does not double the index's memory.
+#[derive(Clone, Debug)]
+pub(super) struct Point(pub(super) Arc<[f32]>);
+
+impl instant_distance::Point for Point {
+    fn distance(&self, other: &Self) -> f32 {
+        // Cosine distance of unit vectors; both are finite, so this is never NaN.
+        1.0 - dot(&self.0, &other.0)
+    }
+}
+
+/// Which version of which id a stored vector is: a hit counts only while `seq` is the id's live one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Entry {
+    pub(super) id: u64,
+    pub(super) seq: u64,
+}
+
+/// How a segment's graph is built; `ef_search` is fixed into the graph at build time.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct BuildParams {
+    pub(super) ef_construction: usize,
+    pub(super) ef_search: usize,
+    pub(super) heuristic: bool,
+    pub(super) seed: u64,
+}
+
+/// One sealed segment.
+pub(super) struct Segment {
+    /// Names the segment across swaps (stable while segments are added and removed).
+    pub(super) uid: u64,
+    map: HnswMap<Point, Entry>,
+    len: usize,
+    /// Entries whose id was since removed or re-inserted; kept in the graph until a rebuild.
+    dead: AtomicUsize,
+    build_time: Duration,
+    built_at: SystemTime,
+    pool: Mutex<Vec<Search>>,
+}
+
+impl fmt::Debug for Segment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Segment")
+            .field("uid", &self.uid)
+            .field("len", &self.len)
+            .field("dead", &self.dead())
+            .field("build_time", &self.build_time)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Segment {
+    /// Builds the graph: the expensive call, made only on the builder thread.
+    pub(super) fn build(uid: u64, entries: Vec<Entry>, points: Vec<Point>, params: BuildParams) -> Self {
+        let started = Instant::now();
+        let len = entries.len();
+        let heuristic = params.heuristic.then(instant_distance::Heuristic::default);
+        let map = Builder::default()
+            .ef_construction(params.ef_construction)
+            .ef_search(params.ef_search)
+            .select_heuristic(heuristic)
+            .seed(params.seed ^ uid)
+            .build(points, entries);
+        Self {
+            uid,
+            map,
+            len,
+            dead: AtomicUsize::new(0),
+            build_time: started.elapsed(),
+            built_at: SystemTime::now(),
+            pool: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// How many vectors the graph holds, live or dead.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// How many of them are dead.
+    pub(super) fn dead(&self) -> usize {
+        self.dead.load(Ordering::Relaxed)
+    }
+
+    /// Records that one more entry died; the caller holds the index's write lock.
+    pub(super) fn kill_one(&self) {
+        self.dead.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn build_time(&self) -> Duration {
+        self.build_time
+    }
+
+    pub(super) fn built_at(&self) -> SystemTime {
+        self.built_at
+    }
+
+    /// The segment's best `k` live hits for `query`, through the graph. When the graph's `ef`
+    /// candidates hold fewer than `k` live ones although the segment has them (`k > ef`, or
+    /// many dead entries), it scans the segment exactly instead, so a search never comes back
+    /// short.
+    pub(super) fn search(&self, query: &Point, k: usize, live: &impl Fn(Entry) -> bool) -> Vec<Hit> {
+        let mut top = TopK::new(k);
+        let mut search = self.pool.lock().unwrap_or_else(PoisonError::into_inner).pop().unwrap_or_default();
+        for item in self.map.search(query, &mut search) {
+            let hit = Hit { score: dot(&query.0, &item.point.0), id: item.value.id };
+            if top.admits(hit) && live(*item.value) {
+                top.offer(hit);
+            }
+        }
+        {
+            let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+            if pool.len() < SEARCH_POOL {
+                pool.push(search);
+            }
+        }
+        let hits = top.into_sorted();
+        if hits.len() >= k || hits.len() >= self.len.saturating_sub(self.dead()) {
+            return hits;
+        }
+        let mut top = TopK::new(k);
+        self.scan(&query.0, live, &mut top);
+        top.into_sorted()
+    }
+
+    /// Offers every live vector of the segment to `top`: the exact scan.
+    pub(super) fn scan(&self, query: &[f32], live: &impl Fn(Entry) -> bool, top: &mut TopK) {
+        // `iter` yields points in id order, the order `values` is stored in.
+        for ((_, point), entry) in self.map.iter().zip(&self.map.values) {
+            let hit = Hit { score: dot(query, &point.0), id: entry.id };
+            if top.admits(hit) && live(*entry) {
+                top.offer(hit);
+            }
+        }
+    }
+
+    /// The segment's live vectors, to rebuild them into a new segment.
+    pub(super) fn live_entries(
+        &self,
+        live: &impl Fn(Entry) -> bool,
+        entries: &mut Vec<Entry>,
+        points: &mut Vec<Point>,
+    ) {
+        for ((_, point), entry) in self.map.iter().zip(&self.map.values) {
+            if live(*entry) {
+                entries.push(*entry);
+                points.push(point.clone());
+            }
+        }
+    }
+
+    /// Every entry of the segment, live or dead, in storage order.
+    pub(super) fn entries(&self) -> &[Entry] {
+        &self.map.values
+    }
+}

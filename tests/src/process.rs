@@ -1,0 +1,287 @@
+//! The real binaries as child processes: building them once per test process, spawning
+//! `druse-node run` / `druse-mgmt run` on free loopback ports with kill-on-drop, running CLI
+//! subcommands, and reading a child's log when something fails.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use druse_protocol::net::{Multiaddr, PeerId};
+use serde_json::Value;
+
+use crate::{WAIT, eventually, wait_for};
+
+/// How long one CLI subcommand may run.
+const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Lines of a child's log quoted in a failure message.
+const LOG_TAIL_LINES: usize = 40;
+
+/// Paths of the built binaries.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub node: PathBuf,
+    pub mgmt: PathBuf,
+}
+
+static BINARIES: OnceLock<Result<Binaries, String>> = OnceLock::new();
+
+/// Builds `druse-node` and `druse-mgmt` (once per process, in the profile this test binary was
+/// built with) and returns their paths. Blocks while cargo runs; call it from
+/// `spawn_blocking` in async code.
+///
+/// Cargo holds the build-directory lock only while it compiles, not while the test binaries
+/// run, so this nested `cargo build` does not deadlock under `cargo test`; it waits like any
+/// other build when another cargo holds the lock.
+pub fn binaries() -> Result<&'static Binaries> {
+    BINARIES.get_or_init(|| build().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow!("{e}"))
+}
+
+/// The `target/<profile>` directory this binary runs from (`.../deps/<test binary>` for tests).
+fn profile_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating the test binary")?;
+    let mut dir = exe.parent().context("the test binary has no directory")?;
+    if dir.file_name() == Some(OsStr::new("deps")) {
+        dir = dir.parent().context("deps has no parent")?;
+    }
+    Ok(dir.to_owned())
+}
+
+fn build() -> Result<Binaries> {
+    let dir = profile_dir()?;
+    let profile = dir.file_name().and_then(OsStr::to_str).context("profile directory name")?.to_owned();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("workspace root")?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(&cargo);
+    command.current_dir(workspace).args(["build", "-p", "druse-node", "-p", "druse-management", "--bins"]);
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            command.arg("--release");
+        }
+        other => {
+            command.args(["--profile", other]);
+        }
+    }
+    let output = command.output().with_context(|| format!("running {cargo:?} build"))?;
+    if !output.status.success() {
+        bail!("cargo build of the binaries failed ({}):\n{}", output.status, String::from_utf8_lossy(&output.stderr));
+    }
+    let binaries = Binaries {
+        node: dir.join(format!("druse-node{}", std::env::consts::EXE_SUFFIX)),
+        mgmt: dir.join(format!("druse-mgmt{}", std::env::consts::EXE_SUFFIX)),
+    };
+    for path in [&binaries.node, &binaries.mgmt] {
+        if !path.is_file() {
+            bail!("cargo build succeeded but {} does not exist (a --target build?)", path.display());
+        }
+    }
+    Ok(binaries)
+}
+
+/// A free TCP port on loopback (free when asked; a child binds it a moment later).
+pub fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// A command with no `DRUSE_*` variable leaking in from the test's environment.
+fn command(program: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("DRUSE_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// A child process, killed when dropped, logging to a file.
+#[derive(Debug)]
+pub struct Process {
+    pub name: String,
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Spawns `program args`, with stdout and stderr appended to `log`.
+    pub fn spawn(name: &str, program: &Path, args: &[String], log: PathBuf) -> Result<Self> {
+        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = command(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawning {}", program.display()))?;
+        Ok(Self { name: name.to_owned(), child, log })
+    }
+
+    /// The last lines of the child's log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!("(cannot read the log: {e})"));
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+        format!("--- last lines of {} ({}) ---\n{tail}", self.name, self.log.display())
+    }
+
+    /// Fails, quoting the log, if the child has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => bail!("{} exited with {status}\n{}", self.name, self.log_tail()),
+            Err(error) => bail!("{}: {error}", self.name),
+        }
+    }
+
+    /// Asks the child to stop with SIGTERM and waits for it to exit.
+    pub async fn terminate(&mut self) -> Result<ExitStatus> {
+        let pid = self.child.id().with_context(|| format!("{} has already exited", self.name))?;
+        let status = tokio::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().await?;
+        if !status.success() {
+            bail!("kill -TERM {pid} failed");
+        }
+        tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .with_context(|| format!("{} did not exit within {WAIT:?} of SIGTERM\n{}", self.name, self.log_tail()))?
+            .context("waiting for the child")
+    }
+}
+
+/// Runs a CLI subcommand to completion; returns its stdout, or fails quoting its stderr.
+pub async fn run_cli(program: &Path, args: &[&str]) -> Result<String> {
+    let output = tokio::time::timeout(CLI_TIMEOUT, command(program).args(args).kill_on_drop(true).output())
+        .await
+        .with_context(|| format!("{} {args:?} did not finish within {CLI_TIMEOUT:?}", program.display()))?
+        .with_context(|| format!("running {}", program.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} {args:?} failed ({}):\n{}",
+            program.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    String::from_utf8(output.stdout).context("the CLI printed non-UTF-8")
+}
+
+/// A `druse-node run` or `druse-mgmt run` child with its API and metrics listeners.
+#[derive(Debug)]
+pub struct ProcNode {
+    pub process: Process,
+    pub data_dir: PathBuf,
+    /// Base URL of the API, like `http://127.0.0.1:7700`.
+    pub api: String,
+    /// Base URL of the metrics listener.
+    pub metrics: String,
+    http: reqwest::Client,
+}
+
+impl ProcNode {
+    /// Spawns `program run` on loopback: P2P on a port the OS picks, API and metrics on free
+    /// ports, mDNS off, 100 ms heartbeats; returns once the API answers.
+    pub async fn start(
+        name: &str,
+        program: &Path,
+        data_dir: &Path,
+        trust_list: &Path,
+        bootstrap: &[Multiaddr],
+    ) -> Result<Self> {
+        let api = format!("127.0.0.1:{}", free_port()?);
+        let metrics = format!("127.0.0.1:{}", free_port()?);
+        let mut args: Vec<String> = [
+            "run",
+            "--data-dir",
+            &data_dir.display().to_string(),
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+            "--api-listen",
+            &api,
+            "--metrics-listen",
+            &metrics,
+            "--trust-list",
+            &trust_list.display().to_string(),
+            "--mdns",
+            "false",
+            "--heartbeat",
+            "100ms",
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        if !bootstrap.is_empty() {
+            args.push("--bootstrap".into());
+            args.push(bootstrap.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
+        }
+        let log = data_dir.with_extension("log");
+        let process = Process::spawn(name, program, &args, log)?;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+        let mut node =
+            Self { process, data_dir: data_dir.to_owned(), api: format!("http://{api}"), metrics: format!("http://{metrics}"), http };
+        node.wait_healthy().await?;
+        Ok(node)
+    }
+
+    async fn wait_healthy(&mut self) -> Result<()> {
+        let url = format!("{}/healthz", self.api);
+        let http = self.http.clone();
+        let mut waited = eventually(WAIT, format_args!("{} to answer {url}", self.process.name), async || {
+            http.get(&url).send().await.is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+        if waited.is_err() {
+            waited = waited.and(self.process.check_running());
+        }
+        waited.with_context(|| self.process.log_tail())
+    }
+
+    /// The `--api` and `--node-data-dir` flags that point a CLI subcommand at this node.
+    pub fn cli_flags(&self) -> Vec<String> {
+        vec!["--api".into(), self.api.clone(), "--node-data-dir".into(), self.data_dir.display().to_string()]
+    }
+
+    /// GETs a JSON document from the API; `None` on a non-success status.
+    pub async fn get_json(&self, path: &str) -> Result<Option<Value>> {
+        let response = self.http.get(format!("{}{path}", self.api)).send().await?;
+        if !response.status().is_success() {
+            return Ok(None);
+        }
+        Ok(Some(response.json().await?))
+    }
+
+    /// `/v1/status`.
+    pub async fn status(&self) -> Result<Value> {
+        self.get_json("/v1/status").await?.context("/v1/status answered an error")
+    }
+
+    /// The PeerId the node reports.
+    pub async fn peer_id(&self) -> Result<PeerId> {
+        let status = self.status().await?;
+        status["peer_id"].as_str().context("status has no peer_id")?.parse().context("status peer_id")
+    }
+
+    /// A P2P address of the node, ending in `/p2p/<peer id>`.
+    pub async fn p2p_addr(&self) -> Result<Multiaddr> {
+        let addr = wait_for(WAIT, format_args!("{} to report a listen address", self.process.name), async || {
+            let status = self.status().await.ok()?;
+            status["listen_addrs"].as_array()?.first()?.as_str().map(str::to_owned)
+        })
+        .await?;
+        let peer = self.peer_id().await?;
+        format!("{addr}/p2p/{peer}").parse().with_context(|| format!("{addr}/p2p/{peer}"))
+    }
+
+    /// A scrape of the metrics listener's `/metrics`.
+    pub async fn scrape(&self) -> Result<String> {
+        let response = self.http.get(format!("{}/metrics", self.metrics)).send().await?;
+        if !response.status().is_success() {
+            bail!("{}/metrics answered {}", self.metrics, response.status());
+        }
+        Ok(response.text().await?)
+    }
+}

@@ -1,0 +1,422 @@
+//! Swarms in one process: real [`Node`]s on loopback TCP with 100 ms heartbeats, fixed keys,
+//! and a management node whose key every edge trusts.
+
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use druse_management::Management;
+use druse_node::node::now_ms;
+use druse_node::skill::Skill;
+use druse_node::{Config, Node, Role};
+use druse_protocol::body::{Body, CrystalListing, ExecutionStats, Report, ReportEvent, SemanticType};
+use druse_protocol::net::{self, Acceptance, Event, Multiaddr, PeerId};
+use druse_protocol::{ContentId, Envelope, Keypair, PublicKey, topic};
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+
+use crate::{WAIT, eventually, metrics, wait_for};
+
+/// The management node's seed in every scenario.
+pub const MGMT_SEED: u8 = 200;
+
+/// Gossipsub heartbeat of every test node.
+pub const HEARTBEAT: Duration = Duration::from_millis(100);
+
+/// Time for subscriptions to travel and meshes to form after connecting: ten heartbeats.
+pub const MESH_SETTLE: Duration = Duration::from_secs(1);
+
+/// The key a seed names: `[seed; 32]`.
+pub fn key(seed: u8) -> Keypair {
+    Keypair::from_seed([seed; 32])
+}
+
+/// The management key every test node trusts.
+pub fn mgmt_key() -> Keypair {
+    key(MGMT_SEED)
+}
+
+/// A config for a loopback test node in `data_dir` that trusts `management` keys: no mDNS,
+/// 100 ms heartbeats, ports chosen by the OS.
+pub fn config(data_dir: &Path, management: &[PublicKey]) -> Result<Config> {
+    let mut config = Config::default();
+    config.store.data_dir = data_dir.to_owned();
+    config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().context("listen address")?];
+    config.p2p.mdns = false;
+    config.p2p.heartbeat = HEARTBEAT;
+    config.api.listen = ([127, 0, 0, 1], 0).into();
+    config.metrics.listen = ([127, 0, 0, 1], 0).into();
+    config.trust.management_keys = management.iter().map(ToString::to_string).collect();
+    Ok(config)
+}
+
+/// A skill listing named `name`, issued now.
+pub fn listing(name: &str) -> CrystalListing {
+    CrystalListing {
+        issued_at: now_ms(),
+        name: name.to_owned(),
+        text: format!("How to {name}: read the input, validate it, and return a typed result."),
+        semantic_type: SemanticType::Skill,
+        tags: vec!["test".to_owned()],
+        category: Some("testing".to_owned()),
+        skill_id: format!("{name}-id"),
+        version: 1,
+        previous_version: None,
+        stats: ExecutionStats { executions: 5, successes: 4, avg_reward: 0.6 },
+        asking_price: 10_000,
+    }
+}
+
+/// The wire bytes of `body` signed by `key`, whoever sends them.
+pub fn seal(key: &Keypair, body: &Body) -> Result<Vec<u8>> {
+    Ok(Envelope::seal(key, body.kind(), &body.encode().context("encoding a test body")?))
+}
+
+/// The content id of `body`, as every node computes it.
+pub fn content_id(body: &Body) -> Result<ContentId> {
+    Ok(ContentId::of(&body.encode().context("encoding a test body")?))
+}
+
+/// A node started in a temporary data directory with a fixed key.
+#[derive(Debug)]
+pub struct TestNode {
+    pub name: String,
+    pub node: Node,
+    pub config: Config,
+    role: Role,
+    dir: TempDir,
+}
+
+impl Deref for TestNode {
+    type Target = Node;
+
+    fn deref(&self) -> &Node {
+        &self.node
+    }
+}
+
+impl TestNode {
+    /// Starts a node whose key is `key(seed)`, trusting `management`; `tweak` edits its config.
+    pub async fn start(
+        name: &str,
+        seed: u8,
+        role: Role,
+        management: &[PublicKey],
+        tweak: impl FnOnce(&mut Config),
+    ) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix(&format!("druse-{name}-")).tempdir().context("data dir")?;
+        let mut config = config(dir.path(), management)?;
+        tweak(&mut config);
+        key(seed).save(&config.key_path()).with_context(|| format!("saving {name}'s key"))?;
+        let node = Node::start(config.clone(), role).await.with_context(|| format!("starting node {name}"))?;
+        Ok(Self { name: name.to_owned(), node, config, role, dir })
+    }
+
+    /// Stops the node and starts it again on the same data directory and key.
+    pub async fn restart(self) -> Result<Self> {
+        let Self { name, node, config, role, dir } = self;
+        node.shutdown().await;
+        drop(node);
+        // The aborted background tasks drop their handles on the store a moment after
+        // `shutdown` returns; until then the database is still locked.
+        let mut last = String::new();
+        let node = wait_for(WAIT, format_args!("node {name} to restart on its data directory"), async || {
+            match Node::start(config.clone(), role).await {
+                Ok(node) => Some(node),
+                Err(error) => {
+                    last = error.to_string();
+                    None
+                }
+            }
+        })
+        .await
+        .with_context(|| format!("last error: {last}"))?;
+        Ok(Self { name, node, config, role, dir })
+    }
+
+    /// Stops the node; its data directory is removed.
+    pub async fn stop(self) {
+        self.node.shutdown().await;
+    }
+
+    /// The node's data directory.
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The node's public key.
+    pub fn public_key(&self) -> PublicKey {
+        self.node.key().public()
+    }
+
+    /// A listen address ending in `/p2p/<peer id>`.
+    pub async fn addr(&self) -> Result<Multiaddr> {
+        listen_addr(self.node.net()).await.with_context(|| format!("node {}", self.name))
+    }
+
+    /// Whether the node stores the skill `id`.
+    pub fn has_skill(&self, id: &ContentId) -> bool {
+        matches!(self.node.skill(id), Ok(Some(_)))
+    }
+
+    /// The stored skill `id`.
+    pub fn stored(&self, id: &ContentId) -> Result<Option<Skill>> {
+        self.node.skill(id).with_context(|| format!("reading skill {id} on {}", self.name))
+    }
+
+    /// The node's metrics body, as `/metrics` serves it.
+    pub fn metrics_text(&self) -> String {
+        self.node.metrics().render()
+    }
+
+    /// The sum of the samples named `name` with `labels`; 0 if there are none.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        metrics::value(&self.metrics_text(), name, labels).unwrap_or(0.0)
+    }
+
+    /// How many messages with this ingestion outcome the node counted, over every kind.
+    pub fn outcomes(&self, outcome: &str) -> f64 {
+        self.metric("druse_ingest_outcomes_total", &[("outcome", outcome)])
+    }
+
+    /// How many gossip messages arrived on `topic`, whatever their verdict.
+    pub fn messages_on(&self, topic: &str) -> f64 {
+        self.metric("druse_messages_total", &[("topic", topic)])
+    }
+}
+
+/// A listen address of `net`, ending in `/p2p/<peer id>`, once it listens.
+pub async fn listen_addr(net: &net::Handle) -> Result<Multiaddr> {
+    let peer = net.local_peer_id();
+    let addr = wait_for(WAIT, format_args!("{peer} to listen"), async || {
+        net.listen_addrs().await.ok().and_then(|addrs| addrs.into_iter().next())
+    })
+    .await?;
+    format!("{addr}/p2p/{peer}").parse().with_context(|| format!("{addr}/p2p/{peer}"))
+}
+
+/// Dials `to` from `from` and returns once the connection is up.
+pub async fn connect(from: &net::Handle, to: &net::Handle) -> Result<()> {
+    let addr = listen_addr(to).await?;
+    tokio::time::timeout(WAIT, from.dial(addr.clone()))
+        .await
+        .with_context(|| format!("dialling {addr} hung"))?
+        .with_context(|| format!("dialling {addr}"))
+}
+
+/// Waits until `net` is connected to every peer of `expected`.
+pub async fn wait_connected(net: &net::Handle, expected: &[PeerId]) -> Result<()> {
+    let me = net.local_peer_id();
+    eventually(WAIT, format_args!("{me} to be connected to {expected:?}"), async || {
+        let connected: Vec<PeerId> = net.peers().await.unwrap_or_default().iter().map(|p| p.peer_id).collect();
+        expected.iter().all(|p| connected.contains(p))
+    })
+    .await
+}
+
+/// Connects every pair of `nodes` and waits until each sees all the others.
+pub async fn connect_all(nodes: &[&net::Handle]) -> Result<()> {
+    for (i, from) in nodes.iter().enumerate() {
+        for to in &nodes[i + 1..] {
+            connect(from, to).await?;
+        }
+    }
+    for net in nodes {
+        let others: Vec<PeerId> =
+            nodes.iter().map(|n| n.local_peer_id()).filter(|p| *p != net.local_peer_id()).collect();
+        wait_connected(net, &others).await?;
+    }
+    Ok(())
+}
+
+/// Proves gossip flows between `nodes` (already connected): after the mesh has had time to
+/// form, each node publishes one harmless execution report, and every node must receive the
+/// reports of all the others. A scenario that then asserts a message did *not* arrive knows
+/// the path was open.
+pub async fn mesh_ready(nodes: &[&TestNode]) -> Result<()> {
+    tokio::time::sleep(MESH_SETTLE).await;
+    let before: Vec<f64> = nodes.iter().map(|n| n.messages_on(topic::REPORTS)).collect();
+    for node in nodes {
+        let probe = Body::Report(Report {
+            issued_at: now_ms(),
+            content_id: ContentId::of(format!("mesh probe from {} at {}", node.name, now_ms()).as_bytes()),
+            event: ReportEvent::Execution { success: true, reward: 0.0 },
+        });
+        node.publish(&probe).await.with_context(|| format!("publishing {}'s mesh probe", node.name))?;
+    }
+    let expected = nodes.len() as f64 - 1.0;
+    let counts = || -> Vec<String> {
+        nodes
+            .iter()
+            .zip(&before)
+            .map(|(n, b)| format!("{} got {}", n.name, n.messages_on(topic::REPORTS) - b))
+            .collect()
+    };
+    eventually(WAIT, format_args!("every node to receive {expected} mesh probes"), async || {
+        nodes.iter().zip(&before).all(|(n, b)| n.messages_on(topic::REPORTS) - b >= expected)
+    })
+    .await
+    .with_context(|| format!("probes received: {}", counts().join(", ")))
+}
+
+/// A management node and edges that trust it, fully connected, with gossip proven to flow.
+#[derive(Debug)]
+pub struct Cluster {
+    pub mgmt: TestNode,
+    pub management: Arc<Management>,
+    pub edges: Vec<TestNode>,
+}
+
+impl Cluster {
+    /// Starts the management node (seed [`MGMT_SEED`]) and one edge per `(name, seed)`, each
+    /// config edited by `tweak`; connects every pair and waits for gossip to flow.
+    pub async fn start(edges: &[(&str, u8)], tweak: impl Fn(&mut Config)) -> Result<Self> {
+        crate::init_logging();
+        let trusted = [mgmt_key().public()];
+        let mgmt = TestNode::start("mgmt", MGMT_SEED, Role::Management, &trusted, &tweak).await?;
+        let management = Management::new(mgmt.node.clone()).context("taking the management role")?;
+        let mut started = Vec::new();
+        for (name, seed) in edges {
+            started.push(TestNode::start(name, *seed, Role::Edge, &trusted, &tweak).await?);
+        }
+        let cluster = Self { mgmt, management, edges: started };
+        let nets: Vec<&net::Handle> = cluster.nodes().iter().map(|n| n.net()).collect();
+        connect_all(&nets).await?;
+        mesh_ready(&cluster.nodes()).await?;
+        Ok(cluster)
+    }
+
+    /// The management node, then every edge.
+    pub fn nodes(&self) -> Vec<&TestNode> {
+        std::iter::once(&self.mgmt).chain(&self.edges).collect()
+    }
+
+    /// The edge called `name`.
+    pub fn edge(&self, name: &str) -> &TestNode {
+        match self.edges.iter().find(|e| e.name == name) {
+            Some(edge) => edge,
+            None => panic!("no edge called {name}"),
+        }
+    }
+
+    /// Restarts the management node on its data directory, takes the role again, reconnects
+    /// it to every edge and waits for gossip to flow.
+    pub async fn restart_mgmt(self) -> Result<Self> {
+        let Self { mgmt, management, edges } = self;
+        drop(management);
+        let mgmt = mgmt.restart().await?;
+        let management = Management::new(mgmt.node.clone()).context("taking the management role again")?;
+        let cluster = Self { mgmt, management, edges };
+        for edge in &cluster.edges {
+            connect(cluster.mgmt.net(), edge.net()).await?;
+        }
+        mesh_ready(&cluster.nodes()).await?;
+        Ok(cluster)
+    }
+
+    /// Restarts the edge `name` on its data directory, reconnects it to every other node and
+    /// waits for gossip to flow.
+    pub async fn restart_edge(&mut self, name: &str) -> Result<()> {
+        let index = self.edges.iter().position(|e| e.name == name).with_context(|| format!("no edge {name}"))?;
+        let edge = self.edges.remove(index).restart().await?;
+        self.edges.insert(index, edge);
+        let edge = &self.edges[index];
+        for other in self.nodes().into_iter().filter(|n| n.name != name) {
+            connect(edge.net(), other.net()).await?;
+        }
+        mesh_ready(&self.nodes()).await
+    }
+
+    /// Stops every node.
+    pub async fn stop(self) {
+        drop(self.management);
+        self.mgmt.stop().await;
+        for edge in self.edges {
+            edge.stop().await;
+        }
+    }
+}
+
+/// A gossip message as a [`Sniffer`] saw it on the wire.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    pub topic: String,
+    pub source: Option<PeerId>,
+    pub data: Vec<u8>,
+}
+
+/// A bare swarm member with no node behind it: it records every gossip message it receives
+/// (verdict `Ignore`, so it forwards nothing) and can publish arbitrary bytes. Scenarios use
+/// it to capture wire bytes for a replay, and to replay them.
+#[derive(Debug)]
+pub struct Sniffer {
+    pub net: net::Handle,
+    pub key: Keypair,
+    captured: Arc<Mutex<Vec<Captured>>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Sniffer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Sniffer {
+    /// Joins the swarm layer with the key `key(seed)`.
+    pub fn start(seed: u8) -> Result<Self> {
+        let key = key(seed);
+        let config = net::Config {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().context("listen address")?],
+            mdns: false,
+            heartbeat: HEARTBEAT,
+            ..net::Config::default()
+        };
+        let (net, mut events) = net::spawn(&key, config, &mut net::Registry::default()).context("sniffer swarm")?;
+        let captured = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn({
+            let captured = Arc::clone(&captured);
+            let net = net.clone();
+            async move {
+                while let Some(event) = events.recv().await {
+                    if let Event::Message { id, propagation_source, source, topic, data } = event {
+                        if let Ok(mut captured) = captured.lock() {
+                            captured.push(Captured { topic, source, data });
+                        }
+                        let _ = net.report(id, propagation_source, Acceptance::Ignore).await;
+                    }
+                }
+            }
+        });
+        Ok(Self { net, key, captured, task })
+    }
+
+    /// Every message captured so far, oldest first.
+    pub fn captured(&self) -> Vec<Captured> {
+        self.captured.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Publishes raw bytes on `topic`, retrying while no peer has subscribed yet.
+    pub async fn publish(&self, topic: &'static str, data: Vec<u8>) -> Result<()> {
+        publish_raw(&self.net, topic, data).await
+    }
+}
+
+/// Publishes raw bytes through a swarm handle, bypassing every check of the node behind it;
+/// retries while no peer has subscribed yet.
+pub async fn publish_raw(net: &net::Handle, topic: &'static str, data: Vec<u8>) -> Result<()> {
+    let mut last = String::new();
+    wait_for(WAIT, format_args!("a peer to take a raw message on {topic}"), async || {
+        match net.publish(topic, data.clone()).await {
+            Ok(_) => Some(()),
+            Err(error) => {
+                last = error.to_string();
+                None
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("last error: {last}"))
+}

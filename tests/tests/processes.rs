@@ -1,0 +1,151 @@
+//! The real binaries, driven through their CLI: `druse-mgmt run` and two `druse-node run`
+//! processes publish, endorse and obey weather, and export it all in `/metrics`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use druse_tests::metrics;
+use druse_tests::process::{ProcNode, binaries, run_cli};
+use druse_tests::swarm::{MESH_SETTLE, key, mgmt_key};
+use druse_tests::{WAIT, eventually, wait_for};
+
+/// The value of one series in a scrape; fails the test if the series is missing.
+fn series(scrape: &str, who: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metrics::value(scrape, name, labels).unwrap_or_else(|| panic!("{who} exports no {name}{labels:?}:\n{scrape}"))
+}
+
+fn flags(node: &ProcNode) -> Vec<String> {
+    node.cli_flags()
+}
+
+async fn cli(program: &Path, args: &[&str], node: &ProcNode) -> String {
+    let flags = flags(node);
+    let all: Vec<&str> = args.iter().copied().chain(flags.iter().map(String::as_str)).collect();
+    run_cli(program, &all).await.unwrap_or_else(|e| panic!("{e:#}\n{}", node.process.log_tail()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn binaries_publish_endorse_and_obey_weather_through_the_cli_and_export_it_in_metrics() {
+    let bins = tokio::task::spawn_blocking(binaries).await.unwrap().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (mgmt_dir, a_dir, b_dir) = (root.path().join("mgmt"), root.path().join("a"), root.path().join("b"));
+    mgmt_key().save(&mgmt_dir.join("node.key")).unwrap();
+    key(1).save(&a_dir.join("node.key")).unwrap();
+    key(2).save(&b_dir.join("node.key")).unwrap();
+
+    let id = run_cli(&bins.node, &["id", "--data-dir", &mgmt_dir.display().to_string()]).await.unwrap();
+    let mgmt_public = mgmt_key().public().to_string();
+    assert!(id.contains(&mgmt_public), "`druse-node id` printed another key:\n{id}");
+    let trust_list = root.path().join("trust.list");
+    std::fs::write(&trust_list, format!("# the test swarm's management key\n{mgmt_public}  # druse-mgmt\n")).unwrap();
+
+    let mgmt = ProcNode::start("druse-mgmt", &bins.mgmt, &mgmt_dir, &trust_list, &[]).await.unwrap();
+    let mgmt_addr = mgmt.p2p_addr().await.unwrap();
+    let a = ProcNode::start("druse-node a", &bins.node, &a_dir, &trust_list, &[mgmt_addr.clone()]).await.unwrap();
+    let a_addr = a.p2p_addr().await.unwrap();
+    let b = ProcNode::start("druse-node b", &bins.node, &b_dir, &trust_list, &[mgmt_addr, a_addr]).await.unwrap();
+    let logs = || [&mgmt, &a, &b].map(|n| n.process.log_tail()).join("\n");
+
+    for node in [&mgmt, &a, &b] {
+        eventually(WAIT, format_args!("{} to connect to both others", node.process.name), async || {
+            node.status().await.is_ok_and(|s| s["connected_peers"].as_u64() == Some(2))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    }
+    tokio::time::sleep(MESH_SETTLE).await;
+
+    let skill = cli(
+        &bins.node,
+        &["skill", "publish", "--name", "parse-iso-durations", "--text", "Split on T, then parse each unit.", "--tags", "time,parsing"],
+        &a,
+    )
+    .await;
+    let skill = skill.trim().to_owned();
+    let crystal = format!("/v1/crystals/{skill}");
+    for node in [&mgmt, &b] {
+        eventually(WAIT, format_args!("{} to store {skill}", node.process.name), async || {
+            node.get_json(&crystal).await.is_ok_and(|c| c.is_some())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    }
+
+    cli(&bins.mgmt, &["endorse", &skill, "--note", "reviewed"], &mgmt).await;
+    let verified = wait_for(WAIT, "b to show the skill verified", async || {
+        let c = b.get_json(&crystal).await.ok()??;
+        (c["is_verified"] == true).then_some(c)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    assert_eq!(verified["verified_by"], mgmt_public.as_str());
+
+    cli(&bins.mgmt, &["weather", "--level", "0.9", "--duration", "60s", "--reason", "drill"], &mgmt).await;
+    eventually(WAIT, "b to halt", async || {
+        b.get_json("/v1/weather").await.ok().flatten().is_some_and(|w| w["halted"] == true)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    let status: serde_json::Value = serde_json::from_str(&cli(&bins.node, &["status"], &b).await).unwrap();
+    assert_eq!(status["halted"], true, "`druse-node status` on b: {status}");
+
+    let a_scrape = a.scrape().await.unwrap();
+    assert_eq!(series(&a_scrape, "a", "druse_published_total", &[("kind", "crystal")]), 1.0);
+    let b_scrape = b.scrape().await.unwrap();
+    assert_eq!(series(&b_scrape, "b", "druse_endorsements_applied_total", &[("verdict", "endorse")]), 1.0);
+    assert_eq!(series(&b_scrape, "b", "druse_halted", &[]), 1.0);
+    assert_eq!(series(&b_scrape, "b", "druse_weather_cortisol", &[]), 0.9);
+    assert!(series(&b_scrape, "b", "druse_ingest_outcomes_total", &[("kind", "crystal"), ("outcome", "accepted")]) >= 1.0);
+    let m_scrape = mgmt.scrape().await.unwrap();
+    assert_eq!(series(&m_scrape, "mgmt", "druse_published_total", &[("kind", "endorsement")]), 1.0);
+    assert_eq!(series(&m_scrape, "mgmt", "druse_published_total", &[("kind", "weather")]), 1.0);
+
+    match which("promtool") {
+        Some(promtool) => {
+            for (who, scrape) in [("a", &a_scrape), ("b", &b_scrape), ("mgmt", &m_scrape)] {
+                promtool_check(&promtool, scrape).await.unwrap_or_else(|e| panic!("{who}'s scrape: {e}"));
+            }
+        }
+        None => eprintln!("promtool is not on PATH; skipping `promtool check metrics`"),
+    }
+
+    for mut node in [b, a, mgmt] {
+        let status = node.process.terminate().await.unwrap();
+        assert!(status.success(), "{} exited with {status} after SIGTERM\n{}", node.process.name, node.process.log_tail());
+    }
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
+}
+
+/// Pipes a scrape through `promtool check metrics`; fails with promtool's complaints.
+async fn promtool_check(promtool: &Path, scrape: &str) -> Result<(), String> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    stdin.write_all(scrape.as_bytes()).await.map_err(|e| e.to_string())?;
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .map_err(|_| "promtool hung".to_owned())?
+        .map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "promtool check metrics failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
