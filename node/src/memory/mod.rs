@@ -13,3 +13,6 @@ pub mod text;
 pub mod vector;
 
 pub use engine::Memory;
+
+#[cfg(test)]
+mod tests;

@@ -189,6 +189,12 @@ mod tests {
         let unrelated = one(&embedder, "Quarterly revenue grew by twelve percent");
         let related = cosine(&anchor, &paraphrase);
         let other = cosine(&anchor, &unrelated);
+        eprintln!("TMP paraphrase {related} unrelated {other}");
+        let e = one(&embedder, "eating");
+        eprintln!("TMP eats {} table {} eaten {}", cosine(&e, &one(&embedder, "eats")), cosine(&e, &one(&embedder, "table")), cosine(&e, &one(&embedder, "eaten")));
+        let a = one(&embedder, "A man is eating food.");
+        eprintln!("TMP bread {} movie {}", cosine(&a, &one(&embedder, "A man is eating a piece of bread.")), cosine(&a, &one(&embedder, "The new movie is awesome.")));
+        eprintln!("TMP empty-vs-hello {}", cosine(&one(&embedder, ""), &one(&embedder, "hello world")));
         assert!(related > 0.5 && related > other + 0.3, "paraphrase {related}, unrelated {other}");
     }
 
