@@ -4,8 +4,8 @@
 
 use std::future::Future;
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::governance::{self, Scope, Sensitivity};
+use crate::governance::{self, Caller, Scope, Sensitivity};
+use crate::memory::{self, crystal::CrystalId};
 use crate::ingest::Outcome;
 use crate::node::{self, Node, now_ms};
 
@@ -128,13 +129,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// The node's routes, with state applied; the management role merges its own.
 pub fn router(node: Node) -> Router {
     let max_body = node.config().api.max_body_bytes;
-    let writes = require_token(Router::new().route("/v1/skills", axum::routing::post(publish_skill)), node.token());
+    let writes = require_token(
+        Router::new()
+            .route("/v1/skills", axum::routing::post(publish_skill))
+            .route("/v1/memories", axum::routing::post(add_memory))
+            .route("/v1/consolidate", axum::routing::post(consolidate)),
+        node.token(),
+    );
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/v1/status", get(status))
         .route("/v1/skills", get(list_skills))
         .route("/v1/crystals/{id}", get(get_crystal))
+        .route("/v1/crystals/{id}/history", get(crystal_history))
+        .route("/v1/memories", get(search_memories))
         .route("/v1/peers", get(peers))
         .route("/v1/weather", get(weather))
         .merge(writes)
@@ -181,13 +190,84 @@ async fn list_skills(State(node): State<Node>) -> Result<Json<Vec<crate::skill::
     Ok(Json(node.skills()?))
 }
 
+/// Who an API read comes from: the node's own agent when it carries the bearer token.
+fn caller(node: &Node, headers: &HeaderMap) -> Caller {
+    let expected = format!("Bearer {}", node.token());
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if constant_time_eq(given.as_bytes(), expected.as_bytes()) { Caller::LocalAgent } else { Caller::Anyone }
+}
+
+impl From<memory::engine::Error> for Error {
+    fn from(error: memory::engine::Error) -> Self {
+        match error {
+            memory::engine::Error::Invalid(_) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string()),
+            memory::engine::Error::NotFound(_) => Self::not_found(error.to_string()),
+            other => {
+                tracing::error!(error = %other, "memory request failed");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string())
+            }
+        }
+    }
+}
+
+/// A memory crystal (by number) or a skill (by content id).
 async fn get_crystal(
     State(node): State<Node>,
+    headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Json<crate::skill::Skill>, Error> {
+) -> Result<Response, Error> {
     let Path(id) = id?;
+    if let Ok(number) = id.parse::<CrystalId>() {
+        let crystal = node.memory().get(number).filter(|c| c.can_access(caller(&node, &headers), now_ms()));
+        return crystal.map(|c| Json(c).into_response()).ok_or_else(|| Error::not_found(format!("no crystal {id}")));
+    }
     let id = parse_id(&id)?;
-    node.skill(&id)?.map(Json).ok_or_else(|| Error::not_found(format!("no crystal {id}")))
+    node.skill(&id)?.map(|s| Json(s).into_response()).ok_or_else(|| Error::not_found(format!("no crystal {id}")))
+}
+
+async fn crystal_history(
+    State(node): State<Node>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<memory::engine::History>, Error> {
+    let Path(id) = id?;
+    let id: CrystalId = id.parse().map_err(|_| Error::bad_request(format!("{id:?} is not a memory crystal id")))?;
+    let who = caller(&node, &headers);
+    let memory = node.memory().clone();
+    let history = node::blocking(move || memory.history(id)).await??;
+    if !history.chain.iter().all(|c| c.can_access(who, now_ms())) {
+        return Err(Error::not_found(format!("no crystal {id}")));
+    }
+    Ok(Json(history))
+}
+
+async fn add_memory(
+    State(node): State<Node>,
+    request: Result<Json<memory::engine::NewMemory>, JsonRejection>,
+) -> Result<(StatusCode, Json<memory::engine::Added>), Error> {
+    let Json(request) = request?;
+    let memory = node.memory().clone();
+    let added = node::blocking(move || memory.add(request, "api", now_ms())).await??;
+    Ok((StatusCode::CREATED, Json(added)))
+}
+
+/// `GET /v1/memories?q=&k=&namespace=&kind=&semantic_type=`.
+async fn search_memories(
+    State(node): State<Node>,
+    headers: HeaderMap,
+    query: Result<Query<memory::engine::Query>, QueryRejection>,
+) -> Result<Json<Vec<memory::engine::Hit>>, Error> {
+    let Query(query) = query.map_err(|e| Error::bad_request(e.body_text()))?;
+    let who = caller(&node, &headers);
+    let memory = node.memory().clone();
+    let started = std::time::Instant::now();
+    let hits = node::blocking(move || memory.search(&query, who, now_ms())).await??;
+    node.metrics().retrieval_seconds.observe(started.elapsed().as_secs_f64());
+    Ok(Json(hits))
+}
+
+async fn consolidate(State(node): State<Node>) -> Result<Json<memory::consolidation::Report>, Error> {
+    Ok(Json(node.consolidate().await?))
 }
 
 /// What an agent developer sends to publish a skill.

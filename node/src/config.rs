@@ -129,18 +129,43 @@ impl Default for Store {
     }
 }
 
-/// The memory engine.
+/// The memory engine: its embedder, and the seeds' numbers for decay, hormones,
+/// supersession and consolidation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Memory {
     /// How often consolidation runs.
     #[serde(with = "humantime_serde")]
     pub consolidation_interval: Duration,
+    pub embed: crate::memory::embed::Config,
+    pub decay: crate::memory::decay::Config,
+    pub hormones: crate::memory::hormones::Config,
+    pub correction: crate::memory::correction::Config,
+    pub consolidation: crate::memory::consolidation::Config,
 }
 
 impl Default for Memory {
     fn default() -> Self {
-        Self { consolidation_interval: Duration::from_secs(30 * 60) }
+        Self {
+            consolidation_interval: Duration::from_secs(30 * 60),
+            embed: Default::default(),
+            decay: Default::default(),
+            hormones: Default::default(),
+            correction: Default::default(),
+            consolidation: Default::default(),
+        }
+    }
+}
+
+impl Memory {
+    /// The engine's part of this section.
+    pub fn engine(&self) -> crate::memory::engine::Config {
+        crate::memory::engine::Config {
+            decay: self.decay.clone(),
+            hormones: self.hormones.clone(),
+            correction: self.correction.clone(),
+            consolidation: self.consolidation.clone(),
+        }
     }
 }
 
@@ -232,6 +257,11 @@ impl Config {
     /// The API token file.
     pub fn token_path(&self) -> PathBuf {
         self.store.data_dir.join("api.token")
+    }
+
+    /// The full-text index directory (derived from the database; safe to delete).
+    pub fn index_path(&self) -> PathBuf {
+        self.store.data_dir.join("index")
     }
 
     /// The database directory.

@@ -60,13 +60,14 @@ impl Running {
         let status = self.node.status().await;
         format!(
             "druse {role} node {peer} started: p2p {listen}; API http://{api}; metrics http://{metrics}/metrics; \
-             trusted management keys: {keys}",
+             embedder {embedder}; trusted management keys: {keys}",
             role = status.role.as_str(),
             peer = status.peer_id,
             listen = status.listen_addrs.join(", "),
             api = self.api_addr,
             metrics = self.metrics_addr,
             keys = status.management_keys.len(),
+            embedder = status.embedder,
         )
     }
 

@@ -9,7 +9,7 @@ use druse_protocol::validate::{self, Accepted, Reason, TrustView, Verdict};
 use druse_protocol::{ContentId, Kind, PublicKey, UnixMillis, topic};
 
 use crate::governance::{self, Sensitivity};
-use crate::metrics::{LevelLabel, LifecycleLabel, Metrics, OutcomeLabels, VerdictLabel};
+use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, VerdictLabel};
 use crate::peers::{self, Book};
 use crate::skill::{Origin, Pending, Skill};
 use crate::store::{self, Store};
@@ -292,9 +292,7 @@ impl Pipeline {
         metrics.halted.set(i64::from(active.is_some()));
         metrics.weather_expires.set(active.map_or(0.0, |w| w.expires_at as f64 / 1000.0));
         metrics.endorsements_pending.set(self.pending.len() as i64);
-        let skills = self.store.skill_count() as i64;
-        metrics.crystals.get_or_create(&LifecycleLabel { lifecycle: "frozen" }).set(skills);
-        metrics.listings.set(skills);
+        metrics.listings.set(self.store.skill_count() as i64);
     }
 
     /// Sets the connected-peers-by-level gauge.

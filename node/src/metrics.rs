@@ -82,6 +82,8 @@ pub struct Metrics {
     pub retrieval_seconds: Histogram,
     /// Time of one consolidation pass.
     pub consolidation_seconds: Histogram,
+    /// Consolidation passes that failed.
+    pub consolidation_failures: Counter,
     /// Time from receiving a gossip message to its verdict.
     pub ingest_seconds: Histogram,
 }
@@ -105,6 +107,7 @@ impl Metrics {
             listing_price: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             retrieval_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             consolidation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            consolidation_failures: Counter::default(),
             ingest_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             registry: Registry::default(),
         };
@@ -144,6 +147,11 @@ impl Metrics {
             "Time of one consolidation pass",
             prometheus_client::registry::Unit::Seconds,
             metrics.consolidation_seconds.clone(),
+        );
+        r.register(
+            "druse_consolidation_failures",
+            "Consolidation passes that failed",
+            metrics.consolidation_failures.clone(),
         );
         r.register_with_unit(
             "druse_ingest_duration",

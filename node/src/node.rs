@@ -76,6 +76,17 @@ pub enum Error {
     Refused(Outcome),
     #[error(transparent)]
     Body(#[from] druse_protocol::body::Error),
+    #[error(transparent)]
+    Memory(#[from] crate::memory::engine::Error),
+    #[error(transparent)]
+    Embed(#[from] crate::memory::embed::Error),
+    #[error("a blocking task failed: {0}")]
+    Join(String),
+}
+
+/// Runs blocking work (embedding, disk) off the async runtime.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Join(e.to_string()))
 }
 
 /// A handle to a running node; clone it freely.
@@ -90,6 +101,7 @@ struct Inner {
     role: Role,
     key: Keypair,
     store: Store,
+    memory: Arc<crate::memory::Memory>,
     net: net::Handle,
     metrics: Metrics,
     pipeline: Mutex<Pipeline>,
@@ -113,6 +125,8 @@ pub struct Status {
     pub halted: bool,
     pub weather: WeatherView,
     pub management_keys: Vec<String>,
+    pub embedder: String,
+    pub memories: usize,
 }
 
 /// The weather as `/v1/weather` shows it.
@@ -188,6 +202,17 @@ impl Node {
         let key = Keypair::load_or_generate(&config.key_path())?;
         let token = load_or_create_token(&config.token_path())?;
         let store = Store::open(&config.db_path(), config.store.cache_bytes)?;
+        let memory = {
+            let embed = config.memory.embed.clone();
+            let engine = config.memory.engine();
+            let db = store.db().clone();
+            let index = config.index_path();
+            blocking(move || -> Result<_, Error> {
+                let embedder = crate::memory::embed::from_config(&embed)?;
+                Ok(Arc::new(crate::memory::Memory::open(&db, &index, engine, embedder, now_ms())?))
+            })
+            .await??
+        };
         let mut trust = trust_list(&config)?;
         if role == Role::Management {
             trust.insert(key.public());
@@ -211,6 +236,7 @@ impl Node {
                 role,
                 key,
                 store,
+                memory,
                 net,
                 metrics,
                 pipeline: Mutex::new(pipeline),
@@ -222,7 +248,8 @@ impl Node {
         };
         let ingest = tokio::spawn(node.clone().ingest_loop(events));
         let maintenance = tokio::spawn(node.clone().maintenance_loop());
-        lock(&node.inner.tasks).extend([ingest, maintenance]);
+        let consolidation = tokio::spawn(node.clone().consolidation_loop());
+        lock(&node.inner.tasks).extend([ingest, maintenance, consolidation]);
         Ok(node)
     }
 
@@ -265,6 +292,51 @@ impl Node {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The memory engine.
+    pub fn memory(&self) -> &Arc<crate::memory::Memory> {
+        &self.inner.memory
+    }
+
+    /// Runs one consolidation pass now, timing it in the metrics.
+    pub async fn consolidate(&self) -> Result<crate::memory::consolidation::Report, Error> {
+        let memory = Arc::clone(&self.inner.memory);
+        let started = Instant::now();
+        let report = blocking(move || memory.consolidate(now_ms())).await??;
+        self.inner.metrics.consolidation_seconds.observe(started.elapsed().as_secs_f64());
+        self.refresh_memory_gauges();
+        Ok(report)
+    }
+
+    fn refresh_memory_gauges(&self) {
+        let counts = self.inner.memory.counts();
+        for lifecycle in crate::memory::crystal::Lifecycle::ALL {
+            let n = counts.get(&lifecycle).copied().unwrap_or(0) as i64;
+            self.inner
+                .metrics
+                .crystals
+                .get_or_create(&crate::metrics::LifecycleLabel { lifecycle: lifecycle.as_str() })
+                .set(n);
+        }
+    }
+
+    async fn consolidation_loop(self) {
+        let every = self.inner.config.memory.consolidation_interval;
+        let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        self.refresh_memory_gauges();
+        loop {
+            tick.tick().await;
+            match self.consolidate().await {
+                Ok(report) => tracing::info!(?report, "consolidation pass"),
+                Err(error) => {
+                    self.inner.metrics.consolidation_failures.inc();
+                    tracing::error!(%error, "consolidation failed");
+                }
+            }
+        }
     }
 
     /// The metrics.
@@ -361,6 +433,8 @@ impl Node {
             halted: weather.halted,
             weather,
             management_keys,
+            embedder: self.inner.memory.embedder_name().to_owned(),
+            memories: self.inner.memory.counts().values().sum(),
         }
     }
 
@@ -461,6 +535,7 @@ impl Node {
             let connected: Vec<PeerId> = lock(&self.inner.connected).iter().copied().collect();
             let scores: Vec<(PeerId, f64)> = {
                 let pipeline = lock(&self.inner.pipeline);
+                self.inner.memory.set_network_cortisol(pipeline.weather.override_level(now));
                 pipeline.refresh_gauges(now, &self.inner.metrics);
                 pipeline.count_peers(connected.iter(), now, &self.inner.metrics);
                 connected.iter().map(|p| (*p, pipeline.book.application_score(p, now))).collect()

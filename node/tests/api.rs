@@ -101,3 +101,70 @@ async fn over_the_listing_rate_is_429() {
     assert_eq!(skill_count(&running).await, 10);
     running.stop().await;
 }
+
+async fn post_to(running: &Running, path: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{}{path}", running.api_addr))
+        .bearer_auth(running.node.token())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+async fn get_json(running: &Running, path: &str, token: bool) -> (u16, Value) {
+    let mut request = reqwest::Client::new().get(format!("http://{}{path}", running.api_addr));
+    if token {
+        request = request.bearer_auth(running.node.token());
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn corrected_memory_is_recalled_and_its_history_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut config = Config::default();
+        config.store.data_dir = dir.path().to_owned();
+        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
+        config.p2p.mdns = false;
+        config.api.listen = "127.0.0.1:0".parse().unwrap();
+        config.metrics.listen = "127.0.0.1:0".parse().unwrap();
+        config
+    };
+    let running = daemon::start(config(), Role::Edge, |_| axum::Router::new()).await.unwrap();
+    let old = json!({ "text": "Dad's surgery is March 15", "namespace": "user:sam" });
+    let (status, first) = post_to(&running, "/v1/memories", old).await;
+    assert_eq!(status, 201, "{first}");
+    let fix = json!({ "text": "Wait, actually it's March 22 - I got the date wrong", "namespace": "user:sam" });
+    let (status, second) = post_to(&running, "/v1/memories", fix).await;
+    assert_eq!(status, 201, "{second}");
+    assert_eq!(second["decision"]["action"], "update");
+    let new_id = second["crystal"]["id"].as_u64().unwrap();
+    running.stop().await;
+
+    let running = daemon::start(config(), Role::Edge, |_| axum::Router::new()).await.unwrap();
+    let (status, hits) = get_json(&running, "/v1/memories?q=when%20is%20dad%27s%20surgery&k=3&namespace=user:sam", true).await;
+    assert_eq!(status, 200, "{hits}");
+    assert_eq!(hits[0]["crystal"]["text"], "Wait, actually it's March 22 - I got the date wrong");
+    assert!(!hits.as_array().unwrap().iter().any(|h| h["crystal"]["text"] == "Dad's surgery is March 15"));
+
+    let (_, anonymous) = get_json(&running, "/v1/memories?q=surgery", false).await;
+    assert_eq!(anonymous.as_array().map(Vec::len), Some(0), "private memories need the token: {anonymous}");
+
+    let (status, history) = get_json(&running, &format!("/v1/crystals/{new_id}/history"), true).await;
+    assert_eq!(status, 200, "{history}");
+    assert_eq!(history["chain"][0]["text"], "Dad's surgery is March 15");
+    assert_eq!(history["chain"][0]["status"], "superseded");
+    assert_eq!(history["chain"][1]["id"].as_u64(), Some(new_id));
+
+    let (status, report) = post_to(&running, "/v1/consolidate", json!({})).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["scored"].as_u64(), Some(1));
+
+    let (status, body) = post_to(&running, "/v1/memories", json!({ "text": "" })).await;
+    assert_eq!((status, body["error"].as_str()), (422, Some("invalid")));
+    running.stop().await;
+}

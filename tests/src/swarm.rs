@@ -28,6 +28,19 @@ pub const HEARTBEAT: Duration = Duration::from_millis(100);
 /// Time for subscriptions to travel and meshes to form after connecting: ten heartbeats.
 pub const MESH_SETTLE: Duration = Duration::from_secs(1);
 
+/// How long after a node began a clean shutdown it may reconnect to its old peers and be
+/// heard again.
+///
+/// A node leaving cleanly unsubscribes, which PRUNEs its mesh peers with gossipsub's 10 s
+/// unsubscribe backoff. If the restarted node reconnects within that backoff it GRAFTs all six
+/// topics, each peer counts 12 behaviour penalties (two per topic) against
+/// `behaviour_penalty_threshold = 6`, and its score there falls to about -360: below the
+/// publish (-300) and gossip (-150) thresholds. Those peers then send it nothing for ~11 s and
+/// keep it out of their meshes for minutes. Until protocol/src/net fixes this (see the
+/// ignored test `restarted_node_that_reconnects_at_once_is_heard_again`), scenarios rejoin
+/// after the backoff.
+pub const REJOIN_AFTER: Duration = Duration::from_secs(11);
+
 /// The key a seed names: `[seed; 32]`.
 pub fn key(seed: u8) -> Keypair {
     Keypair::from_seed([seed; 32])
@@ -301,14 +314,17 @@ impl Cluster {
         }
     }
 
-    /// Restarts the management node on its data directory, takes the role again, reconnects
-    /// it to every edge and waits for gossip to flow.
-    pub async fn restart_mgmt(self) -> Result<Self> {
+    /// Restarts the management node on its data directory and takes the role again; once
+    /// `rejoin_after` has passed since the shutdown began, reconnects it to every edge and waits
+    /// for gossip to flow. See [`REJOIN_AFTER`] for why reconnecting at once does not work yet.
+    pub async fn restart_mgmt(self, rejoin_after: Duration) -> Result<Self> {
         let Self { mgmt, management, edges } = self;
+        let stopping = tokio::time::Instant::now();
         drop(management);
         let mgmt = mgmt.restart().await?;
         let management = Management::new(mgmt.node.clone()).context("taking the management role again")?;
         let cluster = Self { mgmt, management, edges };
+        tokio::time::sleep_until(stopping + rejoin_after).await;
         for edge in &cluster.edges {
             connect(cluster.mgmt.net(), edge.net()).await?;
         }
@@ -316,17 +332,13 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Restarts the edge `name` on its data directory, reconnects it to every other node and
-    /// waits for gossip to flow.
+    /// Restarts the edge `name` on its data directory. It stays disconnected: see
+    /// [`REJOIN_AFTER`].
     pub async fn restart_edge(&mut self, name: &str) -> Result<()> {
         let index = self.edges.iter().position(|e| e.name == name).with_context(|| format!("no edge {name}"))?;
         let edge = self.edges.remove(index).restart().await?;
         self.edges.insert(index, edge);
-        let edge = &self.edges[index];
-        for other in self.nodes().into_iter().filter(|n| n.name != name) {
-            connect(edge.net(), other.net()).await?;
-        }
-        mesh_ready(&self.nodes()).await
+        Ok(())
     }
 
     /// Stops every node.
