@@ -46,9 +46,13 @@ impl Client {
             .map_err(|source| Error::Token { path: path.display().to_string(), source })
     }
 
-    /// GET a JSON document.
+    /// GET a JSON document (with the token, if this client has one, so private reads work).
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
-        self.send(self.http.get(self.url(path))).await
+        let mut request = self.http.get(self.url(path));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        self.send(request).await
     }
 
     /// POST a JSON body with the bearer token.

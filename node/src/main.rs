@@ -45,6 +45,18 @@ enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Memories: add, search, get, history.
+    Memory {
+        #[command(subcommand)]
+        command: MemoryCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Run a consolidation pass now.
+    Consolidate {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Show the weather a running node obeys.
     Weather {
         #[command(flatten)]
@@ -55,6 +67,45 @@ enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum MemoryCommand {
+    /// Store a memory (a correction like "actually, it's March 22" supersedes what it corrects).
+    Add {
+        text: String,
+        /// `episodic` or `user:<handle>`.
+        #[arg(long, default_value = "episodic")]
+        namespace: String,
+        /// observation, interaction, exploration_note or summary.
+        #[arg(long, default_value = "observation")]
+        kind: String,
+        #[arg(long)]
+        subject: Option<String>,
+        #[arg(long)]
+        attribute: Option<String>,
+        /// Seed 003's decay class (never, location, employment, long_term_goal, active_project,
+        /// health, emotional_state, temporary_location, event_bound).
+        #[arg(long)]
+        decay_class: Option<String>,
+        /// private, shared or public.
+        #[arg(long, default_value = "private")]
+        scope: String,
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Recall memories.
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+        #[arg(long)]
+        namespace: Option<String>,
+    },
+    /// Show one crystal.
+    Get { id: String },
+    /// Show a crystal's supersession chain and audit log.
+    History { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -104,6 +155,20 @@ fn parse_stats(text: &str) -> Result<ExecutionStats, String> {
     })
 }
 
+fn session_present(body: &Value) -> bool {
+    !body["session"].is_null()
+}
+
+/// Percent-encodes a query or path component.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     match run(Cli::parse()).await {
@@ -133,6 +198,38 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("wrote {}\npeer_id    {}\npublic_key {}", out.display(), key.peer_id(), key.public());
         }
         Command::Status { api } => print_json(&api.reader().get::<Value>("/v1/status").await?),
+        Command::Memory { command, api } => {
+            let client = api.writer()?;
+            match command {
+                MemoryCommand::Add { text, namespace, kind, subject, attribute, decay_class, scope, session } => {
+                    let mut body = serde_json::json!({
+                        "text": text, "namespace": namespace, "kind": kind, "scope": scope,
+                        "subject": subject, "attribute": attribute, "session": session,
+                    });
+                    if let Some(class) = decay_class {
+                        body["decay_class"] = Value::String(class);
+                    }
+                    if session_present(&body) {
+                        body["turn_at"] = Value::from(druse_node::node::now_ms());
+                    }
+                    print_json(&client.post::<_, Value>("/v1/memories", &body).await?);
+                }
+                MemoryCommand::Search { query, k, namespace } => {
+                    let mut path = format!("/v1/memories?q={}&k={k}", encode(&query));
+                    if let Some(namespace) = namespace {
+                        path.push_str(&format!("&namespace={}", encode(&namespace)));
+                    }
+                    print_json(&client.get::<Value>(&path).await?);
+                }
+                MemoryCommand::Get { id } => print_json(&client.get::<Value>(&format!("/v1/crystals/{}", encode(&id))).await?),
+                MemoryCommand::History { id } => {
+                    print_json(&client.get::<Value>(&format!("/v1/crystals/{}/history", encode(&id))).await?)
+                }
+            }
+        }
+        Command::Consolidate { api } => {
+            print_json(&api.writer()?.post::<_, Value>("/v1/consolidate", &serde_json::json!({})).await?)
+        }
         Command::Weather { api } => print_json(&api.reader().get::<Value>("/v1/weather").await?),
         Command::Peers { api } => print_json(&api.reader().get::<Value>("/v1/peers").await?),
         Command::Skill { command, api } => match command {
