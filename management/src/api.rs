@@ -22,7 +22,7 @@ impl From<crate::Error> for Error {
         match error {
             crate::Error::UnknownSkill(_) => Error::not_found(error.to_string()),
             crate::Error::Invalid(_) => Error::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string()),
-            crate::Error::Node(e) => e.into(),
+            crate::Error::Node(e) => (*e).into(),
             crate::Error::Store(e) => Error::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
         }
     }
@@ -124,12 +124,18 @@ pub fn router(management: Arc<Management>) -> Router {
     druse_node::api::require_token(routes, &token).with_state(management)
 }
 
-async fn endorse_route(State(m): State<Arc<Management>>, request: Result<Json<EndorseRequest>, JsonRejection>) -> Answer {
+async fn endorse_route(
+    State(m): State<Arc<Management>>,
+    request: Result<Json<EndorseRequest>, JsonRejection>,
+) -> Answer {
     let Json(request) = request?;
     published(m.endorse(request.content_id, request.verdict, request.note).await?)
 }
 
-async fn weather_route(State(m): State<Arc<Management>>, request: Result<Json<WeatherRequest>, JsonRejection>) -> Answer {
+async fn weather_route(
+    State(m): State<Arc<Management>>,
+    request: Result<Json<WeatherRequest>, JsonRejection>,
+) -> Answer {
     let Json(request) = request?;
     if !(0.0..=1.0).contains(&request.level) {
         return Err(Error::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", "level must be in [0, 1]"));

@@ -12,9 +12,7 @@ use std::time::Duration;
 use druse_node::node::{self, now_ms};
 use druse_node::skill::Skill;
 use druse_node::{Node, Role};
-use druse_protocol::body::{
-    Attest, Ban, Body, Bounty, Endorsement, EndorsementVerdict, TrustLevel, Weather, limits,
-};
+use druse_protocol::body::{Attest, Ban, Body, Bounty, Endorsement, EndorsementVerdict, TrustLevel, Weather, limits};
 use druse_protocol::{ContentId, PublicKey};
 use tokio::sync::Mutex;
 
@@ -30,7 +28,7 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Node(#[from] node::Error),
+    Node(Box<node::Error>),
     #[error(transparent)]
     Store(#[from] druse_node::store::Error),
 }
@@ -118,7 +116,8 @@ impl Management {
     ) -> Result<ContentId, Error> {
         let seq = self.next_seq().await?;
         let issued_at = now_ms();
-        let body = Body::Attest(Attest { issued_at, seq, peer, level, reason, expires_at: expiry(issued_at, duration) });
+        let body =
+            Body::Attest(Attest { issued_at, seq, peer, level, reason, expires_at: expiry(issued_at, duration) });
         Ok(self.node.publish(&body).await?)
     }
 
@@ -159,6 +158,12 @@ impl Management {
             }
         });
         self.node.own_task(task);
+    }
+}
+
+impl From<node::Error> for Error {
+    fn from(error: node::Error) -> Self {
+        Error::Node(Box::new(error))
     }
 }
 

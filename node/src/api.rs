@@ -19,8 +19,8 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::governance::{self, Caller, Scope, Sensitivity};
-use crate::memory::{self, crystal::CrystalId};
 use crate::ingest::Outcome;
+use crate::memory::{self, crystal::CrystalId};
 use crate::node::{self, Node, now_ms};
 
 /// An API error: a status, a stable code and a human sentence.
@@ -200,7 +200,9 @@ fn caller(node: &Node, headers: &HeaderMap) -> Caller {
 impl From<memory::engine::Error> for Error {
     fn from(error: memory::engine::Error) -> Self {
         match error {
-            memory::engine::Error::Invalid(_) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string()),
+            memory::engine::Error::Invalid(_) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string())
+            }
             memory::engine::Error::NotFound(_) => Self::not_found(error.to_string()),
             other => {
                 tracing::error!(error = %other, "memory request failed");

@@ -119,8 +119,9 @@ impl ApiArgs {
 
 /// Starts logging to stderr; `RUST_LOG` filters (default `info`, libp2p at `warn`).
 pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,libp2p_kad=error,libp2p_gossipsub=error,libp2p_mdns=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,libp2p_kad=error,libp2p_gossipsub=error,libp2p_mdns=warn")
+    });
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {

@@ -324,7 +324,8 @@ mod tests {
 
     #[test]
     fn durations_are_human_readable() {
-        let config = Config::parse("[memory]\nconsolidation_interval = \"45m\"\n[p2p]\nheartbeat = \"250ms\"\n").unwrap();
+        let config =
+            Config::parse("[memory]\nconsolidation_interval = \"45m\"\n[p2p]\nheartbeat = \"250ms\"\n").unwrap();
         assert_eq!(config.memory.consolidation_interval, Duration::from_secs(45 * 60));
         assert_eq!(config.p2p.heartbeat, Duration::from_millis(250));
     }

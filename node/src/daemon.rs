@@ -24,9 +24,9 @@ pub struct Running {
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, node::Error> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|e| node::Error::Io(std::io::Error::new(e.kind(), format!("cannot listen for the {what} on {addr}: {e}"))))
+    TcpListener::bind(addr).await.map_err(|e| {
+        node::Error::Io(std::io::Error::new(e.kind(), format!("cannot listen for the {what} on {addr}: {e}")))
+    })
 }
 
 /// Starts a node and serves its API (with `extra` routes merged in) and its metrics.
@@ -80,7 +80,6 @@ impl Running {
         self.node.shutdown().await;
     }
 }
-
 
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {

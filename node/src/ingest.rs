@@ -309,7 +309,10 @@ impl Pipeline {
 
 /// Counts one message in the metrics.
 pub fn count(metrics: &Metrics, topic: &str, kind: Option<Kind>, outcome: Outcome) {
-    metrics.messages.get_or_create(&crate::metrics::MessageLabels { topic: topic_label(topic), verdict: outcome.verdict_label() }).inc();
+    metrics
+        .messages
+        .get_or_create(&crate::metrics::MessageLabels { topic: topic_label(topic), verdict: outcome.verdict_label() })
+        .inc();
     let kind = kind.map_or("unknown", Kind::as_str);
     metrics.ingest.get_or_create(&OutcomeLabels { kind, outcome: outcome.label() }).inc();
 }
@@ -380,7 +383,8 @@ mod tests {
 
         fn weather(&mut self, seq: u64) {
             let mgmt = self.mgmt.clone();
-            let body = Body::Weather(Weather { issued_at: NOW, seq, level: 0.9, duration_ms: 60_000, reason: "x".into() });
+            let body =
+                Body::Weather(Weather { issued_at: NOW, seq, level: 0.9, duration_ms: 60_000, reason: "x".into() });
             assert_eq!(self.ingest(&mgmt, &body), Outcome::Accepted);
         }
     }

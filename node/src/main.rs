@@ -221,7 +221,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                     print_json(&client.get::<Value>(&path).await?);
                 }
-                MemoryCommand::Get { id } => print_json(&client.get::<Value>(&format!("/v1/crystals/{}", encode(&id))).await?),
+                MemoryCommand::Get { id } => {
+                    print_json(&client.get::<Value>(&format!("/v1/crystals/{}", encode(&id))).await?)
+                }
                 MemoryCommand::History { id } => {
                     print_json(&client.get::<Value>(&format!("/v1/crystals/{}/history", encode(&id))).await?)
                 }

@@ -115,7 +115,11 @@ impl Metrics {
         r.register("druse_messages", "Gossip messages by topic and verdict", metrics.messages.clone());
         r.register("druse_ingest_outcomes", "Ingestion outcomes by kind and reason", metrics.ingest.clone());
         r.register("druse_published", "Messages this node published, by kind", metrics.published.clone());
-        r.register("druse_weather_cortisol", "Effective network cortisol from weather", metrics.weather_cortisol.clone());
+        r.register(
+            "druse_weather_cortisol",
+            "Effective network cortisol from weather",
+            metrics.weather_cortisol.clone(),
+        );
         r.register("druse_halted", "1 while ingestion from untrusted peers is halted", metrics.halted.clone());
         r.register(
             "druse_weather_expires_timestamp_seconds",
@@ -159,11 +163,7 @@ impl Metrics {
             prometheus_client::registry::Unit::Seconds,
             metrics.ingest_seconds.clone(),
         );
-        r.register(
-            "druse_build",
-            "Build information",
-            Info::new(vec![("version", version), ("role", role)]),
-        );
+        r.register("druse_build", "Build information", Info::new(vec![("version", version), ("role", role)]));
         for level in druse_protocol::body::TrustLevel::ALL {
             let _ = metrics.peers.get_or_create(&LevelLabel { level: level.as_str() });
         }

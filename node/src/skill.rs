@@ -71,13 +71,8 @@ impl Skill {
                 return false;
             }
         }
-        self.endorsement = Some(Verdict {
-            by: signer,
-            seq: e.seq,
-            issued_at: e.issued_at,
-            verdict: e.verdict,
-            note: e.note.clone(),
-        });
+        self.endorsement =
+            Some(Verdict { by: signer, seq: e.seq, issued_at: e.issued_at, verdict: e.verdict, note: e.note.clone() });
         match e.verdict {
             EndorsementVerdict::Endorse => {
                 self.is_verified = true;
@@ -163,7 +158,15 @@ mod tests {
     use druse_protocol::body::{ExecutionStats, SemanticType};
 
     fn endorsement(seq: u64, verdict: EndorsementVerdict, id: ContentId) -> Endorsement {
-        Endorsement { issued_at: seq, seq, content_id: id, skill_id: "s".into(), version: 1, verdict, note: String::new() }
+        Endorsement {
+            issued_at: seq,
+            seq,
+            content_id: id,
+            skill_id: "s".into(),
+            version: 1,
+            verdict,
+            note: String::new(),
+        }
     }
 
     fn skill() -> Skill {

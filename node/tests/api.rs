@@ -146,7 +146,8 @@ async fn corrected_memory_is_recalled_and_its_history_survives_a_restart() {
     running.stop().await;
 
     let running = daemon::start(config(), Role::Edge, |_| axum::Router::new()).await.unwrap();
-    let (status, hits) = get_json(&running, "/v1/memories?q=when%20is%20dad%27s%20surgery&k=3&namespace=user:sam", true).await;
+    let (status, hits) =
+        get_json(&running, "/v1/memories?q=when%20is%20dad%27s%20surgery&k=3&namespace=user:sam", true).await;
     assert_eq!(status, 200, "{hits}");
     assert_eq!(hits[0]["crystal"]["text"], "Wait, actually it's March 22 - I got the date wrong");
     assert!(!hits.as_array().unwrap().iter().any(|h| h["crystal"]["text"] == "Dad's surgery is March 15"));

@@ -65,15 +65,21 @@ impl Memory {
             for c in crystals.values() {
                 if c.lifecycle == Lifecycle::Expired {
                     changes.purge.push(c.id);
-                    changes.audit.push(audit(c, "consolidation", now, "expired", "purged", "purge of expired crystals"));
+                    changes.audit.push(audit(
+                        c,
+                        "consolidation",
+                        now,
+                        "expired",
+                        "purged",
+                        "purge of expired crystals",
+                    ));
                     continue;
                 }
                 if c.status == Status::Superseded || c.lifecycle == Lifecycle::Archived {
                     continue;
                 }
                 report.scored += 1;
-                let importance =
-                    self.config.decay.importance(&decay_inputs(c), now, modulation.decay_resistance);
+                let importance = self.config.decay.importance(&decay_inputs(c), now, modulation.decay_resistance);
                 let mut next = c.clone();
                 next.importance = importance;
                 if c.ttl_passed(now) && c.lifecycle.can_become(Lifecycle::Expired) {
@@ -83,14 +89,26 @@ impl Memory {
                     && !c.is_decay_immune()
                     && c.lifecycle.can_become(Lifecycle::Expired)
                 {
-                    transition(&mut next, Lifecycle::Expired, now, "importance below the forget threshold", &mut changes);
+                    transition(
+                        &mut next,
+                        Lifecycle::Expired,
+                        now,
+                        "importance below the forget threshold",
+                        &mut changes,
+                    );
                     report.expired += 1;
                 } else {
                     if c.lifecycle == Lifecycle::Generated
                         && c.access_count >= cfg.activate_after_accesses
                         && importance >= cfg.promote_threshold
                     {
-                        transition(&mut next, Lifecycle::Activated, now, "accessed often, high importance", &mut changes);
+                        transition(
+                            &mut next,
+                            Lifecycle::Activated,
+                            now,
+                            "accessed often, high importance",
+                            &mut changes,
+                        );
                         report.activated += 1;
                     }
                     if importance > cfg.promote_threshold && !c.is_decay_immune() {

@@ -113,8 +113,13 @@ pub enum Decision {
 /// Decides how a new observation relates to what is stored; the agent's LLM implements it too.
 pub trait Reconciler: Send + Sync + std::fmt::Debug {
     /// `candidates` are the most similar active observations in the same namespace, best first.
-    fn reconcile(&self, text: &str, subject: Option<&str>, attribute: Option<&str>, candidates: &[Candidate])
-    -> Decision;
+    fn reconcile(
+        &self,
+        text: &str,
+        subject: Option<&str>,
+        attribute: Option<&str>,
+        candidates: &[Candidate],
+    ) -> Decision;
 }
 
 /// The rule-based reconciler.
@@ -247,7 +252,7 @@ mod tests {
             attribute: Some("surgery date".into()),
             ..candidate(1, "Dad's surgery is March 15", 0.3)
         };
-        let d = r.reconcile("Dad's surgery is March 29", Some("Dad"), Some("surgery date"), &[old.clone()]);
+        let d = r.reconcile("Dad's surgery is March 29", Some("Dad"), Some("surgery date"), std::slice::from_ref(&old));
         assert_eq!(d, Decision::Update { target: 1, confidence: 0.7 });
         let d = r.reconcile("Dad's surgery is March 15", Some("dad"), Some("surgery date"), &[old]);
         assert_eq!(d, Decision::Noop { target: 1 });
@@ -271,7 +276,10 @@ mod tests {
     #[test]
     fn duplicates_are_noop_and_unrelated_facts_are_added() {
         let r = Rules::default();
-        assert_eq!(r.reconcile("likes rust", None, None, &[candidate(3, "likes rust", 0.99)]), Decision::Noop { target: 3 });
+        assert_eq!(
+            r.reconcile("likes rust", None, None, &[candidate(3, "likes rust", 0.99)]),
+            Decision::Noop { target: 3 }
+        );
         assert_eq!(r.reconcile("has a cat", None, None, &[candidate(3, "likes rust", 0.1)]), Decision::Add);
         assert_eq!(r.reconcile("has a cat", None, None, &[]), Decision::Add);
     }

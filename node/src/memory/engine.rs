@@ -237,8 +237,7 @@ impl Memory {
             }
         };
         let hormones = match tree.get(HORMONES)? {
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| Error::Corrupt("hormones".into(), e))?,
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt("hormones".into(), e))?,
             None => hormones::State::new(&config.hormones, now),
         };
         let memory = Self {
@@ -327,7 +326,11 @@ impl Memory {
     }
 
     fn embed_one(&self, text: &str) -> Result<Vec<f32>, Error> {
-        self.embedder.embed(&[text])?.into_iter().next().ok_or_else(|| Error::Invalid("the embedder returned nothing".into()))
+        self.embedder
+            .embed(&[text])?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Invalid("the embedder returned nothing".into()))
     }
 
     /// Stores a memory: tags its sensitivity, stamps its hormones, reconciles it against the
@@ -375,7 +378,14 @@ impl Memory {
             Decision::Delete { target } => {
                 let mut old = self.get(target).ok_or(Error::NotFound(target))?;
                 old.status = Status::Superseded;
-                changes.audit.push(audit(&old, actor, now, "active", "superseded", &format!("retracted: {}", new.text)));
+                changes.audit.push(audit(
+                    &old,
+                    actor,
+                    now,
+                    "active",
+                    "superseded",
+                    &format!("retracted: {}", new.text),
+                ));
                 changes.crystals.push(old.clone());
                 (old, Some(target))
             }
@@ -401,8 +411,14 @@ impl Memory {
                     let why = if correction::is_explicit_correction(&new.text) {
                         format!("explicit correction by {id} (confidence 1.0)")
                     } else {
-                        tracing::info!(old = target, new = id, "memory conflict: a new value supersedes without a correction signal");
-                        format!("conflict: newer value {id} supersedes without a correction signal (confidence {confidence})")
+                        tracing::info!(
+                            old = target,
+                            new = id,
+                            "memory conflict: a new value supersedes without a correction signal"
+                        );
+                        format!(
+                            "conflict: newer value {id} supersedes without a correction signal (confidence {confidence})"
+                        )
                     };
                     changes.audit.push(audit(&old, actor, now, "active", "superseded", &why));
                     // The new value is recalled by what it corrects, too.
@@ -448,8 +464,7 @@ impl Memory {
         now: UnixMillis,
     ) -> Result<Crystal, Error> {
         let sensitivity = governance::tag_sensitivity(&new.text);
-        let lifecycle =
-            if new.semantic_type == SemanticType::Skill { Lifecycle::Frozen } else { Lifecycle::Generated };
+        let lifecycle = if new.semantic_type == SemanticType::Skill { Lifecycle::Frozen } else { Lifecycle::Generated };
         Ok(Crystal {
             id,
             text: new.text.clone(),
@@ -528,10 +543,8 @@ impl Memory {
             if key & CONTEXT_BIT != 0 || out.len() >= self.config.correction.candidates {
                 continue;
             }
-            if let Some(c) = crystals.get(&key).filter(|c| usable(c)) {
-                if !out.iter().any(|o| o.id == c.id) {
-                    out.push(to_candidate(c, similarity));
-                }
+            if let Some(c) = crystals.get(&key).filter(|c| usable(c) && !out.iter().any(|o| o.id == c.id)) {
+                out.push(to_candidate(c, similarity));
             }
         }
         Ok(out)
@@ -552,7 +565,8 @@ impl Memory {
     pub(crate) fn commit(&self, changes: Changes, durable: bool) -> Result<(), Error> {
         let mut batch = sled::Batch::default();
         for crystal in &changes.crystals {
-            let bytes = serde_json::to_vec(crystal).map_err(|e| Error::Corrupt(format!("crystal {}", crystal.id), e))?;
+            let bytes =
+                serde_json::to_vec(crystal).map_err(|e| Error::Corrupt(format!("crystal {}", crystal.id), e))?;
             batch.insert(&key(CRYSTAL, crystal.id), bytes);
         }
         for (prefix, id, vector) in &changes.vectors {

@@ -54,7 +54,8 @@ fn explicit_correction_is_recalled_and_the_old_value_stays_in_history() {
 fn new_value_for_the_same_subject_and_attribute_supersedes_at_0_7_and_logs_a_conflict() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
-    let keyed = |text: &str| NewMemory { subject: Some("dad".into()), attribute: Some("surgery".into()), ..memory(text) };
+    let keyed =
+        |text: &str| NewMemory { subject: Some("dad".into()), attribute: Some("surgery".into()), ..memory(text) };
     let old = m.add(keyed("Dad's surgery is March 15"), "user", NOW).unwrap();
     let new = m.add(keyed("Dad's surgery is March 29"), "user", NOW + 1).unwrap();
     assert_eq!(new.decision, Decision::Update { target: old.crystal.id, confidence: 0.7 });

@@ -161,7 +161,8 @@ fn load_config(dir: &Path) -> Result<bert::Config, Error> {
     serde_json::from_slice(&bytes).map_err(|source| Error::ModelConfig { path, source })
 }
 
-/// all-MiniLM-L6-v2's published config (<https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/blob/main/config.json>).
+/// all-MiniLM-L6-v2's published config:
+/// <https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/blob/main/config.json>
 fn all_minilm_l6_v2() -> bert::Config {
     bert::Config {
         vocab_size: 30522,
