@@ -1,6 +1,8 @@
 //! The HTTP API on a real node: the bearer token, bounded bodies, and JSON errors with the
 //! right status, with nothing already stored lost on a bad request.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
 use druse_node::config::Config;
 use druse_node::daemon::{self, Running};
 use druse_node::{Role, api::PublishSkill};

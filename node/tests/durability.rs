@@ -2,6 +2,8 @@
 //! binary in a write loop, killed at pseudo-random moments (fixed seed) twenty times; after
 //! each restart the store opens and every acknowledged memory is there.
 
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -44,10 +46,10 @@ fn start(dir: &Path) -> Node {
 async fn wait_ready(client: &reqwest::Client, node: &mut Node) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(response) = client.get(format!("{}/healthz", node.api)).send().await {
-            if response.status().is_success() {
-                return;
-            }
+        if let Ok(response) = client.get(format!("{}/healthz", node.api)).send().await
+            && response.status().is_success()
+        {
+            return;
         }
         if let Ok(Some(status)) = node.child.try_wait() {
             panic!("the node exited at start-up with {status}: the store did not open");
@@ -93,11 +95,11 @@ async fn acknowledged_memories_survive_kill_9_at_random_moments() {
                 .post(format!("{}/v1/memories", node.api))
                 .bearer_auth(&token)
                 .json(&json!({ "text": text, "kind": "interaction" }));
-            if let Ok(response) = request.send().await {
-                if response.status().as_u16() == 201 {
-                    let body: Value = response.json().await.unwrap();
-                    acknowledged.push((body["crystal"]["id"].as_u64().unwrap(), text));
-                }
+            if let Ok(response) = request.send().await
+                && response.status().as_u16() == 201
+            {
+                let body: Value = response.json().await.unwrap();
+                acknowledged.push((body["crystal"]["id"].as_u64().unwrap(), text));
             }
             n += 1;
         }

@@ -21,7 +21,11 @@ pub const WAIT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(10);
 
 /// Waits until `check` holds, re-checking every 10 ms; fails after `timeout`, naming `what`.
-pub async fn eventually(timeout: Duration, what: impl Display, mut check: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {
+pub async fn eventually(
+    timeout: Duration,
+    what: impl Display,
+    mut check: impl AsyncFnMut() -> bool,
+) -> anyhow::Result<()> {
     wait_for(timeout, what, async || check().await.then_some(())).await
 }
 

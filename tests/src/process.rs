@@ -221,8 +221,13 @@ impl ProcNode {
         let log = data_dir.with_extension("log");
         let process = Process::spawn(name, program, &args, log)?;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
-        let mut node =
-            Self { process, data_dir: data_dir.to_owned(), api: format!("http://{api}"), metrics: format!("http://{metrics}"), http };
+        let mut node = Self {
+            process,
+            data_dir: data_dir.to_owned(),
+            api: format!("http://{api}"),
+            metrics: format!("http://{metrics}"),
+            http,
+        };
         node.wait_healthy().await?;
         Ok(node)
     }

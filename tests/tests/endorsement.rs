@@ -16,7 +16,9 @@ async fn skill_published_on_one_edge_is_stored_and_then_verified_on_every_edge()
 
     let id = a.publish(&Body::Crystal(listing("parse-rfc3339-dates"))).await.unwrap();
     for node in [b, c, &cluster.mgmt] {
-        eventually(WAIT, format_args!("{} to store skill {id}", node.name), async || node.has_skill(&id)).await.unwrap();
+        eventually(WAIT, format_args!("{} to store skill {id}", node.name), async || node.has_skill(&id))
+            .await
+            .unwrap();
     }
     for node in [b, c] {
         let skill = node.stored(&id).unwrap().unwrap();

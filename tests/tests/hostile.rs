@@ -10,24 +10,23 @@ use druse_node::node::now_ms;
 use druse_protocol::body::{Body, Weather};
 use druse_protocol::{Reason, topic};
 use druse_tests::swarm::{
-    Cluster, MESH_SETTLE, Sniffer, TestNode, connect, content_id, key, listing, mesh_ready, mgmt_key, publish_raw,
-    seal,
+    Cluster, MESH_SETTLE, Sniffer, TestNode, connect, content_id, key, listing, mesh_ready, mgmt_key, publish_raw, seal,
 };
 use druse_tests::{WAIT, eventually, wait_for};
 
 const ROGUE_SEED: u8 = 66;
 
 /// Starts a cluster of `mgmt`, `a` and `b`, plus a rogue edge connected to all of them.
-async fn cluster_with_rogue() -> (Cluster, TestNode) {
-    let cluster = Cluster::start(&[("a", 1), ("b", 2)], |_| {}).await.unwrap();
-    let rogue = TestNode::start("rogue", ROGUE_SEED, Role::Edge, &[mgmt_key().public()], |_| {}).await.unwrap();
+async fn cluster_with_rogue() -> anyhow::Result<(Cluster, TestNode)> {
+    let cluster = Cluster::start(&[("a", 1), ("b", 2)], |_| {}).await?;
+    let rogue = TestNode::start("rogue", ROGUE_SEED, Role::Edge, &[mgmt_key().public()], |_| {}).await?;
     for node in cluster.nodes() {
-        connect(rogue.net(), node.net()).await.unwrap();
+        connect(rogue.net(), node.net()).await?;
     }
     let mut all = cluster.nodes();
     all.push(&rogue);
-    mesh_ready(&all).await.unwrap();
-    (cluster, rogue)
+    mesh_ready(&all).await?;
+    Ok((cluster, rogue))
 }
 
 fn storm(seq: u64) -> Body {
@@ -36,7 +35,7 @@ fn storm(seq: u64) -> Body {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn weather_signed_by_an_untrusted_key_changes_nothing_and_is_counted() {
-    let (cluster, rogue) = cluster_with_rogue().await;
+    let (cluster, rogue) = cluster_with_rogue().await.unwrap();
 
     // Signed by the rogue itself, then by a key no node has ever seen.
     publish_raw(rogue.net(), topic::WEATHER, seal(&key(ROGUE_SEED), &storm(1_000)).unwrap()).await.unwrap();
@@ -112,7 +111,7 @@ async fn replayed_weather_is_refused_after_a_restart_and_counted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listing_signed_by_someone_other_than_its_gossip_source_is_rejected_and_penalised() {
-    let (cluster, rogue) = cluster_with_rogue().await;
+    let (cluster, rogue) = cluster_with_rogue().await.unwrap();
 
     // The rogue gossips a listing signed with a's key: an impersonation.
     let body = Body::Crystal(listing("impersonated-skill"));

@@ -41,7 +41,9 @@ async fn binaries_publish_endorse_and_obey_weather_through_the_cli_and_export_it
 
     let mgmt = ProcNode::start("druse-mgmt", &bins.mgmt, &mgmt_dir, &trust_list, &[]).await.unwrap();
     let mgmt_addr = mgmt.p2p_addr().await.unwrap();
-    let a = ProcNode::start("druse-node a", &bins.node, &a_dir, &trust_list, &[mgmt_addr.clone()]).await.unwrap();
+    let a = ProcNode::start("druse-node a", &bins.node, &a_dir, &trust_list, std::slice::from_ref(&mgmt_addr))
+        .await
+        .unwrap();
     let a_addr = a.p2p_addr().await.unwrap();
     let b = ProcNode::start("druse-node b", &bins.node, &b_dir, &trust_list, &[mgmt_addr, a_addr]).await.unwrap();
     let logs = || [&mgmt, &a, &b].map(|n| n.process.log_tail()).join("\n");
@@ -57,7 +59,16 @@ async fn binaries_publish_endorse_and_obey_weather_through_the_cli_and_export_it
 
     let skill = cli(
         &bins.node,
-        &["skill", "publish", "--name", "parse-iso-durations", "--text", "Split on T, then parse each unit.", "--tags", "time,parsing"],
+        &[
+            "skill",
+            "publish",
+            "--name",
+            "parse-iso-durations",
+            "--text",
+            "Split on T, then parse each unit.",
+            "--tags",
+            "time,parsing",
+        ],
         &a,
     )
     .await;
@@ -95,7 +106,9 @@ async fn binaries_publish_endorse_and_obey_weather_through_the_cli_and_export_it
     assert_eq!(series(&b_scrape, "b", "druse_endorsements_applied_total", &[("verdict", "endorse")]), 1.0);
     assert_eq!(series(&b_scrape, "b", "druse_halted", &[]), 1.0);
     assert_eq!(series(&b_scrape, "b", "druse_weather_cortisol", &[]), 0.9);
-    assert!(series(&b_scrape, "b", "druse_ingest_outcomes_total", &[("kind", "crystal"), ("outcome", "accepted")]) >= 1.0);
+    assert!(
+        series(&b_scrape, "b", "druse_ingest_outcomes_total", &[("kind", "crystal"), ("outcome", "accepted")]) >= 1.0
+    );
     let m_scrape = mgmt.scrape().await.unwrap();
     assert_eq!(series(&m_scrape, "mgmt", "druse_published_total", &[("kind", "endorsement")]), 1.0);
     assert_eq!(series(&m_scrape, "mgmt", "druse_published_total", &[("kind", "weather")]), 1.0);
@@ -111,7 +124,12 @@ async fn binaries_publish_endorse_and_obey_weather_through_the_cli_and_export_it
 
     for mut node in [b, a, mgmt] {
         let status = node.process.terminate().await.unwrap();
-        assert!(status.success(), "{} exited with {status} after SIGTERM\n{}", node.process.name, node.process.log_tail());
+        assert!(
+            status.success(),
+            "{} exited with {status} after SIGTERM\n{}",
+            node.process.name,
+            node.process.log_tail()
+        );
     }
 }
 

@@ -19,7 +19,11 @@ async fn weather_halts_listings_from_untrusted_peers_everywhere_until_it_expires
     let (mgmt, a, b, c) = (&cluster.mgmt, cluster.edge("a"), cluster.edge("b"), cluster.edge("c"));
 
     // b is attested trusted; a stays a provisional newcomer.
-    cluster.management.attest(b.public_key(), TrustLevel::Trusted, "known operator".into(), Duration::from_secs(600)).await.unwrap();
+    cluster
+        .management
+        .attest(b.public_key(), TrustLevel::Trusted, "known operator".into(), Duration::from_secs(600))
+        .await
+        .unwrap();
     for node in [mgmt, a, c] {
         eventually(WAIT, format_args!("{} to trust b", node.name), async || {
             node.trust_level(&b.peer_id()) == TrustLevel::Trusted

@@ -18,7 +18,9 @@ use druse_node::{Config, Role};
 use druse_protocol::body::{Body, CrystalListing, ExecutionStats, SemanticType};
 use druse_protocol::net::PeerId;
 use druse_protocol::{Keypair, topic};
-use druse_tests::swarm::{HEARTBEAT, MGMT_SEED, TestNode, connect, listing, mesh_ready, mgmt_key, seal, wait_connected};
+use druse_tests::swarm::{
+    HEARTBEAT, MGMT_SEED, TestNode, connect, listing, mesh_ready, mgmt_key, seal, wait_connected,
+};
 use ed25519_dalek::Signer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -105,12 +107,7 @@ async fn main() -> Result<()> {
     );
     println!("| {:<42} | {:>10.0} sig/s | {:<7} |", "raw verify_strict, one core", ingest.raw_rate, "");
     let ratio = ingest.ingest_rate / ingest.raw_rate;
-    println!(
-        "| {:<42} | {:>14.1} % | {:<7} |",
-        "ingest / raw verify",
-        ratio * 100.0,
-        verdict(ratio >= 0.7, ">= 70%")
-    );
+    println!("| {:<42} | {:>14.1} % | {:<7} |", "ingest / raw verify", ratio * 100.0, verdict(ratio >= 0.7, ">= 70%"));
     println!("| {:<42} | {:>16} | {:<7} |", "stored after ingest", format!("{}/{}", ingest.stored, ingest.count), "");
     Ok(())
 }
@@ -145,7 +142,15 @@ async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Vec<TestNode>> {
     for (i, node) in nodes.iter().enumerate() {
         let expected: Vec<PeerId> = links
             .iter()
-            .filter_map(|&(x, y)| if x == i { Some(y) } else if y == i { Some(x) } else { None })
+            .filter_map(|&(x, y)| {
+                if x == i {
+                    Some(y)
+                } else if y == i {
+                    Some(x)
+                } else {
+                    None
+                }
+            })
             .map(|j| nodes[j].peer_id())
             .collect();
         wait_connected(node.net(), &expected).await?;
@@ -276,7 +281,11 @@ async fn measure_ingest(args: &Args, rng: &mut StdRng) -> Result<Ingest> {
         raw.push((signing.verifying_key(), message, signature));
         messages.push((bytes, *peer));
     }
-    println!("signed {} listings ({} bytes each on the wire)", messages.len(), messages.first().map_or(0, |m| m.0.len()));
+    println!(
+        "signed {} listings ({} bytes each on the wire)",
+        messages.len(),
+        messages.first().map_or(0, |m| m.0.len())
+    );
 
     let node_ref = node.node.clone();
     let (elapsed, refused) = tokio::task::spawn_blocking(move || {
@@ -297,7 +306,8 @@ async fn measure_ingest(args: &Args, rng: &mut StdRng) -> Result<Ingest> {
 
     let raw_elapsed = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        let valid = raw.iter().filter(|(key, message, signature)| key.verify_strict(message, signature).is_ok()).count();
+        let valid =
+            raw.iter().filter(|(key, message, signature)| key.verify_strict(message, signature).is_ok()).count();
         (started.elapsed(), valid)
     })
     .await?;

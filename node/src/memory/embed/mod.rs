@@ -95,7 +95,7 @@ pub enum Error {
     #[error("model inference failed: {0}")]
     Inference(#[source] candle_core::Error),
     /// The embedding endpoint could not be reached, or did not answer in time.
-    #[error("embedding request to {endpoint} failed: {source}")]
+    #[error("embedding request to {endpoint} failed: {}", http_failure(source))]
     Http {
         /// The URL that was requested.
         endpoint: String,
@@ -180,7 +180,7 @@ fn select(config: &Config, env: impl Fn(&str) -> Option<String>) -> Result<Arc<d
                     Some(key) if !key.is_empty() => Some(key),
                     _ => {
                         return Err(Error::Config(format!(
-                            "environment variable {var} (named by openai_api_key_env) is not set"
+                            "environment variable {var} (named by openai_api_key_env) is not set or empty"
                         )));
                     }
                 },
@@ -220,6 +220,21 @@ fn select(config: &Config, env: impl Fn(&str) -> Option<String>) -> Result<Arc<d
         "using the feature-hashing embedder (it matches shared words, not meaning)"
     );
     Ok(Arc::new(embedder))
+}
+
+/// A transport error's kind in words; the details stay in the error's source chain.
+fn http_failure(error: &reqwest::Error) -> &'static str {
+    if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "could not connect"
+    } else if error.is_body() || error.is_decode() {
+        "the response broke off"
+    } else if error.is_builder() {
+        "the request could not be built"
+    } else {
+        "transport error"
+    }
 }
 
 /// Dot product of unit vectors, i.e. their cosine: the similarity every part of the memory engine uses.

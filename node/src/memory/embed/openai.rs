@@ -33,6 +33,8 @@ pub struct OpenAi {
     model: String,
     name: String,
     dim: usize,
+    /// Per-request limit (a field, so tests can shorten it).
+    timeout: Duration,
     /// `Bearer <key>`, marked sensitive; never printed.
     authorization: Option<HeaderValue>,
 }
@@ -71,7 +73,6 @@ impl OpenAi {
             .transpose()?;
         let client = off_runtime(|| {
             Client::builder()
-                .timeout(TIMEOUT)
                 .connect_timeout(CONNECT_TIMEOUT)
                 .build()
                 .map_err(|source| Error::Http { endpoint: endpoint.clone(), source })
@@ -82,6 +83,7 @@ impl OpenAi {
             model: model.to_string(),
             endpoint,
             dim: dim.unwrap_or(0),
+            timeout: TIMEOUT,
             authorization,
         };
         if dim.is_none() {
@@ -101,7 +103,11 @@ impl OpenAi {
     fn request(&self, texts: &[&str], expected: Option<usize>) -> Result<Vec<Vec<f32>>, Error> {
         let endpoint = &self.endpoint;
         let malformed = |reason: String| Error::Malformed { endpoint: endpoint.clone(), reason };
-        let mut request = self.client.post(endpoint).json(&serde_json::json!({ "model": self.model, "input": texts }));
+        let mut request = self
+            .client
+            .post(endpoint)
+            .timeout(self.timeout)
+            .json(&serde_json::json!({ "model": self.model, "input": texts }));
         if let Some(authorization) = &self.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
         }

@@ -168,6 +168,16 @@ fn minilm_single_sentence_latency() {
     times.sort();
     println!("all-MiniLM-L6-v2, one sentence: p50 {:?}, p90 {:?}, min {:?}", times[50], times[90], times[0]);
 
+    let mut tokenize: Vec<std::time::Duration> = (0..100)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            std::hint::black_box(model.tokenizer.encode_batch(vec![sentence], true).unwrap());
+            start.elapsed()
+        })
+        .collect();
+    tokenize.sort();
+    println!("  of which tokenizing: p50 {:?}", tokenize[50]);
+
     let batch: Vec<&str> = std::iter::repeat_n(sentence, 32).collect();
     let start = std::time::Instant::now();
     model.embed(&batch).unwrap();

@@ -226,7 +226,23 @@ fn openai_unreachable_endpoint_names_it() {
     let client = OpenAi::new(&format!("http://127.0.0.1:{port}"), "m", None, Some(DIM)).unwrap();
     let err = client.embed(&["x"]).unwrap_err();
     assert!(matches!(err, Error::Http { .. }), "{err:?}");
-    assert!(err.to_string().contains(&format!("http://127.0.0.1:{port}/v1/embeddings")), "{err}");
+    let message = err.to_string();
+    assert!(message.contains(&format!("http://127.0.0.1:{port}/v1/embeddings")), "{message}");
+    assert!(message.contains("could not connect"), "{message}");
+}
+
+#[test]
+fn openai_stuck_endpoint_times_out() {
+    // Connections complete into the listen backlog, but nobody ever answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let mut client = OpenAi::new(&url, "m", None, Some(DIM)).unwrap();
+    client.timeout = Duration::from_millis(300);
+    let started = std::time::Instant::now();
+    let err = client.embed(&["x"]).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(matches!(err, Error::Http { .. }), "{err:?}");
+    assert!(err.to_string().contains("timed out"), "{err}");
 }
 
 #[test]
