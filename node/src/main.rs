@@ -22,7 +22,7 @@ struct Cli {
 enum Command {
     /// Run the node until SIGTERM or Ctrl-C.
     Run(RunArgs),
-    /// Print this node's PeerId and public key (creating the key if there is none).
+    /// Print the PeerId and public key of the key in a data directory.
     Id {
         #[arg(long, env = "DRUSE_DATA_DIR", default_value = "./druse-data")]
         data_dir: PathBuf,
@@ -188,7 +188,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             daemon::run(config, Role::Edge, |_| axum::Router::new()).await.context("running the node")?;
         }
         Command::Id { data_dir } => {
-            let key = Keypair::load_or_generate(&data_dir.join("node.key"))?;
+            let path = data_dir.join("node.key");
+            anyhow::ensure!(
+                path.exists(),
+                "no key at {}: a node creates one on its first `run`, or use `druse-node keygen --out {}`",
+                path.display(),
+                path.display()
+            );
+            let key = Keypair::load(&path)?;
             println!("peer_id    {}\npublic_key {}", key.peer_id(), key.public());
         }
         Command::Keygen { out } => {

@@ -164,6 +164,26 @@ impl Metrics {
             metrics.ingest_seconds.clone(),
         );
         r.register("druse_build", "Build information", Info::new(vec![("version", version), ("role", role)]));
+        // Every series exists from the start, so rate() and increase() see the first event.
+        for topic in druse_protocol::topic::ALL {
+            for verdict in ["accept", "ignore", "reject"] {
+                let _ = metrics.messages.get_or_create(&MessageLabels { topic: topic.to_owned(), verdict });
+            }
+        }
+        let outcomes = ["accepted", "wrong_topic", "halted", "banned", "confidential", "store_failed"]
+            .into_iter()
+            .chain(druse_protocol::validate::Reason::ALL.map(|r| r.as_str()));
+        for outcome in outcomes {
+            for kind in druse_protocol::Kind::ALL {
+                let _ = metrics.ingest.get_or_create(&OutcomeLabels { kind: kind.as_str(), outcome });
+            }
+        }
+        for kind in druse_protocol::Kind::ALL {
+            let _ = metrics.published.get_or_create(&KindLabel { kind: kind.as_str() });
+        }
+        for verdict in ["endorse", "revoke"] {
+            let _ = metrics.endorsements_applied.get_or_create(&VerdictLabel { verdict });
+        }
         for level in druse_protocol::body::TrustLevel::ALL {
             let _ = metrics.peers.get_or_create(&LevelLabel { level: level.as_str() });
         }

@@ -9,6 +9,7 @@ pub mod decay;
 pub mod embed;
 pub mod engine;
 pub mod hormones;
+pub mod pipeline;
 pub mod text;
 pub mod vector;
 

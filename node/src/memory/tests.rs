@@ -188,3 +188,29 @@ fn bad_input_is_a_clear_error_and_stores_nothing() {
     assert!(m.add(ttl_without_ttl, "user", NOW).is_err());
     assert!(m.counts().is_empty());
 }
+
+#[test]
+fn fluent_pipeline_retrieves_filters_augments_and_stores() {
+    use crate::memory::pipeline::Pipeline;
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let turn = |text: &str| NewMemory { kind: MemoryKind::Interaction, ..memory(text) };
+    let crows = m.add(turn("Alice likes crows"), "user", NOW).unwrap().crystal.id;
+    m.add(turn("Alice likes crow documentaries"), "user", NOW).unwrap();
+    let out = Pipeline::new(&m)
+        .retrieve(Query { q: "crows".into(), k: 10, ..Query::default() })
+        .filter(|c| c.id == crows)
+        .augment(|mut c| {
+            c.curiosity_boost += 0.25;
+            c.text = "cannot be rewritten".into();
+            c
+        })
+        .store()
+        .execute(Caller::LocalAgent, NOW)
+        .unwrap();
+    assert_eq!(out.iter().map(|c| c.id).collect::<Vec<_>>(), vec![crows]);
+    let stored = m.get(crows).unwrap();
+    assert_eq!(stored.curiosity_boost, 0.25);
+    assert_eq!(stored.text, "Alice likes crows");
+    assert!(m.history(crows).unwrap().audit.iter().any(|a| a.why == "augmented"));
+}
