@@ -17,7 +17,8 @@ static CORRECTION: LazyLock<RegexSet> = LazyLock::new(|| {
     // Proof of impossibility: the patterns are fixed and valid.
     #[allow(clippy::unwrap_used)]
     RegexSet::new([
-        r"(?i)^\s*(wait|oops|no|nope|correction)\b[,.!: ]",
+        r"(?i)^\s*(wait|oops|nope|correction)\b[,.!: ]",
+        r"(?i)^\s*no\s*[,.!:;-]",
         r"(?i)\bactually\b",
         r"(?i)\bi meant\b",
         r"(?i)\bsorry,? (it'?s|it is|i meant|that'?s|that was)\b",
