@@ -57,6 +57,7 @@ fn build() -> Result<Binaries> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = std::process::Command::new(&cargo);
     command.current_dir(workspace).args(["build", "-p", "druse-node", "-p", "druse-management", "--bins"]);
+    scrub_test_env(&mut command, dir.parent().unwrap_or(dir.as_path()));
     match profile.as_str() {
         "debug" => {}
         "release" => {
@@ -66,7 +67,9 @@ fn build() -> Result<Binaries> {
             command.args(["--profile", other]);
         }
     }
+    let started = std::time::Instant::now();
     let output = command.output().with_context(|| format!("running {cargo:?} build"))?;
+    eprintln!("cargo build of druse-node and druse-mgmt ({profile}) took {:?}", started.elapsed());
     if !output.status.success() {
         bail!("cargo build of the binaries failed ({}):\n{}", output.status, String::from_utf8_lossy(&output.stderr));
     }
@@ -80,6 +83,45 @@ fn build() -> Result<Binaries> {
         }
     }
     Ok(binaries)
+}
+
+/// Gives a nested cargo the environment of a cargo started from a shell.
+///
+/// Cargo sets `CARGO_MANIFEST_DIR`, `CARGO_PKG_*` and friends, and prepends its library paths
+/// to `LD_LIBRARY_PATH`, only for the test binary it runs. Build scripts track some of these
+/// (ring reruns when `CARGO_MANIFEST_DIR` or `CARGO_PKG_NAME` changes in cargo's environment),
+/// so a nested cargo that inherited them would rebuild ring, rustls, libp2p and every druse
+/// crate, and the next ordinary build would rebuild them all again.
+fn scrub_test_env(command: &mut std::process::Command, target_dir: &Path) {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let test_only = name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_EXE_")
+            || matches!(
+                name.as_ref(),
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_MANIFEST_LINKS"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            );
+        if test_only {
+            command.env_remove(name.as_ref());
+        }
+    }
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        let kept: Vec<PathBuf> = std::env::split_paths(&paths)
+            .filter(|p| !p.starts_with(target_dir) && !p.components().any(|c| c.as_os_str() == "toolchains"))
+            .collect();
+        match std::env::join_paths(&kept) {
+            Ok(joined) if !kept.is_empty() => command.env("LD_LIBRARY_PATH", joined),
+            _ => command.env_remove("LD_LIBRARY_PATH"),
+        };
+    }
 }
 
 /// A free TCP port on loopback (free when asked; a child binds it a moment later).

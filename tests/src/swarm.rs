@@ -132,8 +132,8 @@ impl TestNode {
         let Self { name, node, config, role, dir } = self;
         node.shutdown().await;
         drop(node);
-        // The aborted background tasks drop their handles on the store a moment after
-        // `shutdown` returns; until then the database is still locked.
+        // `shutdown` aborts the background tasks without awaiting them, so their handles on the
+        // store may outlive it by a moment; retry while the database is still locked.
         let mut last = String::new();
         let node = wait_for(WAIT, format_args!("node {name} to restart on its data directory"), async || {
             match Node::start(config.clone(), role).await {

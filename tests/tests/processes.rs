@@ -14,12 +14,9 @@ fn series(scrape: &str, who: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     metrics::value(scrape, name, labels).unwrap_or_else(|| panic!("{who} exports no {name}{labels:?}:\n{scrape}"))
 }
 
-fn flags(node: &ProcNode) -> Vec<String> {
-    node.cli_flags()
-}
-
+/// Runs a CLI subcommand pointed at `node`; fails the test quoting the node's log.
 async fn cli(program: &Path, args: &[&str], node: &ProcNode) -> String {
-    let flags = flags(node);
+    let flags = node.cli_flags();
     let all: Vec<&str> = args.iter().copied().chain(flags.iter().map(String::as_str)).collect();
     run_cli(program, &all).await.unwrap_or_else(|e| panic!("{e:#}\n{}", node.process.log_tail()))
 }

@@ -91,24 +91,24 @@ async fn main() -> Result<()> {
     let ingest = measure_ingest(&args, &mut rng).await?;
 
     println!();
-    println!("| measure                          |   n   |    p50    |    p99    |    max    | target      |");
-    println!("|----------------------------------|-------|-----------|-----------|-----------|-------------|");
+    println!("| measure                           |   n   |    p50    |    p99    |    max    | target         |");
+    println!("|-----------------------------------|-------|-----------|-----------|-----------|----------------|");
     row("publish -> stored on every node", &publish, Some(Duration::from_secs(1)));
     row("weather -> every node halted", &lockdown, Some(Duration::from_secs(1)));
     row("weather lifted -> every node free", &lift, None);
     println!();
-    println!("| ingest on one node                         | value            | target  |");
-    println!("|--------------------------------------------|------------------|---------|");
+    println!("| ingest on one node                         | value            | target      |");
+    println!("|--------------------------------------------|------------------|-------------|");
     println!(
-        "| {:<42} | {:>10.0} msg/s | {:<7} |",
+        "| {:<42} | {:>10.0} msg/s | {:<11} |",
         format!("{} signed 1 KiB listings, {} authors", ingest.count, args.authors),
         ingest.ingest_rate,
         ""
     );
-    println!("| {:<42} | {:>10.0} sig/s | {:<7} |", "raw verify_strict, one core", ingest.raw_rate, "");
+    println!("| {:<42} | {:>10.0} sig/s | {:<11} |", "raw verify_strict, one core", ingest.raw_rate, "");
     let ratio = ingest.ingest_rate / ingest.raw_rate;
-    println!("| {:<42} | {:>14.1} % | {:<7} |", "ingest / raw verify", ratio * 100.0, verdict(ratio >= 0.7, ">= 70%"));
-    println!("| {:<42} | {:>16} | {:<7} |", "stored after ingest", format!("{}/{}", ingest.stored, ingest.count), "");
+    println!("| {:<42} | {:>14.1} % | {:<11} |", "ingest / raw verify", ratio * 100.0, verdict(ratio >= 0.7, ">= 70%"));
+    println!("| {:<42} | {:>16} | {:<11} |", "stored after ingest", format!("{}/{}", ingest.stored, ingest.count), "");
     Ok(())
 }
 
@@ -344,7 +344,7 @@ fn row(what: &str, samples: &[Duration], p99_target: Option<Duration>) {
     let p99 = percentile(&sorted, 99.0);
     let target = p99_target.map_or(String::new(), |t| verdict(p99 <= t, &format!("p99<={}s", t.as_secs())));
     println!(
-        "| {:<32} | {:>5} | {:>9} | {:>9} | {:>9} | {:<11} |",
+        "| {:<33} | {:>5} | {:>9} | {:>9} | {:>9} | {:<14} |",
         what,
         sorted.len(),
         ms(percentile(&sorted, 50.0)),

@@ -1,10 +1,16 @@
-//! The distance kernel: HNSW builds and exact scans spend nearly all their time here.
+//! The distance kernels: HNSW builds and exact scans spend nearly all their time here.
 //!
 //! The workspace denies `unsafe`, so there are no intrinsics: the loops are shaped so that the
 //! compiler vectorises them on its own. Floating-point addition is not associative, so a single
 //! running sum would force one add at a time; [`LANES`] independent partial sums over fixed-size
 //! chunks let the compiler keep them in vector registers (four SSE registers on the x86-64
 //! baseline, two AVX registers with `-C target-cpu=native`), with no bounds checks in the loop.
+//!
+//! The index stores vectors in Q14 fixed point ([`quantise`], [`dot_q14`]) rather than f32.
+//! Graph search and build touch vectors in random order, so they wait on memory, not on
+//! arithmetic: measured on the 2-core benchmark machine, a random-order 384-d f32 dot over 100k
+//! vectors costs about 650 ns, an i16 one about 135 ns, and instant-distance builds 1.5–1.9×
+//! and searches 1.2–1.7× faster over i16 points. Q14 keeps cosines to within about 1e-4.
 
 /// Independent partial sums per step: enough to fill the vector units and hide add latency.
 const LANES: usize = 16;
@@ -57,6 +63,39 @@ pub fn normalised(v: &[f32]) -> Option<Vec<f32>> {
     unit.iter().any(|&x| x != 0.0).then_some(unit)
 }
 
+/// Fixed-point one: a unit vector's components lie in [-1, 1], so as multiples of 2⁻¹⁴ they fit
+/// an i16, and by Cauchy–Schwarz every partial dot product of two such vectors stays below
+/// 2²⁹, far inside an i32.
+const Q14_ONE: f32 = 16384.0;
+
+/// A unit vector in Q14 fixed point, half the bytes of f32 and as precise as a cosine needs.
+pub fn quantise(unit: &[f32]) -> Vec<i16> {
+    // `as` saturates, and the clamp keeps even a slightly long vector in range.
+    unit.iter().map(|&x| (x * Q14_ONE).round().clamp(-Q14_ONE, Q14_ONE) as i16).collect()
+}
+
+/// Dot product of the common prefix of two [`quantise`]d vectors, as a float: the cosine
+/// similarity of the unit vectors they encode.
+#[inline]
+pub fn dot_q14(a: &[i16], b: &[i16]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a_chunks, a_rest) = a[..n].as_chunks::<LANES>();
+    let (b_chunks, b_rest) = b[..n].as_chunks::<LANES>();
+    let mut acc = [0i32; LANES];
+    for (x, y) in a_chunks.iter().zip(b_chunks) {
+        for lane in 0..LANES {
+            // Cannot overflow for unit vectors (see `Q14_ONE`); wrapping keeps even a
+            // malformed vector from panicking in a debug build.
+            acc[lane] = acc[lane].wrapping_add(i32::from(x[lane]) * i32::from(y[lane]));
+        }
+    }
+    let mut sum = acc.iter().fold(0i32, |s, &x| s.wrapping_add(x));
+    for (x, y) in a_rest.iter().zip(b_rest) {
+        sum = sum.wrapping_add(i32::from(*x) * i32::from(*y));
+    }
+    sum as f32 / (Q14_ONE * Q14_ONE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +146,31 @@ mod tests {
         let mut seed = 7;
         let a = normalised(&vector(&mut seed, 384)).expect("non-zero");
         assert!((dot(&a, &a) - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn q14_dot_matches_f32_cosine_within_1e_4() {
+        let mut seed = 0x0123_4567_89ab_cdef;
+        for len in [1, 15, 16, 17, 100, 384, 385] {
+            for _ in 0..50 {
+                let a = normalised(&vector(&mut seed, len)).expect("non-zero");
+                let b = normalised(&vector(&mut seed, len)).expect("non-zero");
+                let want = naive(&a, &b);
+                let got = f64::from(dot_q14(&quantise(&a), &quantise(&b)));
+                assert!((got - want).abs() < 1e-4, "len {len}: got {got}, want {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn q14_dot_of_a_unit_vector_with_itself_is_one() {
+        let mut seed = 99;
+        for len in [1, 2, 384] {
+            let a = quantise(&normalised(&vector(&mut seed, len)).expect("non-zero"));
+            assert!((dot_q14(&a, &a) - 1.0).abs() < 1e-4);
+        }
+        let axis = quantise(&[1.0, 0.0, 0.0]);
+        assert_eq!(dot_q14(&axis, &axis), 1.0);
     }
 
     #[test]

@@ -7,21 +7,22 @@ use std::time::{Duration, Instant, SystemTime};
 
 use instant_distance::{Builder, HnswMap, Search};
 
-use super::kernel::dot;
+use super::kernel::dot_q14;
 use super::topk::{Hit, TopK};
 
 /// Search scratch kept per segment; more than this many concurrent searches allocate afresh.
 const SEARCH_POOL: usize = 8;
 
-/// A stored unit vector. The vector is shared, not copied, between the tail and the segment
-/// built from it, so a build in flight does not double the index's memory.
+/// A stored unit vector, in Q14 fixed point (see `kernel`). The vector is shared, not copied,
+/// between the tail and the segment built from it, so a build in flight does not double the
+/// index's memory.
 #[derive(Clone, Debug)]
-pub(super) struct Point(pub(super) Arc<[f32]>);
+pub(super) struct Point(pub(super) Arc<[i16]>);
 
 impl instant_distance::Point for Point {
     fn distance(&self, other: &Self) -> f32 {
-        // Cosine distance of unit vectors; both are finite, so this is never NaN.
-        1.0 - dot(&self.0, &other.0)
+        // Cosine distance; integer arithmetic, so never NaN.
+        1.0 - dot_q14(&self.0, &other.0)
     }
 }
 
@@ -119,7 +120,7 @@ impl Segment {
         let mut top = TopK::new(k);
         let mut search = self.pool.lock().unwrap_or_else(PoisonError::into_inner).pop().unwrap_or_default();
         for item in self.map.search(query, &mut search) {
-            let hit = Hit { score: dot(&query.0, &item.point.0), id: item.value.id };
+            let hit = Hit { score: dot_q14(&query.0, &item.point.0), id: item.value.id };
             if top.admits(hit) && live(*item.value) {
                 top.offer(hit);
             }
@@ -140,10 +141,10 @@ impl Segment {
     }
 
     /// Offers every live vector of the segment to `top`: the exact scan.
-    pub(super) fn scan(&self, query: &[f32], live: &impl Fn(Entry) -> bool, top: &mut TopK) {
+    pub(super) fn scan(&self, query: &[i16], live: &impl Fn(Entry) -> bool, top: &mut TopK) {
         // `iter` yields points in id order, the order `values` is stored in.
         for ((_, point), entry) in self.map.iter().zip(&self.map.values) {
-            let hit = Hit { score: dot(query, &point.0), id: entry.id };
+            let hit = Hit { score: dot_q14(query, &point.0), id: entry.id };
             if top.admits(hit) && live(*entry) {
                 top.offer(hit);
             }
