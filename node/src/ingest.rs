@@ -6,7 +6,7 @@ use druse_protocol::body::{Body, ReportEvent, TrustLevel};
 use druse_protocol::net::{Acceptance, PeerId};
 use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{self, Accepted, Reason, TrustView, Verdict};
-use druse_protocol::{ContentId, Kind, PublicKey, UnixMillis, topic};
+use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, topic};
 
 use crate::governance::{self, Sensitivity};
 use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, VerdictLabel};
@@ -117,9 +117,9 @@ impl Pipeline {
             Verdict::Accept(accepted) => accepted,
             Verdict::Reject(reason) => {
                 self.note_peer(propagation_source, now, |r| r.rejected += 1);
-                return (None, Outcome::Protocol(reason));
+                return (Envelope::peek_kind(bytes), Outcome::Protocol(reason));
             }
-            Verdict::Ignore(reason) => return (None, Outcome::Protocol(reason)),
+            Verdict::Ignore(reason) => return (Envelope::peek_kind(bytes), Outcome::Protocol(reason)),
         };
         let kind = accepted.body.kind();
         if !topic::carries(topic, kind) {
@@ -222,7 +222,7 @@ impl Pipeline {
             let seqs: Vec<(PublicKey, u64)> = self.view.last_seqs().collect();
             self.store.put_state(SEQS_KEY, &seqs)?;
         }
-        self.refresh_gauges(now, metrics);
+        self.refresh_weather_gauges(now, metrics);
         Ok(Outcome::Accepted)
     }
 
@@ -285,14 +285,20 @@ impl Pipeline {
         }
     }
 
-    /// Brings the state gauges up to date.
+    /// Brings the state gauges up to date (counting skills walks the table: the maintenance
+    /// tick calls this, not the per-message path).
     pub fn refresh_gauges(&self, now: UnixMillis, metrics: &Metrics) {
+        self.refresh_weather_gauges(now, metrics);
+        metrics.listings.set(self.store.skill_count() as i64);
+    }
+
+    /// The weather and pending-endorsement gauges, cheap enough for every message.
+    pub fn refresh_weather_gauges(&self, now: UnixMillis, metrics: &Metrics) {
         let active = self.weather.active(now);
         metrics.weather_cortisol.set(self.weather.override_level(now));
         metrics.halted.set(i64::from(active.is_some()));
         metrics.weather_expires.set(active.map_or(0.0, |w| w.expires_at as f64 / 1000.0));
         metrics.endorsements_pending.set(self.pending.len() as i64);
-        metrics.listings.set(self.store.skill_count() as i64);
     }
 
     /// Sets the connected-peers-by-level gauge.

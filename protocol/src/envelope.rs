@@ -210,6 +210,15 @@ impl Envelope {
         Some(ContentId::of(wire.body))
     }
 
+    /// The kind an envelope claims, without verifying it: a metric label for refused messages.
+    pub fn peek_kind(bytes: &[u8]) -> Option<Kind> {
+        if bytes.len() > MAX_ENVELOPE_LEN {
+            return None;
+        }
+        let wire: Wire<'_> = serde_ipld_dagcbor::from_slice(bytes).ok()?;
+        Kind::parse(wire.kind)
+    }
+
     /// What the envelope carries.
     pub fn kind(&self) -> Kind {
         self.kind

@@ -97,7 +97,6 @@ async fn restarted_management_node_keeps_its_seq_and_is_still_obeyed() {
 /// Today its peers penalise it below gossipsub's publish threshold (see `REJOIN_AFTER`), so
 /// they send it nothing for ~11 s and keep it out of their meshes for minutes.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "known bug in protocol/src/net: rejoining within the unsubscribe backoff is penalised; see REJOIN_AFTER"]
 async fn restarted_node_that_reconnects_at_once_is_heard_again() {
     let mut cluster = Cluster::start(&[("a", 1), ("b", 2)], |_| {}).await.unwrap();
     cluster.restart_edge("a").await.unwrap();

@@ -22,7 +22,7 @@ use super::behaviour::{Behaviour, BehaviourEvent, KAD_PROTOCOL};
 use super::{Acceptance, Command, Error, Event, MessageId, PeerInfo, Registry};
 use crate::topic;
 
-/// How long a leaving node keeps the swarm running so its unsubscriptions reach its peers.
+/// How long a leaving node lets in-flight work settle before it closes its connections.
 const LEAVE_FLUSH: Duration = Duration::from_millis(200);
 
 /// How long a leaving node waits for its connections to close.
@@ -113,13 +113,11 @@ impl Actor {
         }
     }
 
-    /// Unsubscribes from every topic, gives the news a moment to go out, then closes every
-    /// connection.
+    /// Closes every connection. It does not unsubscribe first: an unsubscription makes peers
+    /// back off from this node for a while, and a node that restarts at once would then be
+    /// penalised for re-grafting inside that backoff.
     async fn leave(&mut self) {
         self.commands.close();
-        for t in topic::ALL {
-            self.swarm.behaviour_mut().gossipsub.unsubscribe(&IdentTopic::new(t));
-        }
         if self.swarm.network_info().num_peers() > 0 {
             self.drive_until(Instant::now() + LEAVE_FLUSH, false).await;
         }

@@ -265,7 +265,7 @@ impl Handle {
         self.request(|reply| Command::Dial { addr, reply }).await?
     }
 
-    /// Leaves the swarm cleanly: unsubscribes, closes every connection and ends the task.
+    /// Leaves the swarm cleanly: closes every connection and ends the task.
     /// Every call after it returns `Error::Closed`.
     pub async fn shutdown(&self) {
         // A task that has already stopped has nothing left to leave.

@@ -12,7 +12,10 @@
 //! segment from a snapshot of the tail and swaps it in under a short write lock. Until the swap
 //! the vectors are still searched in the tail, so a query never waits for a build and never
 //! misses a vector. The same thread merges segments of similar size (so a search visits few
-//! graphs) and rebuilds segments that are mostly dead.
+//! graphs) and rebuilds segments that are mostly dead. Builds run instant-distance on the global
+//! rayon pool. If inserts outrun the builder (a bulk load), the tail grows past the threshold and
+//! searches slow toward an exact scan until the builder catches up; each vector is still stored
+//! once, shared between the tail and the graph being built from it.
 //!
 //! Removal and replacement are by version: every stored vector carries a sequence number, and
 //! a hit counts only while that number is its id's live one. Dead vectors are filtered from
@@ -173,7 +176,7 @@ pub struct Stats {
     pub builds: u64,
     /// Their summed build time.
     pub build_time_total: Duration,
-    /// The last [`RECENT_BUILDS`] builds, oldest first.
+    /// The last 64 builds, oldest first.
     pub recent_builds: Vec<BuildStats>,
     /// Whether the builder thread is working now.
     pub building: bool,

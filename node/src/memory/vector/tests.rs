@@ -74,6 +74,29 @@ fn assert_search_matches_exact(index: &VectorIndex, queries: &[Vec<f32>], k: usi
 }
 
 #[test]
+fn index_can_be_shared_across_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<VectorIndex>();
+    let index = std::sync::Arc::new(index_with(config(8, 100, 16), &Rng(13).vectors(50, 8)));
+    let searchers: Vec<_> = (0..2)
+        .map(|_| {
+            let index = std::sync::Arc::clone(&index);
+            std::thread::spawn(move || index.search(&[1.0; 8], 5).expect("search").len())
+        })
+        .collect();
+    for searcher in searchers {
+        assert_eq!(searcher.join().expect("searcher"), 5);
+    }
+}
+
+#[test]
+fn dropping_the_index_stops_its_builder() {
+    let index = index_with(config(16, 500, 16), &Rng(14).vectors(500, 16));
+    // The last insert woke the builder; drop stops and joins it, so returning proves it ended.
+    drop(index);
+}
+
+#[test]
 fn search_finds_an_inserted_vector_as_top_hit() {
     let vectors = Rng(1).vectors(300, 64);
     let index = index_with(config(64, 10_000, 64), &vectors);
