@@ -140,13 +140,7 @@ async fn send<B: serde::Serialize>(api: MgmtApi, path: &str, body: &B) -> anyhow
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run(Cli::parse()).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    cli::exit_code(run(Cli::parse()).await)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -186,10 +180,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .context("running the management node")?;
         }
         Command::Keygen { out } => {
-            anyhow::ensure!(!out.exists(), "{} already exists; refusing to overwrite a key", out.display());
-            let key = Keypair::generate()?;
-            key.save(&out)?;
-            println!("wrote {}\npeer_id    {}\npublic_key {}", out.display(), key.peer_id(), key.public());
+            println!("{}", cli::keygen(&out).map_err(anyhow::Error::msg)?);
+            let key = Keypair::load(&out)?;
             println!("add this line to every node's trust list:\n{}  # druse-mgmt", key.public());
         }
         Command::Endorse { content_id, note, api } => {

@@ -137,3 +137,24 @@ pub fn print_json<T: serde::Serialize>(value: &T) {
         Err(error) => eprintln!("cannot print the answer: {error}"),
     }
 }
+
+/// A CLI's exit: success, or the error's whole chain on one line and status 1.
+pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes a new key file (never over an existing one) and returns the lines to print.
+pub fn keygen(out: &std::path::Path) -> Result<String, String> {
+    if out.exists() {
+        return Err(format!("{} already exists; refusing to overwrite a key", out.display()));
+    }
+    let key = druse_protocol::Keypair::generate().map_err(|e| e.to_string())?;
+    key.save(out).map_err(|e| e.to_string())?;
+    Ok(format!("wrote {}\npeer_id    {}\npublic_key {}", out.display(), key.peer_id(), key.public()))
+}

@@ -171,13 +171,7 @@ fn encode(text: &str) -> String {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run(Cli::parse()).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    cli::exit_code(run(Cli::parse()).await)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -199,10 +193,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("peer_id    {}\npublic_key {}", key.peer_id(), key.public());
         }
         Command::Keygen { out } => {
-            anyhow::ensure!(!out.exists(), "{} already exists; refusing to overwrite a key", out.display());
-            let key = Keypair::generate()?;
-            key.save(&out)?;
-            println!("wrote {}\npeer_id    {}\npublic_key {}", out.display(), key.peer_id(), key.public());
+            println!("{}", cli::keygen(&out).map_err(anyhow::Error::msg)?);
         }
         Command::Status { api } => print_json(&api.reader().get::<Value>("/v1/status").await?),
         Command::Memory { command, api } => {
