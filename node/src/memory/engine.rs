@@ -162,6 +162,14 @@ const CONTEXT: u8 = b'x';
 const AUDIT: u8 = b'a';
 const HORMONES: &[u8] = b"s/hormones";
 
+/// Audit entries sort by crystal, then by write order, so a crystal's log is one prefix scan.
+fn audit_key(crystal: CrystalId, seq: u64) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[..9].copy_from_slice(&key(AUDIT, crystal));
+    k[9..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
 fn key(prefix: u8, id: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[0] = prefix;
@@ -185,6 +193,8 @@ fn decode_vector(bytes: &[u8]) -> Vec<f32> {
 pub(crate) struct Changes {
     pub(crate) crystals: Vec<Crystal>,
     pub(crate) vectors: Vec<(u8, CrystalId, Vec<f32>)>,
+    /// Full-text documents to (re)index: a crystal's text with its context.
+    pub(crate) texts: Vec<(CrystalId, String)>,
     pub(crate) audit: Vec<AuditEntry>,
     pub(crate) purge: Vec<CrystalId>,
 }
@@ -266,16 +276,25 @@ impl Memory {
             let crystal: Crystal =
                 serde_json::from_slice(&v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e))?;
             max_id = max_id.max(crystal.id);
-            if indexed_up_to.is_none_or(|up_to| crystal.id > up_to) {
-                self.text.upsert(crystal.id, &crystal.text)?;
-            }
             map.insert(crystal.id, crystal);
+        }
+        *self.crystals.write().unwrap_or_else(|p| p.into_inner()) = map;
+        let lagging: Vec<Crystal> = self
+            .crystals
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|c| indexed_up_to.is_none_or(|up_to| c.id > up_to))
+            .cloned()
+            .collect();
+        for crystal in &lagging {
+            self.text.upsert(crystal.id, &self.indexed_text(crystal).0)?;
         }
         for prefix in [EMBEDDING, CONTEXT] {
             for entry in self.tree.scan_prefix([prefix]) {
                 let (k, v) = entry?;
                 let Some(id) = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
-                if map.get(&id).is_some_and(|c: &Crystal| c.status == Status::Active) {
+                if self.get(id).is_some_and(|c| c.status == Status::Active) {
                     let vkey = if prefix == CONTEXT { id | CONTEXT_BIT } else { id };
                     self.vectors.insert(vkey, &decode_vector(&v))?;
                 }
@@ -284,7 +303,6 @@ impl Memory {
         if indexed_up_to != Some(max_id) && max_id > 0 {
             self.text.commit(max_id)?;
         }
-        *self.crystals.write().unwrap_or_else(|p| p.into_inner()) = map;
         Ok(())
     }
 
@@ -392,7 +410,6 @@ impl Memory {
             Decision::Add | Decision::Update { .. } => {
                 let id = self.db.generate_id()? + 1;
                 let mut crystal = self.new_crystal(id, &new, influence, actor, now)?;
-                let mut context_text = None;
                 if let Decision::Update { target, confidence } = decision {
                     let mut old = self.get(target).ok_or(Error::NotFound(target))?;
                     crystal.confidence = confidence;
@@ -421,29 +438,14 @@ impl Memory {
                         )
                     };
                     changes.audit.push(audit(&old, actor, now, "active", "superseded", &why));
-                    // The new value is recalled by what it corrects, too.
-                    context_text = Some(old.text.clone());
                     changes.crystals.push(old);
                 }
-                if let (Some(session), Some(turn_at)) = (&new.session, new.turn_at) {
-                    let previous = self.previous_turn(&new.namespace, session, turn_at);
-                    let mut context = String::new();
-                    if let Some(previous) = previous {
-                        context.push_str(&previous.text);
-                        context.push('\n');
-                    }
-                    context.push_str(&new.text);
-                    context.push('\n');
-                    context.push_str(&dates::describe(turn_at));
-                    context_text = Some(match context_text {
-                        Some(old) => format!("{old}\n{context}"),
-                        None => context,
-                    });
-                }
-                if let Some(context) = &context_text {
-                    changes.vectors.push((CONTEXT, id, self.embed_one(context)?));
+                let (indexed, has_context) = self.indexed_text(&crystal);
+                if has_context {
+                    changes.vectors.push((CONTEXT, id, self.embed_one(&indexed)?));
                 }
                 changes.vectors.push((EMBEDDING, id, embedding));
+                changes.texts.push((id, indexed));
                 changes.audit.push(audit(&crystal, actor, now, "none", crystal.lifecycle.as_str(), "created"));
                 changes.crystals.push(crystal.clone());
                 let superseded = crystal.supersedes;
@@ -539,7 +541,7 @@ impl Memory {
                     .map(|c| to_candidate(c, 1.0)),
             );
         }
-        for (key, similarity) in self.vectors.search(embedding, 64)? {
+        for (key, similarity) in self.vectors.search(embedding, self.vector_depth(64))? {
             if key & CONTEXT_BIT != 0 || out.len() >= self.config.correction.candidates {
                 continue;
             }
@@ -575,7 +577,7 @@ impl Memory {
         for entry in &changes.audit {
             let seq = self.db.generate_id()?;
             let bytes = serde_json::to_vec(entry).map_err(|e| Error::Corrupt("audit".into(), e))?;
-            batch.insert(&key(AUDIT, seq), bytes);
+            batch.insert(&audit_key(entry.crystal_id, seq), bytes);
         }
         for id in &changes.purge {
             for prefix in [CRYSTAL, EMBEDDING, CONTEXT] {
@@ -605,15 +607,10 @@ impl Memory {
                 self.vectors.remove(crystal.id);
                 self.vectors.remove(crystal.id | CONTEXT_BIT);
             }
-            if changes.vectors.iter().any(|(_, id, _)| *id == crystal.id) {
-                let mut indexed = crystal.text.clone();
-                if let Some(context) = self.context_text(crystal.id) {
-                    indexed.push('\n');
-                    indexed.push_str(&context);
-                }
-                self.text.upsert(crystal.id, &indexed)?;
-                max_id = max_id.max(Some(crystal.id));
-            }
+        }
+        for (id, indexed) in &changes.texts {
+            self.text.upsert(*id, indexed)?;
+            max_id = max_id.max(Some(*id));
         }
         for id in &changes.purge {
             self.vectors.remove(*id);
@@ -629,11 +626,12 @@ impl Memory {
         Ok(())
     }
 
-    /// The text a crystal's context embedding was made from: what it superseded and its
-    /// conversation neighbours, so BM25 sees the same context.
-    fn context_text(&self, id: CrystalId) -> Option<String> {
-        let crystal = self.get(id)?;
-        let mut parts = Vec::new();
+    /// What a crystal is indexed as, and whether that holds context beyond its own text: the
+    /// text it superseded (a correction is recalled by what it corrects) and, for a
+    /// conversation turn, the turn before it and the day it was said. The context embedding
+    /// and the BM25 document are both made from this one string.
+    fn indexed_text(&self, crystal: &Crystal) -> (String, bool) {
+        let mut parts = vec![crystal.text.clone()];
         if let Some(old) = crystal.supersedes.and_then(|s| self.get(s)) {
             parts.push(old.text);
         }
@@ -643,7 +641,14 @@ impl Memory {
             }
             parts.push(dates::describe(turn_at));
         }
-        (!parts.is_empty()).then(|| parts.join("\n"))
+        let has_context = parts.len() > 1;
+        (parts.join("\n"), has_context)
+    }
+
+    /// How many vector candidates to ask for: at most the index's `ef_search`, beyond which
+    /// every segment would be scanned exactly.
+    fn vector_depth(&self, wanted: usize) -> usize {
+        wanted.min(self.vectors.config().ef_search)
     }
 
     fn persist_hormones(&self) -> Result<(), Error> {
@@ -667,7 +672,7 @@ impl Memory {
         }
         let depth = (k * 5).max(50);
         let embedding = self.embed_one(&query.q)?;
-        let vector_hits = self.vectors.search(&embedding, depth)?;
+        let vector_hits = self.vectors.search(&embedding, self.vector_depth(depth))?;
         let text_hits = self.text.search(&query.q, depth)?;
         const RRF_K: f64 = 60.0;
         let mut fused: HashMap<CrystalId, (f64, Option<usize>, Option<usize>)> = HashMap::new();
@@ -757,15 +762,14 @@ impl Memory {
             chain.push(newer.clone());
             cursor = newer;
         }
-        let ids: std::collections::HashSet<CrystalId> = chain.iter().map(|c| c.id).collect();
         let mut audit = Vec::new();
-        for entry in self.tree.scan_prefix([AUDIT]) {
-            let (_, v) = entry?;
-            let entry: AuditEntry = serde_json::from_slice(&v).map_err(|e| Error::Corrupt("audit".into(), e))?;
-            if ids.contains(&entry.crystal_id) {
-                audit.push(entry);
+        for crystal in &chain {
+            for entry in self.tree.scan_prefix(key(AUDIT, crystal.id)) {
+                let (_, v) = entry?;
+                audit.push(serde_json::from_slice(&v).map_err(|e| Error::Corrupt("audit".into(), e))?);
             }
         }
+        audit.sort_by_key(|e: &AuditEntry| e.at);
         Ok(History { chain, audit })
     }
 

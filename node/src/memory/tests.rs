@@ -214,3 +214,17 @@ fn fluent_pipeline_retrieves_filters_augments_and_stores() {
     assert_eq!(stored.text, "Alice likes crows");
     assert!(m.history(crows).unwrap().audit.iter().any(|a| a.why == "augmented"));
 }
+
+#[test]
+fn a_lost_text_index_is_rebuilt_and_recall_still_finds_the_correction() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let m = open(dir.path());
+        m.add(memory("Dad's surgery is March 15"), "user", NOW).unwrap();
+        m.add(memory("actually, it's March 22"), "user", NOW + 1).unwrap();
+    }
+    std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+    let m = open(dir.path());
+    // "surgery" appears only in the superseded text: the rebuilt document carries it as context.
+    assert_eq!(search(&m, "surgery").first().map(String::as_str), Some("actually, it's March 22"));
+}
