@@ -2,6 +2,8 @@
 //! weather gate, content checks, and applying each kind to the node's state. Local publishes
 //! take the same path, so a node holds its own messages exactly as its peers do.
 
+use std::collections::HashSet;
+
 use druse_protocol::body::{Body, ReportEvent, TrustLevel};
 use druse_protocol::net::{Acceptance, PeerId};
 use druse_protocol::trust::TrustList;
@@ -76,6 +78,8 @@ pub struct Pipeline {
     pub weather: weather::State,
     pub pending: Pending,
     store: Store,
+    /// Peers whose counters changed since they were last written; `persist_peers` writes them.
+    dirty: HashSet<PeerId>,
 }
 
 const WEATHER_KEY: &str = "weather";
@@ -95,7 +99,7 @@ impl Pipeline {
                 book.restore(peer, record);
             }
         }
-        Ok(Self { view, book, weather, pending, store })
+        Ok(Self { view, book, weather, pending, store, dirty: HashSet::new() })
     }
 
     /// The management keys in force.
@@ -205,11 +209,11 @@ impl Pipeline {
             }
             Body::Ban(ban) => {
                 let ruling = peers::Ruling { level: TrustLevel::Banned, expires_at: ban.expires_at };
-                self.note_peer(&ban.peer.peer_id(), now, |r| r.ruling = Some(ruling));
+                self.rule(&ban.peer.peer_id(), ruling, now)?;
             }
             Body::Attest(attest) => {
                 let ruling = peers::Ruling { level: attest.level, expires_at: attest.expires_at };
-                self.note_peer(&attest.peer.peer_id(), now, |r| r.ruling = Some(ruling));
+                self.rule(&attest.peer.peer_id(), ruling, now)?;
             }
             Body::Report(report) => {
                 if let ReportEvent::Execution { success, .. } = report.event {
@@ -276,12 +280,30 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Changes a peer's record and persists it.
+    /// Changes a peer's counters; they reach the store at the next `persist_peers`, so the
+    /// per-message path does no extra write (a crash loses at most one tick of evidence).
     fn note_peer(&mut self, peer: &PeerId, now: UnixMillis, change: impl FnOnce(&mut peers::Record)) {
+        change(self.book.entry(*peer, now));
+        self.dirty.insert(*peer);
+    }
+
+    /// Applies a management ruling and writes it at once: bans and attestations must survive
+    /// any crash.
+    fn rule(&mut self, peer: &PeerId, ruling: peers::Ruling, now: UnixMillis) -> Result<(), store::Error> {
         let record = self.book.entry(*peer, now);
-        change(record);
-        if let Err(error) = self.store.put_peer(&peer.to_bytes(), record) {
-            tracing::warn!(%error, %peer, "could not persist a peer record");
+        record.ruling = Some(ruling);
+        self.store.put_peer(&peer.to_bytes(), record)?;
+        self.dirty.remove(peer);
+        Ok(())
+    }
+
+    /// Writes every peer record changed since the last call.
+    pub fn persist_peers(&mut self) {
+        for peer in std::mem::take(&mut self.dirty) {
+            let Some(record) = self.book.record(&peer) else { continue };
+            if let Err(error) = self.store.put_peer(&peer.to_bytes(), record) {
+                tracing::warn!(%error, %peer, "could not persist a peer record");
+            }
         }
     }
 
@@ -460,6 +482,29 @@ mod tests {
         assert!(skill.is_verified);
         assert_eq!(skill.verified_by, Some(mgmt.public()));
         assert!(f.pipeline.pending.is_empty());
+    }
+
+    #[test]
+    fn counters_are_written_at_persist_but_a_ban_at_once() {
+        let mut f = fixture();
+        let author = Keypair::from_seed([2; 32]);
+        let spammer = Keypair::from_seed([3; 32]);
+        let stored =
+            |f: &Fixture, k: &Keypair| f.pipeline.store.peer::<peers::Record>(&k.peer_id().to_bytes()).unwrap();
+        assert_eq!(f.ingest(&author, &listing("a", "retry with backoff")), Outcome::Accepted);
+        assert!(stored(&f, &author).is_none(), "the per-message path does not write");
+        f.pipeline.persist_peers();
+        assert_eq!(stored(&f, &author).map(|r| r.accepted), Some(1));
+        let mgmt = f.mgmt.clone();
+        let ban = Body::Ban(druse_protocol::body::Ban {
+            issued_at: NOW,
+            seq: 1,
+            peer: spammer.public(),
+            reason: "spam".into(),
+            expires_at: NOW + 60_000,
+        });
+        assert_eq!(f.ingest(&mgmt, &ban), Outcome::Accepted);
+        assert_eq!(stored(&f, &spammer).and_then(|r| r.ruling).map(|r| r.level), Some(TrustLevel::Banned));
     }
 
     #[test]

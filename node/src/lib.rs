@@ -22,6 +22,3 @@ pub mod weather;
 
 pub use config::Config;
 pub use node::{Node, Role};
-
-/// Local cortisol at rest (seed 004's homeostasis), until the hormone system drives it.
-pub const HOMEOSTATIC_CORTISOL: f64 = 0.02;

@@ -258,6 +258,7 @@ impl Node {
         for task in lock(&self.inner.tasks).drain(..) {
             task.abort();
         }
+        lock(&self.inner.pipeline).persist_peers();
         self.inner.net.shutdown().await;
         if let Err(error) = self.inner.store.flush().await {
             tracing::error!(%error, "flushing the store at shutdown failed");
@@ -358,8 +359,9 @@ impl Node {
     /// state as gossip, makes it durable, then gossips it. A message refused locally is
     /// never sent.
     pub async fn publish(&self, body: &Body) -> Result<ContentId, Error> {
-        let bytes = Envelope::seal(&self.inner.key, body.kind(), &body.encode()?);
-        let id = ContentId::of(&body.encode()?);
+        let encoded = body.encode()?;
+        let id = ContentId::of(&encoded);
+        let bytes = Envelope::seal(&self.inner.key, body.kind(), &encoded);
         let outcome = {
             let mut pipeline = lock(&self.inner.pipeline);
             pipeline.admit_local(&bytes, &self.peer_id(), now_ms(), &self.inner.metrics)
@@ -391,7 +393,7 @@ impl Node {
     pub fn weather(&self) -> WeatherView {
         let now = now_ms();
         let pipeline = lock(&self.inner.pipeline);
-        let local = crate::HOMEOSTATIC_CORTISOL;
+        let local = self.inner.memory.hormones(now).cortisol;
         WeatherView {
             halted: pipeline.weather.halted(now),
             effective_cortisol: pipeline.weather.effective_cortisol(local, now),
@@ -534,7 +536,8 @@ impl Node {
             let now = now_ms();
             let connected: Vec<PeerId> = lock(&self.inner.connected).iter().copied().collect();
             let scores: Vec<(PeerId, f64)> = {
-                let pipeline = lock(&self.inner.pipeline);
+                let mut pipeline = lock(&self.inner.pipeline);
+                pipeline.persist_peers();
                 self.inner.memory.set_network_cortisol(pipeline.weather.override_level(now));
                 pipeline.refresh_gauges(now, &self.inner.metrics);
                 pipeline.count_peers(connected.iter(), now, &self.inner.metrics);
