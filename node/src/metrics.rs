@@ -26,7 +26,7 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
-/// One label: a trust level, a lifecycle state, a kind or a verdict.
+/// One label: a trust level.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LevelLabel {
     pub level: &'static str,

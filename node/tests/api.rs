@@ -8,14 +8,20 @@ use druse_node::daemon::{self, Running};
 use druse_node::{Role, api::PublishSkill};
 use serde_json::{Value, json};
 
-async fn start() -> (Running, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
+/// A loopback node keeping its data in `dir`, on ports the OS picks.
+fn loopback(dir: &std::path::Path) -> Config {
     let mut config = Config::default();
-    config.store.data_dir = dir.path().to_owned();
+    config.store.data_dir = dir.to_owned();
     config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
     config.p2p.mdns = false;
     config.api.listen = "127.0.0.1:0".parse().unwrap();
     config.metrics.listen = "127.0.0.1:0".parse().unwrap();
+    config
+}
+
+async fn start() -> (Running, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = loopback(dir.path());
     config.api.max_body_bytes = 4096;
     let running = daemon::start(config, Role::Edge, |_| axum::Router::new()).await.unwrap();
     (running, dir)
@@ -127,15 +133,7 @@ async fn get_json(running: &Running, path: &str, token: bool) -> (u16, Value) {
 #[tokio::test]
 async fn corrected_memory_is_recalled_and_its_history_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || {
-        let mut config = Config::default();
-        config.store.data_dir = dir.path().to_owned();
-        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
-        config.p2p.mdns = false;
-        config.api.listen = "127.0.0.1:0".parse().unwrap();
-        config.metrics.listen = "127.0.0.1:0".parse().unwrap();
-        config
-    };
+    let config = || loopback(dir.path());
     let running = daemon::start(config(), Role::Edge, |_| axum::Router::new()).await.unwrap();
     let old = json!({ "text": "Dad's surgery is March 15", "namespace": "user:sam" });
     let (status, first) = post_to(&running, "/v1/memories", old).await;

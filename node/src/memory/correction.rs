@@ -145,10 +145,7 @@ impl Reconciler for Rules {
         let candidates = &candidates[..candidates.len().min(self.config.candidates)];
         let confidence = supersession_confidence(text, &self.config);
         if let (Some(s), Some(a)) = (subject, attribute) {
-            let keyed = candidates.iter().find(|c| {
-                c.subject.as_deref().is_some_and(|cs| cs.eq_ignore_ascii_case(s))
-                    && c.attribute.as_deref().is_some_and(|ca| ca.eq_ignore_ascii_case(a))
-            });
+            let keyed = candidates.iter().find(|c| same_key(c.subject.as_deref(), c.attribute.as_deref(), s, a));
             return match keyed {
                 Some(c) if normalise(&c.text) == normalise(text) => Decision::Noop { target: c.id },
                 Some(c) => Decision::Update { target: c.id, confidence },
@@ -178,6 +175,13 @@ impl Reconciler for Rules {
             _ => Decision::Add,
         }
     }
+}
+
+/// Whether a stored subject and attribute name the same thing as `subject` and `attribute`
+/// (case does not matter): then a new value supersedes the old one.
+pub fn same_key(stored_subject: Option<&str>, stored_attribute: Option<&str>, subject: &str, attribute: &str) -> bool {
+    stored_subject.is_some_and(|s| s.eq_ignore_ascii_case(subject))
+        && stored_attribute.is_some_and(|a| a.eq_ignore_ascii_case(attribute))
 }
 
 fn normalise(text: &str) -> String {

@@ -534,10 +534,7 @@ impl Memory {
                 crystals
                     .values()
                     .filter(|c| usable(c))
-                    .filter(|c| {
-                        c.subject.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(s))
-                            && c.attribute.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(a))
-                    })
+                    .filter(|c| correction::same_key(c.subject.as_deref(), c.attribute.as_deref(), s, a))
                     .map(|c| to_candidate(c, 1.0)),
             );
         }

@@ -376,25 +376,27 @@ impl VectorIndex {
     /// approximate in the segments, exact in the tail. Fewer than `k` only when fewer are stored.
     /// Keep `k` at most [`Config::ef_search`]: above it each segment is scanned exactly.
     pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {
-        let query = self.shared.unit(query)?;
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        let state = self.shared.read();
-        let live = |entry: Entry| state.is_live(entry);
-        let mut top = TopK::new(k);
-        for segment in &state.segments {
-            for hit in segment.search(&query, k, &live) {
+        self.top_k(query, k, |segment, query, live, top| {
+            for hit in segment.search(query, k, &live) {
                 top.offer(hit);
             }
-        }
-        scan_tail(&state, &query.0, &mut top);
-        Ok(hits(top))
+        })
     }
 
     /// The exact `k` nearest live vectors, by brute force over everything: the reference that
     /// [`VectorIndex::search`]'s recall is measured against.
     pub fn exact(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {
+        self.top_k(query, k, |segment, query, live, top| segment.scan(&query.0, &live, top))
+    }
+
+    /// The best `k` live vectors: each segment through `per_segment` (graph or scan), the tail
+    /// always exactly.
+    fn top_k(
+        &self,
+        query: &[f32],
+        k: usize,
+        per_segment: impl Fn(&Segment, &Point, &dyn Fn(Entry) -> bool, &mut TopK),
+    ) -> Result<Vec<(u64, f32)>, Error> {
         let query = self.shared.unit(query)?;
         if k == 0 {
             return Ok(Vec::new());
@@ -403,7 +405,7 @@ impl VectorIndex {
         let live = |entry: Entry| state.is_live(entry);
         let mut top = TopK::new(k);
         for segment in &state.segments {
-            segment.scan(&query.0, &live, &mut top);
+            per_segment(segment, &query, &live, &mut top);
         }
         scan_tail(&state, &query.0, &mut top);
         Ok(hits(top))
