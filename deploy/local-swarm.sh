@@ -20,6 +20,10 @@
 #   READY_TIMEOUT       seconds to wait for each node's /healthz (default 60)
 #   STOP_TIMEOUT        seconds to wait for the nodes after SIGTERM before SIGKILL (default 30)
 #   LOG_FORMAT          text or json (default text)
+#   ANOMALY_NEW_PEERS   the management node's anomaly detector raises weather when this many new
+#                       peers join within a minute (default 20)
+#   ANOMALY_LISTINGS    ... or when one peer offers this many listings within a minute (default
+#                       30; set 5 to watch it fire: a peer may publish only 10 a minute)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +39,8 @@ EDGE_METRICS_BASE="${EDGE_METRICS_BASE:-9400}"
 READY_TIMEOUT="${READY_TIMEOUT:-60}"
 STOP_TIMEOUT="${STOP_TIMEOUT:-30}"
 LOG_FORMAT="${LOG_FORMAT:-text}"
+ANOMALY_NEW_PEERS="${ANOMALY_NEW_PEERS:-20}"
+ANOMALY_LISTINGS="${ANOMALY_LISTINGS:-30}"
 
 say() { printf '[local-swarm] %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -78,6 +84,11 @@ MGMT_PUBLIC_KEY="$(awk '$1 == "public_key" {print $2}' <<<"$ID_OUT")"
 TRUST_LIST="$SWARM_DIR/trust-list"
 printf '# druse trust list for the local swarm\n%s  # mgmt\n' "$MGMT_PUBLIC_KEY" >"$TRUST_LIST"
 BOOTSTRAP="/ip4/$SWARM_HOST/tcp/$MGMT_P2P_PORT/p2p/$MGMT_PEER_ID"
+# The management node's config holds only the anomaly detector's thresholds (deploy/management.toml
+# lists every key); the flags below set the rest.
+MGMT_CONFIG="$SWARM_DIR/management.toml"
+printf '# Written by deploy/local-swarm.sh.\n[management.anomaly]\nnew_peers = %d\nlistings_per_peer = %d\n' \
+  "$ANOMALY_NEW_PEERS" "$ANOMALY_LISTINGS" >"$MGMT_CONFIG"
 
 # --- starting and stopping -----------------------------------------------------------------
 NAMES=()
@@ -144,7 +155,8 @@ wait_healthy() {
   done
 }
 
-start mgmt "$MGMT" "$SWARM_DIR/mgmt" "$MGMT_P2P_PORT" "$MGMT_API_PORT" "$MGMT_METRICS_PORT"
+start mgmt "$MGMT" "$SWARM_DIR/mgmt" "$MGMT_P2P_PORT" "$MGMT_API_PORT" "$MGMT_METRICS_PORT" \
+  --config "$MGMT_CONFIG"
 wait_healthy mgmt "${PIDS[0]}" "http://$SWARM_HOST:$MGMT_API_PORT/healthz" || stop_all 1
 
 for n in $(seq 1 "$EDGES"); do
@@ -182,6 +194,23 @@ Try it (in another shell):
   \$B/druse-mgmt weather --level 0.9 --duration 5m --reason drill --api $M_API --node-data-dir $SWARM_DIR/mgmt
   \$B/druse-node weather --api $E2_API
   curl -s http://$SWARM_HOST:$((EDGE_METRICS_BASE + 2))/metrics | grep -E '^druse_(peers|halted|weather_cortisol)'
+  \$B/druse-mgmt weather --level 0 --duration 1s --reason "all clear" --api $M_API --node-data-dir $SWARM_DIR/mgmt
+  \$B/druse-mgmt census --api $M_API     # every peer with its trust and listings; the weather; the detector
+EOF
+  if ((ANOMALY_LISTINGS <= 10)); then
+    cat <<EOF
+
+The anomaly detector raises weather by itself when one peer offers $ANOMALY_LISTINGS listings within a minute:
+  for i in \$(seq 1 $ANOMALY_LISTINGS); do \$B/druse-node skill publish --name burst-\$i --text "burst number \$i" \\
+    --api $E1_API --node-data-dir $SWARM_DIR/edge-1; done
+  \$B/druse-node weather --api $E2_API    # halted: "suspicious skill burst from peer cluster: peer ... offered ..."
+  curl -s http://$SWARM_HOST:$MGMT_METRICS_PORT/metrics | grep '^druse_anomaly_weather_total'
+EOF
+  else
+    echo
+    echo "To watch the anomaly detector raise weather on a listing burst, start the swarm with ANOMALY_LISTINGS=5."
+  fi
+  cat <<EOF
 
 Press Ctrl-C (or send SIGTERM to pid $$) to stop every node.
 EOF

@@ -1,5 +1,5 @@
-//! The management routes: endorse, revoke, weather, bounties, bans and attestations. All are
-//! write routes and need the node's bearer token.
+//! The management routes: endorse, revoke, weather, bounties, bans and attestations are write
+//! routes and need the node's bearer token; the census is a read route, like `/v1/peers`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use druse_node::api::{Error, Published};
 use druse_node::node::now_ms;
@@ -121,7 +121,12 @@ pub fn router(management: Arc<Management>) -> Router {
         .route("/v1/bans", post(ban_route))
         .route("/v1/attestations", post(attest_route))
         .route("/v1/bounties", post(bounty_route));
-    druse_node::api::require_token(routes, &token).with_state(management)
+    let reads = Router::new().route("/v1/census", get(census_route));
+    druse_node::api::require_token(routes, &token).merge(reads).with_state(management)
+}
+
+async fn census_route(State(m): State<Arc<Management>>) -> Result<Json<crate::census::Census>, Error> {
+    Ok(Json(crate::census::take(&m).await?))
 }
 
 async fn endorse_route(

@@ -3,9 +3,14 @@
 //! A management node is an ordinary node (the `druse-node` library) whose key is on every
 //! node's trust list. This crate adds what only it does: sign endorsements, cortisol weather,
 //! bounties, bans and attestations with a persisted, strictly rising `seq`; re-announce
-//! active weather so late joiners obey it; and serve the routes the `druse-mgmt` CLI drives.
+//! active weather so late joiners obey it; raise weather by itself when its anomaly detector
+//! sees a burst; take a census of the peers it knows; and serve the routes the `druse-mgmt` CLI
+//! drives.
 
+pub mod anomaly;
 pub mod api;
+pub mod census;
+mod policy;
 
 use std::time::Duration;
 
@@ -39,6 +44,8 @@ pub struct Management {
     node: Node,
     /// The last seq signed; held across the flush so no seq is ever used twice.
     seq: Mutex<u64>,
+    /// The anomaly detector, once asked to start (`None` inside when the config turns it off).
+    anomaly: std::sync::OnceLock<Option<std::sync::Arc<anomaly::Watch>>>,
 }
 
 impl Management {
@@ -48,7 +55,7 @@ impl Management {
             return Err(Error::Invalid("the node was not started in the management role".into()));
         }
         let seq = node.store().state::<u64>(SEQ_KEY)?.unwrap_or(0);
-        Ok(std::sync::Arc::new(Self { node, seq: Mutex::new(seq) }))
+        Ok(std::sync::Arc::new(Self { node, seq: Mutex::new(seq), anomaly: std::sync::OnceLock::new() }))
     }
 
     /// The node this role runs on.
@@ -71,8 +78,19 @@ impl Management {
         Ok(next)
     }
 
-    /// Endorses (or revokes) a skill this node holds.
+    /// Endorses (or revokes) a skill this node holds, by hand.
     pub async fn endorse(&self, id: ContentId, verdict: EndorsementVerdict, note: String) -> Result<ContentId, Error> {
+        self.sign_endorsement(id, verdict, note, "manual").await
+    }
+
+    /// Signs and publishes an endorsement or revocation, counted under `policy`.
+    async fn sign_endorsement(
+        &self,
+        id: ContentId,
+        verdict: EndorsementVerdict,
+        note: String,
+        policy: &'static str,
+    ) -> Result<ContentId, Error> {
         let skill: Skill = self.node.skill(&id)?.ok_or(Error::UnknownSkill(id))?;
         let seq = self.next_seq().await?;
         let body = Body::Endorsement(Endorsement {
@@ -84,7 +102,11 @@ impl Management {
             verdict,
             note,
         });
-        Ok(self.node.publish(&body).await?)
+        let id = self.node.publish(&body).await?;
+        if verdict == EndorsementVerdict::Endorse {
+            self.count_endorsement(policy);
+        }
+        Ok(id)
     }
 
     /// Broadcasts cortisol weather; a level of 0 lifts it.
@@ -139,6 +161,17 @@ impl Management {
             return Ok(None);
         }
         Ok(Some(self.weather(active.level, remaining, active.reason).await?))
+    }
+
+    /// Starts the anomaly detector (unless `management.anomaly.enabled` is false); the node owns
+    /// its task. Starting it twice keeps the first.
+    pub fn spawn_anomaly(self: &std::sync::Arc<Self>) -> Option<std::sync::Arc<anomaly::Watch>> {
+        self.anomaly.get_or_init(|| anomaly::spawn(self)).clone()
+    }
+
+    /// The running anomaly detector, if any.
+    pub fn anomaly(&self) -> Option<&std::sync::Arc<anomaly::Watch>> {
+        self.anomaly.get().and_then(Option::as_ref)
     }
 
     /// Starts the periodic weather re-announcement; the node owns the task.

@@ -10,6 +10,7 @@ use druse_management::Management;
 use druse_management::api::{AttestRequest, BanRequest, BountyRequest, EndorseRequest, WeatherRequest};
 use druse_node::api::Published;
 use druse_node::cli::{self, ApiArgs, RunArgs, print_json};
+use druse_node::config::Config;
 use druse_node::{Role, daemon};
 use druse_protocol::body::{EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, Keypair};
@@ -120,8 +121,11 @@ enum Command {
         #[command(flatten)]
         api: MgmtApi,
     },
-    /// The peers the management node knows, with their trust levels.
+    /// Every peer the management node knows (trust, reputation, listings held) and its health.
     Census {
+        /// Print the raw JSON of `GET /v1/census` instead of a table.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         api: MgmtApi,
     },
@@ -147,28 +151,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
             cli::init_logging(args.log_format);
-            let mut config = args.load().context("loading the config")?;
-            // Without a config file, the management node takes its own defaults, so it can run
-            // beside an edge node on one machine.
-            if args.config.is_none() {
-                if args.data_dir.is_none() {
-                    config.store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
-                }
-                if args.api_listen.is_none() {
-                    config.api.listen = ([127, 0, 0, 1], 7710).into();
-                }
-                if args.metrics_listen.is_none() {
-                    config.metrics.listen = ([127, 0, 0, 1], 9465).into();
-                }
-                if args.listen.is_empty() {
-                    config.p2p.listen =
-                        vec!["/ip4/0.0.0.0/tcp/4010".parse()?, "/ip4/0.0.0.0/udp/4010/quic-v1".parse()?];
-                }
-            }
+            // The management node's own defaults sit under the file and the flags, so it can
+            // run beside an edge node on one machine.
+            let mut base = Config::default();
+            base.store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
+            base.api.listen = ([127, 0, 0, 1], 7710).into();
+            base.metrics.listen = ([127, 0, 0, 1], 9465).into();
+            base.p2p.listen = vec!["/ip4/0.0.0.0/tcp/4010".parse()?, "/ip4/0.0.0.0/udp/4010/quic-v1".parse()?];
+            let config = args.load_over(base).context("loading the config")?;
             let every = config.management.weather_reannounce;
             daemon::run(config, Role::Management, |node| match Management::new(node.clone()) {
                 Ok(management) => {
                     management.spawn_reannounce(every);
+                    management.spawn_anomaly();
+                    management.spawn_auto_endorse();
                     druse_management::api::router(management)
                 }
                 Err(error) => {
@@ -205,7 +201,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let request = BountyRequest { id, description, tags, priority, reward_multiplier, duration };
             send(api, "/v1/bounties", &request).await?
         }
-        Command::Census { api } => print_json(&ApiArgs::from(api).reader().get::<Value>("/v1/peers").await?),
+        Command::Census { json, api } => {
+            let census: Value = ApiArgs::from(api).reader().get("/v1/census").await?;
+            if json {
+                print_json(&census);
+            } else {
+                let census: druse_management::census::Census =
+                    serde_json::from_value(census).context("reading the census")?;
+                print!("{}", druse_management::census::table(&census));
+            }
+        }
     }
     Ok(())
 }

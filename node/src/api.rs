@@ -11,7 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use druse_protocol::body::{Body, CrystalListing, ExecutionStats, SemanticType};
+use druse_protocol::body::{Body, CrystalListing, ExecutionStats, ReportEvent, SemanticType};
 use druse_protocol::validate::Reason;
 use druse_protocol::{ContentId, UnixMillis};
 use serde::{Deserialize, Serialize};
@@ -83,6 +83,15 @@ impl From<node::Error> for Error {
             node::Error::Refused(_) | node::Error::Body(_) => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string())
             }
+            node::Error::NoSkill(_) => Self::not_found(error.to_string()),
+            node::Error::Market(code, detail) => {
+                let status = match code {
+                    node::market_error::NOT_FOUND => StatusCode::NOT_FOUND,
+                    node::market_error::CONFLICT => StatusCode::CONFLICT,
+                    _ => StatusCode::UNPROCESSABLE_ENTITY,
+                };
+                Self::new(status, code, detail)
+            }
             other => {
                 tracing::error!(error = %other, "request failed");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string())
@@ -132,6 +141,8 @@ pub fn router(node: Node) -> Router {
     let writes = require_token(
         Router::new()
             .route("/v1/skills", axum::routing::post(publish_skill))
+            .route("/v1/skills/{id}/reports", axum::routing::post(report_skill))
+            .route("/v1/skills/{id}/adopt", axum::routing::post(adopt_skill))
             .route("/v1/memories", axum::routing::post(add_memory))
             .route("/v1/consolidate", axum::routing::post(consolidate)),
         node.token(),
@@ -141,6 +152,10 @@ pub fn router(node: Node) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/status", get(status))
         .route("/v1/skills", get(list_skills))
+        .route("/v1/skills/{id}", get(get_skill))
+        .route("/v1/skills/{id}/versions", get(skill_versions))
+        .route("/v1/bounties", get(bounties))
+        .route("/v1/ledger", get(ledger))
         .route("/v1/crystals/{id}", get(get_crystal))
         .route("/v1/crystals/{id}/history", get(crystal_history))
         .route("/v1/memories", get(search_memories))
@@ -186,8 +201,123 @@ async fn weather(State(node): State<Node>) -> Json<node::WeatherView> {
     Json(node.weather())
 }
 
-async fn list_skills(State(node): State<Node>) -> Result<Json<Vec<crate::skill::Skill>>, Error> {
-    Ok(Json(node.skills()?))
+/// `?limit=` for list routes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    #[serde(default = "hundred")]
+    pub limit: usize,
+}
+
+fn hundred() -> usize {
+    100
+}
+
+/// The most a list route returns.
+const MAX_LIMIT: usize = 1000;
+
+fn limit(query: Result<Query<Limit>, QueryRejection>) -> Result<usize, Error> {
+    let Query(Limit { limit }) = query.map_err(|e| Error::bad_request(e.body_text()))?;
+    Ok(limit.clamp(1, MAX_LIMIT))
+}
+
+/// `GET /v1/skills?limit=`: the market as this node sees it, newest first.
+async fn list_skills(
+    State(node): State<Node>,
+    query: Result<Query<Limit>, QueryRejection>,
+) -> Result<Json<Vec<crate::market::Listing>>, Error> {
+    Ok(Json(node.listings(limit(query)?).await?))
+}
+
+async fn get_skill(
+    State(node): State<Node>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<crate::market::Listing>, Error> {
+    let Path(id) = id?;
+    Ok(Json(node.listing(parse_id(&id)?).await?))
+}
+
+/// `GET /v1/skills/{id}/versions`: `id` is a content id of any version, or a stable skill id.
+async fn skill_versions(
+    State(node): State<Node>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Vec<crate::market::Listing>>, Error> {
+    let Path(id) = id?;
+    Ok(Json(node.versions(&id).await?))
+}
+
+/// What a report says: an execution (`success`, optional `reward` in [-1, 1]) or a bounty
+/// claim (`claim`: the bounty id).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportRequest {
+    #[serde(default)]
+    pub success: Option<bool>,
+    #[serde(default)]
+    pub reward: Option<f64>,
+    #[serde(default)]
+    pub claim: Option<String>,
+}
+
+impl ReportRequest {
+    /// The report event, or why the request is not one.
+    pub fn event(&self) -> Result<ReportEvent, Error> {
+        match (self.success, &self.claim) {
+            (Some(success), None) => {
+                let reward = self.reward.unwrap_or(if success { 1.0 } else { 0.0 });
+                if !(reward.is_finite() && (-1.0..=1.0).contains(&reward)) {
+                    return Err(Error::bad_request(format!("reward {reward} is not in [-1, 1]")));
+                }
+                Ok(ReportEvent::Execution { success, reward })
+            }
+            (None, Some(bounty)) if self.reward.is_none() => {
+                if bounty.trim().is_empty() {
+                    return Err(Error::bad_request("claim needs a bounty id"));
+                }
+                Ok(ReportEvent::Claim { bounty_id: bounty.clone() })
+            }
+            _ => Err(Error::bad_request(
+                "a report is either an execution ({\"success\": bool, \"reward\": -1..1}) or a claim ({\"claim\": bounty id})",
+            )),
+        }
+    }
+}
+
+/// `POST /v1/skills/{id}/reports`.
+async fn report_skill(
+    State(node): State<Node>,
+    id: Result<Path<String>, PathRejection>,
+    request: Result<Json<ReportRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Published>), Error> {
+    let Path(id) = id?;
+    let id = parse_id(&id)?;
+    let Json(request) = request?;
+    let event = request.event()?;
+    let now = now_ms();
+    let content_id = node.report(id, event).await?;
+    Ok((StatusCode::CREATED, Json(Published { content_id, issued_at: now })))
+}
+
+/// `POST /v1/skills/{id}/adopt`: pays what the node's computation supports (see
+/// [`crate::market::settle`]).
+async fn adopt_skill(
+    State(node): State<Node>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<(StatusCode, Json<node::Adoption>), Error> {
+    let Path(id) = id?;
+    Ok((StatusCode::CREATED, Json(node.adopt(parse_id(&id)?).await?)))
+}
+
+async fn bounties(State(node): State<Node>) -> Result<Json<Vec<crate::market::BountyRecord>>, Error> {
+    Ok(Json(node.bounties()?))
+}
+
+/// `GET /v1/ledger?limit=`.
+async fn ledger(
+    State(node): State<Node>,
+    query: Result<Query<Limit>, QueryRejection>,
+) -> Result<Json<node::LedgerView>, Error> {
+    Ok(Json(node.ledger(limit(query)?)?))
 }
 
 /// Who an API read comes from: the node's own agent when it carries the bearer token.

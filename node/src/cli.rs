@@ -54,9 +54,14 @@ pub struct RunArgs {
 impl RunArgs {
     /// The config file (or the default) with every given flag applied on top.
     pub fn load(&self) -> Result<Config, config::Error> {
+        self.load_over(Config::default())
+    }
+
+    /// Like [`RunArgs::load`], with `base` (a binary's own defaults) under the file.
+    pub fn load_over(&self, base: Config) -> Result<Config, config::Error> {
         let mut config = match &self.config {
-            Some(path) => Config::load(path)?,
-            None => Config::default(),
+            Some(path) => Config::load_over(path, &base)?,
+            None => base,
         };
         if let Some(dir) = &self.data_dir {
             config.store.data_dir = dir.clone();

@@ -169,21 +169,79 @@ impl Memory {
     }
 }
 
-/// The marketplace.
+/// The marketplace (seed 004's pricing and quality gate, DESIGN §9).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Market {
     /// Base price of a listed skill, in USDC.
     pub base_price_usdc: f64,
+    /// Weight of ln(adopters + bounty matches + 1) in the demand multiplier.
+    pub demand_weight: f64,
+    /// Scarcity multiplier of a skill with no similar skill known.
+    pub rare_multiplier: f64,
+    /// Scarcity multiplier of a skill with at most `uncommon_max_similar` similar skills.
+    pub uncommon_multiplier: f64,
+    pub uncommon_max_similar: usize,
+    /// Cosine similarity at which another skill counts as similar.
+    pub similar_cosine: f32,
     /// Executions a skill needs before it may be listed.
     pub min_executions: u64,
     /// Success rate a skill needs before it may be listed.
     pub min_success_rate: f64,
+    /// Executions one reporter can contribute to one skill's stats.
+    pub reports_per_reporter: u64,
+    /// Fraction of a bounty's words a skill must contain to match it without a shared tag.
+    pub bounty_text_overlap: f64,
+    /// Curiosity a bounty match adds to the matched skill's crystal.
+    pub bounty_curiosity_boost: f64,
+    /// Credits a new node starts with, in micro-USDC.
+    pub starting_credits: u64,
 }
 
 impl Default for Market {
     fn default() -> Self {
-        Self { base_price_usdc: 0.01, min_executions: 3, min_success_rate: 0.6 }
+        let d = crate::market::Config::default();
+        Self {
+            base_price_usdc: d.price.base_usdc,
+            demand_weight: d.price.demand_weight,
+            rare_multiplier: d.price.rare,
+            uncommon_multiplier: d.price.uncommon,
+            uncommon_max_similar: d.price.uncommon_max_similar,
+            similar_cosine: d.similar_cosine,
+            min_executions: d.gate.min_executions,
+            min_success_rate: d.gate.min_success_rate,
+            reports_per_reporter: d.reports_per_reporter,
+            bounty_text_overlap: d.bounty_text_overlap,
+            bounty_curiosity_boost: d.bounty_curiosity_boost,
+            starting_credits: d.starting_credits,
+        }
+    }
+}
+
+impl Market {
+    /// The market engine's config.
+    pub fn engine(&self) -> crate::market::Config {
+        let d = crate::market::Config::default();
+        crate::market::Config {
+            price: druse_protocol::market::PriceConfig {
+                base_usdc: self.base_price_usdc,
+                demand_weight: self.demand_weight,
+                rare: self.rare_multiplier,
+                uncommon: self.uncommon_multiplier,
+                rare_max_similar: d.price.rare_max_similar,
+                uncommon_max_similar: self.uncommon_max_similar,
+            },
+            gate: druse_protocol::market::QualityGate {
+                min_executions: self.min_executions,
+                min_success_rate: self.min_success_rate,
+            },
+            reports_per_reporter: self.reports_per_reporter,
+            similar_cosine: self.similar_cosine,
+            bounty_text_overlap: self.bounty_text_overlap,
+            bounty_curiosity_boost: self.bounty_curiosity_boost,
+            starting_credits: self.starting_credits,
+            ..d
+        }
     }
 }
 
@@ -229,11 +287,97 @@ pub struct Management {
     /// How often active weather is broadcast again, so nodes that join late obey it.
     #[serde(with = "humantime_serde")]
     pub weather_reannounce: Duration,
+    /// The anomaly detector that raises weather by itself (`[management.anomaly]`).
+    pub anomaly: Anomaly,
+    /// The automatic endorsement policy (`[management.endorsement]`).
+    pub endorsement: EndorsementPolicy,
+}
+
+/// When the management node endorses by itself: off by default (endorsement is manual); when
+/// on, a skill is endorsed once it passes the quality gate on the reports of at least
+/// `min_independent_reporters` reporters other than its publisher.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EndorsementPolicy {
+    pub auto: bool,
+    pub min_independent_reporters: u64,
+    /// How often skills with new reports are checked.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+impl Default for EndorsementPolicy {
+    fn default() -> Self {
+        Self { auto: false, min_independent_reporters: 3, interval: Duration::from_secs(2) }
+    }
 }
 
 impl Default for Management {
     fn default() -> Self {
-        Self { weather_reannounce: Duration::from_secs(30) }
+        Self {
+            weather_reannounce: Duration::from_secs(30),
+            anomaly: Anomaly::default(),
+            endorsement: EndorsementPolicy::default(),
+        }
+    }
+}
+
+/// The management node's anomaly detector (seed 004's network cortisol override): a burst of
+/// new peers, or of listings from one peer, within `window` raises weather at `level` for
+/// `duration`. The defaults are seed 004's weather (0.9 for 5 minutes).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Anomaly {
+    /// Whether the detector runs.
+    pub enabled: bool,
+    /// The sliding window both bursts are counted in.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// New peers (PeerIds never seen before) within `window` that raise weather.
+    pub new_peers: u32,
+    /// Listings one peer offers within `window` that raise weather.
+    pub listings_per_peer: u32,
+    /// After start, peers are learned but not counted as new for this long, so a restarted
+    /// management node does not take its swarm reconnecting for an attack.
+    #[serde(with = "humantime_serde")]
+    pub warmup: Duration,
+    /// Cortisol level of the weather raised.
+    pub level: f64,
+    /// How long the weather raised lasts.
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+}
+
+impl Default for Anomaly {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            window: Duration::from_secs(60),
+            new_peers: 20,
+            listings_per_peer: 30,
+            warmup: Duration::from_secs(120),
+            level: 0.9,
+            duration: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Anomaly {
+    /// Checks what TOML types cannot.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.window.is_zero() {
+            return Err(Error::Invalid("management.anomaly.window must be positive".into()));
+        }
+        if self.new_peers == 0 || self.listings_per_peer == 0 {
+            return Err(Error::Invalid("management.anomaly thresholds must be positive".into()));
+        }
+        if !(self.level > 0.0 && self.level <= 1.0) {
+            return Err(Error::Invalid("management.anomaly.level must be in (0, 1]".into()));
+        }
+        if self.duration.is_zero() || self.duration > Duration::from_secs(7 * 24 * 3600) {
+            return Err(Error::Invalid("management.anomaly.duration must be positive and at most 7 days".into()));
+        }
+        Ok(())
     }
 }
 
@@ -247,6 +391,36 @@ impl Config {
     /// Parses TOML text.
     pub fn parse(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Reads a TOML file whose keys override `base` (a binary's own defaults) rather than
+    /// `Config::default()`.
+    pub fn load_over(path: &Path, base: &Config) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_owned(), source })?;
+        Self::parse_over(&text, base).map_err(|message| Error::Parse { path: path.to_owned(), message })
+    }
+
+    /// Parses TOML text whose keys override `base`; unknown keys are still errors.
+    pub fn parse_over(text: &str, base: &Config) -> Result<Self, String> {
+        fn merge(into: &mut toml::Value, from: toml::Value) {
+            match (into, from) {
+                (toml::Value::Table(into), toml::Value::Table(from)) => {
+                    for (key, value) in from {
+                        match into.get_mut(&key) {
+                            Some(existing) => merge(existing, value),
+                            None => {
+                                into.insert(key, value);
+                            }
+                        }
+                    }
+                }
+                (into, from) => *into = from,
+            }
+        }
+        let mut merged = toml::Value::try_from(base).map_err(|e| format!("encoding the defaults: {e}"))?;
+        let file: toml::Value = toml::from_str(text).map_err(|e| e.to_string())?;
+        merge(&mut merged, file);
+        merged.try_into().map_err(|e: toml::de::Error| e.to_string())
     }
 
     /// The node's key file.
@@ -302,9 +476,22 @@ impl Config {
         if !(0.0..=1.0).contains(&self.market.min_success_rate) {
             return Err(Error::Invalid("market.min_success_rate must be in [0, 1]".into()));
         }
+        if !(self.market.base_price_usdc.is_finite() && self.market.base_price_usdc >= 0.0) {
+            return Err(Error::Invalid("market.base_price_usdc must be a non-negative number".into()));
+        }
+        if !(0.0..=1.0).contains(&self.market.bounty_text_overlap) {
+            return Err(Error::Invalid("market.bounty_text_overlap must be in [0, 1]".into()));
+        }
+        if !(-1.0..=1.0).contains(&self.market.similar_cosine) {
+            return Err(Error::Invalid("market.similar_cosine must be in [-1, 1]".into()));
+        }
+        if self.market.reports_per_reporter == 0 {
+            return Err(Error::Invalid("market.reports_per_reporter must be positive".into()));
+        }
         if self.trust.rate_window.is_zero() {
             return Err(Error::Invalid("trust.rate_window must be positive".into()));
         }
+        self.management.anomaly.check()?;
         Ok(())
     }
 }
@@ -353,9 +540,41 @@ mod tests {
     }
 
     #[test]
+    fn anomaly_section_reads_durations_and_refuses_nonsense() {
+        let config = Config::parse("[management.anomaly]\nwindow = \"30s\"\nnew_peers = 5\nenabled = false\n").unwrap();
+        let anomaly = &config.management.anomaly;
+        assert_eq!((anomaly.window, anomaly.new_peers, anomaly.enabled), (Duration::from_secs(30), 5, false));
+        assert_eq!(anomaly.level, 0.9, "unset keys keep their defaults");
+        config.check().unwrap();
+        for bad in ["level = 0.0", "level = 1.5", "new_peers = 0", "window = \"0s\"", "duration = \"8days\""] {
+            let config = Config::parse(&format!("[management.anomaly]\n{bad}\n")).unwrap();
+            assert!(config.check().is_err(), "{bad} was accepted");
+        }
+        assert!(Config::parse("[management.anomaly]\nthreshold = 3\n").is_err());
+    }
+
+    #[test]
     fn pins_name_trust_levels() {
         let config = Config::parse("[trust.pins]\n\"12D3KooWabc\" = \"trusted\"\n").unwrap();
         assert_eq!(config.trust.pins.get("12D3KooWabc"), Some(&TrustLevel::Trusted));
         assert!(Config::parse("[trust.pins]\n\"x\" = \"emperor\"\n").is_err());
+    }
+
+    #[test]
+    fn a_file_overrides_only_its_own_keys_of_a_binarys_defaults() {
+        let mut base = Config::default();
+        base.api.listen = ([127, 0, 0, 1], 7710).into();
+        base.store.data_dir = "./druse-mgmt-data".into();
+        assert_eq!(Config::parse_over("", &base).unwrap().api.listen, base.api.listen);
+        let config =
+            Config::parse_over("[management.endorsement]\nauto = true\n[metrics]\nlisten = \"127.0.0.1:1\"\n", &base)
+                .unwrap();
+        assert!(config.management.endorsement.auto);
+        assert_eq!(config.api.listen, base.api.listen, "a key the file does not name keeps the base value");
+        assert_eq!(config.store.data_dir, base.store.data_dir);
+        assert_eq!(config.metrics.listen, ([127, 0, 0, 1], 1).into());
+        assert_eq!(config.management.weather_reannounce, base.management.weather_reannounce);
+        let err = Config::parse_over("[api]\ncolour = \"red\"\n", &base).unwrap_err();
+        assert!(err.contains("colour"), "{err}");
     }
 }

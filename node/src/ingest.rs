@@ -4,14 +4,15 @@
 
 use std::collections::HashSet;
 
-use druse_protocol::body::{Body, ReportEvent, TrustLevel};
+use druse_protocol::body::{Body, Bounty, CrystalListing, Endorsement, Report, ReportEvent, TrustLevel};
 use druse_protocol::net::{Acceptance, PeerId};
 use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{self, Accepted, Reason, TrustView, Verdict};
 use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, topic};
 
 use crate::governance::{self, Sensitivity};
-use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, VerdictLabel};
+use crate::market::{self, BountyRecord, Counted, Stats, Versions};
+use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, ReportLabels, VerdictLabel};
 use crate::peers::{self, Book};
 use crate::skill::{Origin, Pending, Skill};
 use crate::store::{self, Store};
@@ -70,16 +71,46 @@ impl Outcome {
     }
 }
 
+/// Work ingestion leaves for the node to do outside the pipeline's lock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Effect {
+    /// A new skill to index in the memory engine.
+    NewSkill(ContentId),
+    /// A bounty matched this skill: its crystal gains this much curiosity.
+    Boost(ContentId, f64),
+}
+
+/// Effects waiting for the node; beyond this many the oldest are dropped (a new skill that is
+/// dropped is indexed by the next sweep).
+const MAX_EFFECTS: usize = 4096;
+/// Skills whose price changed since the node last looked, at most.
+const MAX_REPRICED: usize = 4096;
+
+/// The node's own side of the market, for the ledger.
+#[derive(Debug, Clone)]
+pub struct Me {
+    pub key: PublicKey,
+    pub market: market::Config,
+}
+
 /// Everything ingestion reads and changes, behind one lock in the node.
 #[derive(Debug)]
 pub struct Pipeline {
     pub view: TrustView,
     pub book: Book,
     pub weather: weather::State,
-    pub pending: Pending,
+    pub pending: Pending<Endorsement>,
+    /// Reports that arrived before their skill.
+    pub pending_reports: Pending<Report>,
+    me: Me,
     store: Store,
     /// Peers whose counters changed since they were last written; `persist_peers` writes them.
     dirty: HashSet<PeerId>,
+    effects: Vec<Effect>,
+    /// Skills whose price inputs changed since `take_repriced`.
+    repriced: HashSet<ContentId>,
+    /// Set when an effect was dropped: the node should sweep for unindexed skills.
+    pub dropped_effects: bool,
 }
 
 const WEATHER_KEY: &str = "weather";
@@ -87,7 +118,13 @@ const SEQS_KEY: &str = "seqs";
 
 impl Pipeline {
     /// Rebuilds the pipeline's state from the store.
-    pub fn restore(store: Store, mut view: TrustView, mut book: Book, pending: Pending) -> Result<Self, store::Error> {
+    pub fn restore(
+        store: Store,
+        mut view: TrustView,
+        mut book: Book,
+        pending: Pending<Endorsement>,
+        me: Me,
+    ) -> Result<Self, store::Error> {
         let weather = store.state::<weather::State>(WEATHER_KEY)?.unwrap_or_default();
         let seqs: Vec<(PublicKey, u64)> = store.state(SEQS_KEY)?.unwrap_or_default();
         for (key, seq) in seqs {
@@ -99,7 +136,49 @@ impl Pipeline {
                 book.restore(peer, record);
             }
         }
-        Ok(Self { view, book, weather, pending, store, dirty: HashSet::new() })
+        let pending_reports = Pending::new(pending.capacity(), pending.ttl_ms());
+        Ok(Self {
+            view,
+            book,
+            weather,
+            pending,
+            pending_reports,
+            me,
+            store,
+            dirty: HashSet::new(),
+            effects: Vec::new(),
+            repriced: HashSet::new(),
+            dropped_effects: false,
+        })
+    }
+
+    /// Takes the work ingestion left for the node.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Takes the skills whose price inputs changed.
+    pub fn take_repriced(&mut self) -> HashSet<ContentId> {
+        std::mem::take(&mut self.repriced)
+    }
+
+    fn effect(&mut self, effect: Effect) {
+        if self.effects.len() >= MAX_EFFECTS {
+            self.effects.remove(0);
+            self.dropped_effects = true;
+        }
+        self.effects.push(effect);
+    }
+
+    fn reprice(&mut self, id: ContentId) {
+        if self.repriced.len() < MAX_REPRICED {
+            self.repriced.insert(id);
+        }
+    }
+
+    /// The market's config.
+    pub fn market(&self) -> &market::Config {
+        &self.me.market
     }
 
     /// The management keys in force.
@@ -191,15 +270,12 @@ impl Pipeline {
                 }
                 let skill = Skill::new(accepted.content_id, listing.clone(), signer, origin, now);
                 if self.store.insert_skill(&accepted.content_id, &skill)? {
-                    metrics.listing_price.observe(listing.asking_price as f64 / 1e6);
-                    for (by, endorsement) in self.pending.take(&accepted.content_id, now) {
-                        self.apply_endorsement(by, &endorsement, now, metrics)?;
-                    }
+                    self.on_new_skill(accepted.content_id, listing, signer, now, metrics)?;
                 }
             }
             Body::Endorsement(endorsement) => {
                 if !self.apply_endorsement(signer, endorsement, now, metrics)? {
-                    self.pending.push(signer, endorsement.clone(), now);
+                    self.pending.push(endorsement.content_id, signer, endorsement.clone(), now);
                 }
             }
             Body::Weather(w) => {
@@ -215,12 +291,11 @@ impl Pipeline {
                 let ruling = peers::Ruling { level: attest.level, expires_at: attest.expires_at };
                 self.rule(&attest.peer.peer_id(), ruling, now)?;
             }
-            Body::Report(report) => {
-                if let ReportEvent::Execution { success, .. } = report.event {
-                    self.note_report(&report.content_id, signer, success, now)?;
-                }
-            }
-            Body::Bounty(_) => {}
+            Body::Report(report) => match self.store.skill::<Skill>(&report.content_id)? {
+                Some(skill) => self.apply_report(&skill, signer, report, now, metrics)?,
+                None => self.pending_reports.push(report.content_id, signer, report.clone(), now),
+            },
+            Body::Bounty(bounty) => self.apply_bounty(signer, bounty, now, metrics)?,
         }
         if accepted.body.seq().is_some() {
             let seqs: Vec<(PublicKey, u64)> = self.view.last_seqs().collect();
@@ -258,24 +333,242 @@ impl Pipeline {
         Ok(true)
     }
 
-    /// Counts an execution report toward the reputation of the skill's author (never the
-    /// author reporting on itself).
-    fn note_report(
+    /// A skill stored for the first time: endorsements and reports that waited for it, its
+    /// place among its versions, the bounties it matches, and its memory crystal.
+    fn on_new_skill(
         &mut self,
-        id: &ContentId,
-        reporter: PublicKey,
-        success: bool,
+        id: ContentId,
+        listing: &CrystalListing,
+        author: PublicKey,
         now: UnixMillis,
+        metrics: &Metrics,
     ) -> Result<(), store::Error> {
-        let Some(skill) = self.store.skill::<Skill>(id)? else { return Ok(()) };
-        if skill.author != reporter {
-            self.note_peer(&skill.author.peer_id(), now, |r| {
-                if success {
-                    r.report_successes += 1;
-                } else {
-                    r.report_failures += 1;
+        metrics.listing_price.observe(listing.asking_price as f64 / 1e6);
+        for (by, endorsement) in self.pending.take(&id, now) {
+            self.apply_endorsement(by, &endorsement, now, metrics)?;
+        }
+        self.place_version(id, listing, author)?;
+        let mut matched = 0u64;
+        let bounties: Vec<(Vec<u8>, BountyRecord)> = if self.store.bounties.is_empty() {
+            Vec::new()
+        } else {
+            self.store.bounties.iter().collect::<Result<_, _>>()?
+        };
+        for (key, record) in bounties {
+            if record.bounty.expires_at > now
+                && market::matches(&record.bounty, listing, self.me.market.bounty_text_overlap)
+            {
+                self.record_match(&key, &record.bounty, id)?;
+                matched += 1;
+            }
+        }
+        metrics.bounty_matches.inc_by(matched);
+        self.effect(Effect::NewSkill(id));
+        self.reprice(id);
+        let waiting = self.pending_reports.take(&id, now);
+        if !waiting.is_empty()
+            && let Some(skill) = self.store.skill::<Skill>(&id)?
+        {
+            for (by, report) in waiting {
+                self.apply_report(&skill, by, &report, now, metrics)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a version and marks every version but the newest deprecated, whatever order
+    /// they arrive in. Only the same author's listings with the same `skill_id` are versions of
+    /// one skill, so nobody can deprecate someone else's skill.
+    fn place_version(
+        &mut self,
+        id: ContentId,
+        listing: &CrystalListing,
+        author: PublicKey,
+    ) -> Result<(), store::Error> {
+        let key = market::version_key(&author, &listing.skill_id);
+        let versions: Versions =
+            self.store.versions.upsert(&key, |v: &mut Versions| v.add(listing.version, listing.issued_at, id))?;
+        let Some(newest) = versions.newest() else { return Ok(()) };
+        if versions.known.len() == 1 {
+            // A skill's first version: nothing to deprecate, and a new skill is current.
+            return Ok(());
+        }
+        for version in versions.ids() {
+            let deprecated = version != newest;
+            let current = self.store.skill::<Skill>(&version)?;
+            if current.is_some_and(|s| s.deprecated != deprecated || (deprecated && s.deprecated_by != Some(newest))) {
+                self.store.update_skill::<Skill, _>(&version, |s| {
+                    s.deprecated = deprecated;
+                    s.deprecated_by = deprecated.then_some(newest);
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes that `skill` matches a bounty, on the bounty and in the skill's stats.
+    fn record_match(&mut self, key: &[u8], bounty: &Bounty, skill: ContentId) -> Result<(), store::Error> {
+        self.store.bounties.update(key, |r: &mut BountyRecord| {
+            if !r.matches.contains(&skill) && r.matches.len() < market::MAX_BOUNTY_ENTRIES {
+                r.matches.push(skill);
+            }
+        })?;
+        self.store.market.upsert(skill.digest(), |s: &mut Stats| {
+            s.bounty_matches.insert(bounty.id.clone());
+        })?;
+        let boost = self.me.market.bounty_curiosity_boost;
+        self.effect(Effect::Boost(skill, boost));
+        self.reprice(skill);
+        Ok(())
+    }
+
+    /// A bounty from a management key: kept until it expires (a newer seq from the same key
+    /// replaces its terms, keeping matches and claims), and matched against every skill held.
+    fn apply_bounty(
+        &mut self,
+        issuer: PublicKey,
+        bounty: &Bounty,
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) -> Result<(), store::Error> {
+        if bounty.expires_at <= now {
+            return Ok(());
+        }
+        let key = bounty.id.as_bytes();
+        let existing: Option<BountyRecord> = self.store.bounties.get(key)?;
+        match existing {
+            Some(old) if old.issuer != issuer || old.bounty.seq >= bounty.seq => return Ok(()),
+            Some(mut old) => {
+                old.bounty = bounty.clone();
+                self.store.bounties.put(key, &old)?;
+            }
+            None => {
+                self.make_room_for_a_bounty()?;
+                let record = BountyRecord { bounty: bounty.clone(), issuer, matches: Vec::new(), claims: Vec::new() };
+                self.store.bounties.put(key, &record)?;
+            }
+        }
+        let mut matched = 0u64;
+        let skills: Vec<Skill> = self.store.skills::<Skill>().collect::<Result<_, _>>()?;
+        for skill in skills.iter().filter(|s| !s.deprecated) {
+            if market::matches(bounty, &skill.listing, self.me.market.bounty_text_overlap) {
+                self.record_match(key, bounty, skill.id)?;
+                matched += 1;
+            }
+        }
+        metrics.bounty_matches.inc_by(matched);
+        tracing::info!(bounty = %bounty.id, matched, "bounty");
+        Ok(())
+    }
+
+    /// Drops the bounty that expires first when the table is full.
+    fn make_room_for_a_bounty(&mut self) -> Result<(), store::Error> {
+        if self.store.bounties.len() < self.me.market.max_bounties {
+            return Ok(());
+        }
+        let mut first: Option<(Vec<u8>, UnixMillis)> = None;
+        for entry in self.store.bounties.iter::<BountyRecord>() {
+            let (key, record) = entry?;
+            if first.as_ref().is_none_or(|(_, at)| record.bounty.expires_at < *at) {
+                first = Some((key, record.bounty.expires_at));
+            }
+        }
+        if let Some((key, _)) = first {
+            self.store.bounties.remove(&key)?;
+        }
+        Ok(())
+    }
+
+    /// Drops expired bounties; returns how many are open.
+    pub fn expire_bounties(&self, now: UnixMillis) -> Result<usize, store::Error> {
+        let mut open = 0;
+        let records: Vec<(Vec<u8>, BountyRecord)> = self.store.bounties.iter().collect::<Result<_, _>>()?;
+        for (key, record) in records {
+            if record.bounty.expires_at <= now {
+                self.store.bounties.remove(&key)?;
+                tracing::info!(bounty = %record.bounty.id, "bounty expired");
+            } else {
+                open += 1;
+            }
+        }
+        Ok(open)
+    }
+
+    /// Counts a signed report about a stored skill.
+    fn apply_report(
+        &mut self,
+        skill: &Skill,
+        reporter: PublicKey,
+        report: &Report,
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) -> Result<(), store::Error> {
+        let id = skill.id;
+        let config = self.me.market.clone();
+        let mut counted = Counted::Yes;
+        let (event, outcome) = match &report.event {
+            ReportEvent::Execution { success, reward } => {
+                self.store.market.upsert(id.digest(), |s: &mut Stats| {
+                    counted = s.execution(&config, &reporter, *success, *reward);
+                })?;
+                if counted == Counted::Yes && skill.author != reporter {
+                    self.note_peer(&skill.author.peer_id(), now, |r| {
+                        if *success {
+                            r.report_successes += 1;
+                        } else {
+                            r.report_failures += 1;
+                        }
+                    });
                 }
-            });
+                ("execution", if *success { "success" } else { "failure" })
+            }
+            ReportEvent::Adoption { price_paid } => {
+                self.store.market.upsert(id.digest(), |s: &mut Stats| {
+                    counted = s.adoption(&config, &reporter, *price_paid);
+                })?;
+                if counted == Counted::Yes && skill.author == self.me.key && reporter != self.me.key {
+                    let amount = (*price_paid).min(skill.listing.asking_price);
+                    let entry = market::Entry {
+                        at: now,
+                        direction: market::Direction::Earned,
+                        skill: id,
+                        counterparty: reporter.peer_id().to_string(),
+                        amount,
+                    };
+                    market::record(&self.store, &entry, config.max_ledger_entries)?;
+                }
+                ("adoption", "none")
+            }
+            ReportEvent::Claim { bounty_id } => {
+                self.store.market.upsert(id.digest(), |s: &mut Stats| {
+                    if s.claims.len() < market::MAX_BOUNTY_ENTRIES {
+                        s.claims.insert(bounty_id.clone());
+                    }
+                })?;
+                let claimant = reporter.peer_id().to_string();
+                let updated = self.store.bounties.update(bounty_id.as_bytes(), |r: &mut BountyRecord| {
+                    let known = r.claims.iter().any(|c| c.skill == id && c.claimant == claimant);
+                    if !known && r.claims.len() < market::MAX_BOUNTY_ENTRIES {
+                        let matched = r.matches.contains(&id);
+                        r.claims.push(market::Claim { skill: id, claimant: claimant.clone(), at: now, matched });
+                    }
+                })?;
+                match updated {
+                    Some(record) => {
+                        metrics.bounty_claims.inc();
+                        let matched = record.claims.iter().any(|c| c.skill == id && c.matched);
+                        tracing::info!(bounty = %bounty_id, skill = %id, %claimant, matched, "bounty claimed");
+                    }
+                    None => {
+                        tracing::info!(bounty = %bounty_id, skill = %id, "claim on a bounty this node does not hold")
+                    }
+                }
+                ("claim", "none")
+            }
+        };
+        metrics.reports.get_or_create(&ReportLabels { event, outcome }).inc();
+        if counted == Counted::Yes {
+            self.reprice(id);
         }
         Ok(())
     }
@@ -312,6 +605,12 @@ impl Pipeline {
     pub fn refresh_gauges(&self, now: UnixMillis, metrics: &Metrics) {
         self.refresh_weather_gauges(now, metrics);
         metrics.listings.set(self.store.skill_count() as i64);
+        match self.expire_bounties(now) {
+            Ok(open) => {
+                metrics.bounties_open.set(open as i64);
+            }
+            Err(error) => tracing::warn!(%error, "could not expire bounties"),
+        }
     }
 
     /// The weather and pending-endorsement gauges, cheap enough for every message.
@@ -354,9 +653,7 @@ fn topic_label(topic: &str) -> String {
 mod tests {
     use std::collections::HashMap;
 
-    use druse_protocol::body::{
-        Attest, CrystalListing, Endorsement, EndorsementVerdict, ExecutionStats, SemanticType, Weather,
-    };
+    use druse_protocol::body::{Attest, CrystalListing, Endorsement, EndorsementVerdict, Weather};
     use druse_protocol::validate::Config;
     use druse_protocol::{Envelope, Keypair};
 
@@ -378,24 +675,13 @@ mod tests {
         let trust = TrustList::new([mgmt.public()]);
         let view = TrustView::new(Config::default(), trust.clone());
         let book = Book::new(trust, HashMap::new(), 100);
-        let pipeline = Pipeline::restore(store, view, book, Pending::new(16, 60_000)).unwrap();
+        let me = Me { key: Keypair::from_seed([9; 32]).public(), market: market::Config::default() };
+        let pipeline = Pipeline::restore(store, view, book, Pending::new(16, 60_000), me).unwrap();
         Fixture { pipeline, metrics: Metrics::new("test", "edge"), mgmt, _dir: dir }
     }
 
     fn listing(name: &str, text: &str) -> Body {
-        Body::Crystal(CrystalListing {
-            issued_at: NOW,
-            name: name.into(),
-            text: text.into(),
-            semantic_type: SemanticType::Skill,
-            tags: vec![],
-            category: None,
-            skill_id: name.into(),
-            version: 1,
-            previous_version: None,
-            stats: ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 },
-            asking_price: 0,
-        })
+        Body::Crystal(crate::skill::sample_listing(name, text, NOW))
     }
 
     fn seal(key: &Keypair, body: &Body) -> Vec<u8> {
@@ -531,8 +817,117 @@ mod tests {
         let trust = TrustList::new([f.mgmt.public()]);
         let view = TrustView::new(Config::default(), trust.clone());
         let book = Book::new(trust, HashMap::new(), 100);
-        let restored = Pipeline::restore(store, view, book, Pending::new(16, 60_000)).unwrap();
+        let restored = Pipeline::restore(store, view, book, Pending::new(16, 60_000), f.pipeline.me.clone()).unwrap();
         assert!(restored.weather.halted(NOW));
         assert_eq!(restored.view.last_seqs().collect::<Vec<_>>(), vec![(f.mgmt.public(), 7)]);
+    }
+
+    fn report(id: ContentId, event: ReportEvent) -> Body {
+        Body::Report(Report { issued_at: NOW, content_id: id, event })
+    }
+
+    fn stats(f: &Fixture, id: &ContentId) -> market::Stats {
+        f.pipeline.store.market.get(id.digest()).unwrap().unwrap_or_default()
+    }
+
+    #[test]
+    fn report_that_arrives_before_its_skill_is_counted_when_the_skill_arrives() {
+        let mut f = fixture();
+        let author = Keypair::from_seed([2; 32]);
+        let user = Keypair::from_seed([3; 32]);
+        let body = listing("a", "retry with backoff");
+        let id = ContentId::of(&body.encode().unwrap());
+        let run = report(id, ReportEvent::Execution { success: true, reward: 0.5 });
+        assert_eq!(f.ingest(&user, &run), Outcome::Accepted);
+        assert_eq!(f.pipeline.pending_reports.len(), 1);
+        assert!(stats(&f, &id).executions.is_empty());
+        assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
+        let summary = stats(&f, &id).summary(&author.public());
+        assert_eq!((summary.executions, summary.independent_reporters), (1, 1));
+        assert_eq!(f.pipeline.book.record(&author.peer_id()).map(|r| r.report_successes), Some(1));
+        assert!(f.pipeline.take_effects().contains(&Effect::NewSkill(id)));
+    }
+
+    #[test]
+    fn an_older_version_arriving_late_is_stored_deprecated() {
+        let mut f = fixture();
+        let author = Keypair::from_seed([2; 32]);
+        let versioned = |version: u32, text: &str| {
+            let Body::Crystal(mut l) = listing("a", text) else { unreachable!() };
+            l.version = version;
+            Body::Crystal(l)
+        };
+        let (v1, v2) = (versioned(1, "first"), versioned(2, "second"));
+        let (id1, id2) = (ContentId::of(&v1.encode().unwrap()), ContentId::of(&v2.encode().unwrap()));
+        assert_eq!(f.ingest(&author, &v2), Outcome::Accepted);
+        assert_eq!(f.ingest(&author, &v1), Outcome::Accepted);
+        let old: Skill = f.pipeline.store.skill(&id1).unwrap().unwrap();
+        let new: Skill = f.pipeline.store.skill(&id2).unwrap().unwrap();
+        assert!(old.deprecated && old.deprecated_by == Some(id2));
+        assert!(!new.deprecated);
+    }
+
+    #[test]
+    fn bounty_matches_skills_before_and_after_it_and_records_claims() {
+        let mut f = fixture();
+        let author = Keypair::from_seed([2; 32]);
+        let early = Body::Crystal(CrystalListing { tags: vec!["net".into()], ..skill_listing("early") });
+        let late = Body::Crystal(CrystalListing { tags: vec!["NET".into()], ..skill_listing("late") });
+        let unrelated = Body::Crystal(CrystalListing { tags: vec!["law".into()], ..skill_listing("contracts") });
+        let ids: Vec<ContentId> =
+            [&early, &late, &unrelated].iter().map(|b| ContentId::of(&b.encode().unwrap())).collect();
+        assert_eq!(f.ingest(&author, &early), Outcome::Accepted);
+        assert_eq!(f.ingest(&author, &unrelated), Outcome::Accepted);
+        let mgmt = f.mgmt.clone();
+        let bounty = Body::Bounty(Bounty {
+            issued_at: NOW,
+            seq: 1,
+            id: "b1".into(),
+            description: "networking".into(),
+            tags: vec!["net".into()],
+            priority: 0.5,
+            reward_multiplier: 2.0,
+            expires_at: NOW + 60_000,
+        });
+        assert_eq!(f.ingest(&mgmt, &bounty), Outcome::Accepted);
+        assert_eq!(f.ingest(&author, &late), Outcome::Accepted);
+        let record: BountyRecord = f.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
+        assert_eq!(record.matches, vec![ids[0], ids[1]]);
+        assert!(stats(&f, &ids[2]).bounty_matches.is_empty());
+        let boosts = f.pipeline.take_effects().into_iter().filter(|e| matches!(e, Effect::Boost(..))).count();
+        assert_eq!(boosts, 2);
+
+        let claim = report(ids[1], ReportEvent::Claim { bounty_id: "b1".into() });
+        assert_eq!(f.ingest(&author, &claim), Outcome::Accepted);
+        let record: BountyRecord = f.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
+        assert_eq!(record.claims.len(), 1);
+        assert!(record.claims[0].matched && record.claims[0].claimant == author.peer_id().to_string());
+        assert_eq!(f.pipeline.expire_bounties(NOW + 60_000).unwrap(), 0, "expired at expires_at");
+        assert!(f.pipeline.store.bounties.is_empty());
+    }
+
+    #[test]
+    fn adoption_of_this_nodes_skill_is_earned_at_most_at_the_asking_price() {
+        let mut f = fixture();
+        let me = Keypair::from_seed([9; 32]);
+        let adopter = Keypair::from_seed([3; 32]);
+        let body = Body::Crystal(CrystalListing { asking_price: 700, ..skill_listing("mine") });
+        let id = ContentId::of(&body.encode().unwrap());
+        assert_eq!(f.ingest(&me, &body), Outcome::Accepted);
+        assert_eq!(f.ingest(&adopter, &report(id, ReportEvent::Adoption { price_paid: 5_000 })), Outcome::Accepted);
+        let totals = market::totals(&f.pipeline.store).unwrap();
+        assert_eq!((totals.earned, totals.spent, totals.entries), (700, 0, 1));
+        let twice = Body::Report(Report {
+            issued_at: NOW + 1,
+            content_id: id,
+            event: ReportEvent::Adoption { price_paid: 700 },
+        });
+        assert_eq!(f.ingest(&adopter, &twice), Outcome::Accepted);
+        assert_eq!(market::totals(&f.pipeline.store).unwrap().earned, 700, "an adopter pays once");
+    }
+
+    fn skill_listing(name: &str) -> CrystalListing {
+        let Body::Crystal(l) = listing(name, &format!("how to {name}")) else { unreachable!() };
+        l
     }
 }

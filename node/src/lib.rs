@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 pub mod governance;
 pub mod ingest;
+pub mod market;
 pub mod memory;
 pub mod metrics;
 pub mod node;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use druse_node::api::{PublishSkill, Published};
+use druse_node::api::{PublishSkill, Published, ReportRequest};
 use druse_node::cli::{self, ApiArgs, RunArgs, print_json};
 use druse_node::{Role, daemon};
 use druse_protocol::Keypair;
@@ -64,6 +64,18 @@ enum Command {
     },
     /// List the peers a running node knows.
     Peers {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Open bounties, with the skills that match them and the claims.
+    Bounties {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// The credit ledger: balance, earned, spent and the newest entries.
+    Ledger {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -128,6 +140,9 @@ enum SkillCommand {
         skill_id: Option<String>,
         #[arg(long, default_value_t = 1)]
         version: u32,
+        /// The content id of the version this one replaces.
+        #[arg(long)]
+        previous: Option<String>,
         /// Asking price in micro-USDC.
         #[arg(long, default_value_t = 0)]
         price: u64,
@@ -135,8 +150,31 @@ enum SkillCommand {
         #[arg(long, value_parser = parse_stats)]
         stats: Option<ExecutionStats>,
     },
-    /// List the skills the node holds.
-    List,
+    /// List the skills the node holds, with asking and computed prices.
+    List {
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Show one skill with its market view.
+    Show { id: String },
+    /// Show every version of a skill (by content id or stable skill id).
+    Versions { id: String },
+    /// Report running a skill (`--success` or `--failure`), or claim a bounty with it.
+    Report {
+        id: String,
+        #[arg(long, conflicts_with_all = ["failure", "claim"])]
+        success: bool,
+        #[arg(long, conflicts_with = "claim")]
+        failure: bool,
+        /// Reward in [-1, 1] (default 1 for a success, 0 for a failure).
+        #[arg(long, allow_hyphen_values = true)]
+        reward: Option<f64>,
+        /// Claim this bounty with the skill.
+        #[arg(long)]
+        claim: Option<String>,
+    },
+    /// Adopt a skill, paying what this node's own price computation supports.
+    Adopt { id: String },
 }
 
 fn parse_semantic_type(text: &str) -> Result<SemanticType, String> {
@@ -233,7 +271,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Weather { api } => print_json(&api.reader().get::<Value>("/v1/weather").await?),
         Command::Peers { api } => print_json(&api.reader().get::<Value>("/v1/peers").await?),
         Command::Skill { command, api } => match command {
-            SkillCommand::Publish { name, text, semantic_type, tags, category, skill_id, version, price, stats } => {
+            SkillCommand::Publish {
+                name,
+                text,
+                semantic_type,
+                tags,
+                category,
+                skill_id,
+                version,
+                previous,
+                price,
+                stats,
+            } => {
+                let previous_version =
+                    previous.map(|p| p.parse().map_err(|e| anyhow::anyhow!("--previous {p:?}: {e}"))).transpose()?;
                 let request = PublishSkill {
                     name,
                     text,
@@ -242,7 +293,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     category,
                     skill_id,
                     version,
-                    previous_version: None,
+                    previous_version,
                     stats,
                     asking_price: price,
                     scope: druse_node::governance::Scope::Shared,
@@ -251,8 +302,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let published: Published = api.writer()?.post("/v1/skills", &request).await?;
                 println!("{}", published.content_id);
             }
-            SkillCommand::List => print_json(&api.reader().get::<Value>("/v1/skills").await?),
+            SkillCommand::List { limit } => {
+                print_json(&api.reader().get::<Value>(&format!("/v1/skills?limit={limit}")).await?)
+            }
+            SkillCommand::Show { id } => {
+                print_json(&api.reader().get::<Value>(&format!("/v1/skills/{}", encode(&id))).await?)
+            }
+            SkillCommand::Versions { id } => {
+                print_json(&api.reader().get::<Value>(&format!("/v1/skills/{}/versions", encode(&id))).await?)
+            }
+            SkillCommand::Report { id, success, failure, reward, claim } => {
+                anyhow::ensure!(
+                    success || failure || claim.is_some(),
+                    "say what happened: --success, --failure, or --claim <bounty id>"
+                );
+                let request = ReportRequest { success: (success || failure).then_some(success), reward, claim };
+                let path = format!("/v1/skills/{}/reports", encode(&id));
+                let published: Published = api.writer()?.post(&path, &request).await?;
+                println!("{}", published.content_id);
+            }
+            SkillCommand::Adopt { id } => {
+                let path = format!("/v1/skills/{}/adopt", encode(&id));
+                print_json(&api.writer()?.post::<_, Value>(&path, &serde_json::json!({})).await?)
+            }
         },
+        Command::Bounties { api } => print_json(&api.reader().get::<Value>("/v1/bounties").await?),
+        Command::Ledger { limit, api } => {
+            print_json(&api.reader().get::<Value>(&format!("/v1/ledger?limit={limit}")).await?)
+        }
     }
     Ok(())
 }

@@ -50,6 +50,25 @@ pub struct VerdictLabel {
     pub verdict: &'static str,
 }
 
+/// One label: what made the management node's anomaly detector raise weather.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TriggerLabel {
+    pub trigger: &'static str,
+}
+
+/// Labels of a signed report: what it says happened, and for executions whether it worked.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReportLabels {
+    pub event: &'static str,
+    pub outcome: &'static str,
+}
+
+/// One label: how an endorsement was decided (`manual` or `auto`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabel {
+    pub policy: &'static str,
+}
+
 /// Every metric the node exports; cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -86,6 +105,25 @@ pub struct Metrics {
     pub consolidation_failures: Counter,
     /// Time from receiving a gossip message to its verdict.
     pub ingest_seconds: Histogram,
+    /// Signed reports applied, by event and outcome.
+    pub reports: Family<ReportLabels, Counter>,
+    /// Prices this node computed when a skill's evidence changed, in USDC.
+    pub computed_price: Histogram,
+    /// Bounties open (not expired).
+    pub bounties_open: Gauge,
+    /// Skill–bounty matches found.
+    pub bounty_matches: Counter,
+    /// Bounty claims recorded.
+    pub bounty_claims: Counter,
+    /// Endorsements this (management) node signed, by policy.
+    pub endorsements_issued: Family<PolicyLabel, Counter>,
+    /// The credit ledger's balance, in USDC.
+    pub credits: Gauge<f64, AtomicU64>,
+    /// Weather the management node's anomaly detector raised, by trigger (its series are
+    /// created when the detector starts).
+    pub anomaly_weather: Family<TriggerLabel, Counter>,
+    /// Peer events the anomaly detector fell too far behind to see.
+    pub anomaly_events_dropped: Counter,
 }
 
 impl Metrics {
@@ -109,6 +147,15 @@ impl Metrics {
             consolidation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             consolidation_failures: Counter::default(),
             ingest_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
+            reports: Family::default(),
+            computed_price: Histogram::new(exponential_buckets(0.0001, 2.0, 12)),
+            bounties_open: Gauge::default(),
+            bounty_matches: Counter::default(),
+            bounty_claims: Counter::default(),
+            endorsements_issued: Family::default(),
+            credits: Gauge::default(),
+            anomaly_weather: Family::default(),
+            anomaly_events_dropped: Counter::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -163,6 +210,31 @@ impl Metrics {
             prometheus_client::registry::Unit::Seconds,
             metrics.ingest_seconds.clone(),
         );
+        r.register(
+            "druse_anomaly_weather",
+            "Weather the anomaly detector raised, by trigger",
+            metrics.anomaly_weather.clone(),
+        );
+        r.register(
+            "druse_anomaly_events_dropped",
+            "Peer events the anomaly detector fell too far behind to see",
+            metrics.anomaly_events_dropped.clone(),
+        );
+        r.register("druse_reports", "Signed skill reports applied, by event and outcome", metrics.reports.clone());
+        r.register(
+            "druse_computed_price_usdc",
+            "Prices this node computed when a skill's evidence changed",
+            metrics.computed_price.clone(),
+        );
+        r.register("druse_bounties_open", "Bounties open on this node", metrics.bounties_open.clone());
+        r.register("druse_bounty_matches", "Skill-bounty matches found", metrics.bounty_matches.clone());
+        r.register("druse_bounty_claims", "Bounty claims recorded", metrics.bounty_claims.clone());
+        r.register(
+            "druse_endorsements_issued",
+            "Endorsements this management node signed, by policy",
+            metrics.endorsements_issued.clone(),
+        );
+        r.register("druse_credits_balance_usdc", "The credit ledger's balance", metrics.credits.clone());
         r.register("druse_build", "Build information", Info::new(vec![("version", version), ("role", role)]));
         // Every series exists from the start, so rate() and increase() see the first event.
         for topic in druse_protocol::topic::ALL {
@@ -183,6 +255,14 @@ impl Metrics {
         }
         for verdict in ["endorse", "revoke"] {
             let _ = metrics.endorsements_applied.get_or_create(&VerdictLabel { verdict });
+        }
+        for (event, outcome) in
+            [("execution", "success"), ("execution", "failure"), ("adoption", "none"), ("claim", "none")]
+        {
+            let _ = metrics.reports.get_or_create(&ReportLabels { event, outcome });
+        }
+        for policy in ["manual", "auto"] {
+            let _ = metrics.endorsements_issued.get_or_create(&PolicyLabel { policy });
         }
         for level in druse_protocol::body::TrustLevel::ALL {
             let _ = metrics.peers.get_or_create(&LevelLabel { level: level.as_str() });

@@ -9,9 +9,9 @@ use druse_protocol::body::{Body, TrustLevel};
 use druse_protocol::net::{self, Event, PeerId};
 use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{Reason, TrustView};
-use druse_protocol::{ContentId, Envelope, Keypair, UnixMillis, keys};
+use druse_protocol::{ContentId, Envelope, Keypair, Kind, UnixMillis, keys};
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -22,14 +22,24 @@ use crate::skill::{Pending, Skill};
 use crate::store::{self, Store};
 use crate::weather;
 
+mod market;
+
+pub use market::{Adoption, LedgerView, market_error};
+
 /// The version every binary reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// How often scores, gauges and expiries are refreshed.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Skills waiting to be put into memory, and bounty boosts, at most.
+const EFFECTS_QUEUE: usize = 1024;
+
 /// Peers remembered in the trust book.
 const PEER_BOOK_CAPACITY: usize = 10_000;
+
+/// Peer activity an observer may fall behind by before it loses the oldest events.
+const ACTIVITY_BUFFER: usize = 4096;
 
 /// Wall-clock milliseconds since the Unix epoch.
 pub fn now_ms() -> UnixMillis {
@@ -82,6 +92,11 @@ pub enum Error {
     Embed(#[from] crate::memory::embed::Error),
     #[error("a blocking task failed: {0}")]
     Join(String),
+    #[error("this node holds no skill {0}")]
+    NoSkill(ContentId),
+    /// A market refusal: a code from [`market_error`] and a sentence.
+    #[error("{1}")]
+    Market(&'static str, String),
 }
 
 /// Runs blocking work (embedding, disk) off the async runtime.
@@ -109,6 +124,24 @@ struct Inner {
     token: String,
     started: Instant,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Work ingestion leaves for the memory worker.
+    effects: mpsc::Sender<ingest::Effect>,
+    /// Adoptions run one at a time, so the ledger is never spent twice.
+    adopting: tokio::sync::Mutex<()>,
+    /// Skills are put into memory one at a time, so none is indexed twice.
+    indexing: Mutex<()>,
+    /// Peer activity for observers; sending costs nothing while nobody subscribes.
+    activity: broadcast::Sender<Activity>,
+}
+
+/// What a peer did, as the node saw it: observers such as the management node's anomaly
+/// detector read it from [`Node::activity`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// A peer's first connection opened.
+    Connected(PeerId),
+    /// A gossip message that `source` originated went through ingestion.
+    Message { source: PeerId, kind: Option<Kind>, outcome: Outcome },
 }
 
 /// A snapshot of the node for `/v1/status`.
@@ -228,7 +261,9 @@ impl Node {
         let book = Book::new(trust, pins, PEER_BOOK_CAPACITY);
         let pending =
             Pending::new(config.trust.pending_endorsements, config.trust.pending_endorsement_ttl.as_millis() as u64);
-        let pipeline = Pipeline::restore(store.clone(), view, book, pending)?;
+        let me = ingest::Me { key: key.public(), market: config.market.engine() };
+        let pipeline = Pipeline::restore(store.clone(), view, book, pending, me)?;
+        let (effects, effects_rx) = mpsc::channel(EFFECTS_QUEUE);
         pipeline.refresh_gauges(now_ms(), &metrics);
         let node = Node {
             inner: Arc::new(Inner {
@@ -244,12 +279,18 @@ impl Node {
                 token,
                 started: Instant::now(),
                 tasks: Mutex::new(Vec::new()),
+                effects,
+                adopting: tokio::sync::Mutex::new(()),
+                indexing: Mutex::new(()),
+                activity: broadcast::channel(ACTIVITY_BUFFER).0,
             }),
         };
         let ingest = tokio::spawn(node.clone().ingest_loop(events));
         let maintenance = tokio::spawn(node.clone().maintenance_loop());
         let consolidation = tokio::spawn(node.clone().consolidation_loop());
-        lock(&node.inner.tasks).extend([ingest, maintenance, consolidation]);
+        let effects = tokio::spawn(node.clone().effects_loop(effects_rx));
+        let sweep = tokio::spawn(node.clone().sweep_loop());
+        lock(&node.inner.tasks).extend([ingest, maintenance, consolidation, effects, sweep]);
         Ok(node)
     }
 
@@ -362,10 +403,8 @@ impl Node {
         let encoded = body.encode()?;
         let id = ContentId::of(&encoded);
         let bytes = Envelope::seal(&self.inner.key, body.kind(), &encoded);
-        let outcome = {
-            let mut pipeline = lock(&self.inner.pipeline);
-            pipeline.admit_local(&bytes, &self.peer_id(), now_ms(), &self.inner.metrics)
-        };
+        let me = self.peer_id();
+        let outcome = self.through_pipeline(|p| p.admit_local(&bytes, &me, now_ms(), &self.inner.metrics));
         if outcome != Outcome::Accepted {
             return Err(Error::Refused(outcome));
         }
@@ -382,6 +421,17 @@ impl Node {
     /// One stored skill.
     pub fn skill(&self, id: &ContentId) -> Result<Option<Skill>, Error> {
         Ok(self.inner.store.skill(id)?)
+    }
+
+    /// Peer activity from now on. The channel is bounded: a receiver more than 4096 events
+    /// behind loses the oldest and is told how many.
+    pub fn activity(&self) -> broadcast::Receiver<Activity> {
+        self.inner.activity.subscribe()
+    }
+
+    /// Every record the trust book holds (at most its capacity), for the census.
+    pub fn peer_records(&self) -> Vec<(PeerId, crate::peers::Record)> {
+        lock(&self.inner.pipeline).book.iter().map(|(peer, record)| (*peer, record.clone())).collect()
     }
 
     /// Every stored skill.
@@ -481,9 +531,24 @@ impl Node {
     /// drive the pipeline without a network).
     pub fn ingest_bytes(&self, bytes: &[u8], source: &PeerId, topic: &str) -> Outcome {
         let now = now_ms();
-        let (kind, outcome) = lock(&self.inner.pipeline).ingest(bytes, source, source, topic, now, &self.inner.metrics);
+        let (kind, outcome) =
+            self.through_pipeline(|p| p.ingest(bytes, source, source, topic, now, &self.inner.metrics));
         ingest::count(&self.inner.metrics, topic, kind, outcome);
         outcome
+    }
+
+    /// Runs `f` on the pipeline under its lock, then hands the work it left to the memory
+    /// worker once the lock is released.
+    fn through_pipeline<T>(&self, f: impl FnOnce(&mut Pipeline) -> T) -> T {
+        let (result, effects) = {
+            let mut pipeline = lock(&self.inner.pipeline);
+            let result = f(&mut pipeline);
+            (result, pipeline.take_effects())
+        };
+        if !effects.is_empty() {
+            self.dispatch(effects);
+        }
+        result
     }
 
     async fn ingest_loop(self, mut events: mpsc::Receiver<Event>) {
@@ -493,19 +558,18 @@ impl Node {
                     let started = Instant::now();
                     let now = now_ms();
                     let (kind, outcome) = match source {
-                        Some(source) => lock(&self.inner.pipeline).ingest(
-                            &data,
-                            &source,
-                            &propagation_source,
-                            &topic,
-                            now,
-                            &self.inner.metrics,
-                        ),
+                        Some(source) => self.through_pipeline(|p| {
+                            p.ingest(&data, &source, &propagation_source, &topic, now, &self.inner.metrics)
+                        }),
                         // Strict validation signs every message; an unsigned one is malformed.
                         None => (None, Outcome::Protocol(Reason::Malformed)),
                     };
                     ingest::count(&self.inner.metrics, &topic, kind, outcome);
                     self.inner.metrics.ingest_seconds.observe(started.elapsed().as_secs_f64());
+                    if let Some(source) = source {
+                        // An error only means nobody is observing.
+                        let _ = self.inner.activity.send(Activity::Message { source, kind, outcome });
+                    }
                     if let Err(error) = self.inner.net.report(id, propagation_source, outcome.acceptance()).await {
                         tracing::debug!(%error, "could not report a verdict");
                     }
@@ -517,6 +581,7 @@ impl Node {
                 }
                 Event::PeerConnected(peer) => {
                     lock(&self.inner.connected).insert(peer);
+                    let _ = self.inner.activity.send(Activity::Connected(peer));
                     let score = lock(&self.inner.pipeline).book.application_score(&peer, now_ms());
                     let _ = self.inner.net.set_application_score(peer, score).await;
                 }
@@ -546,6 +611,7 @@ impl Node {
             for (peer, score) in scores {
                 let _ = self.inner.net.set_application_score(peer, score).await;
             }
+            self.observe_market().await;
         }
     }
 }

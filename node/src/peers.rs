@@ -100,6 +100,14 @@ impl Book {
         self.records.get(peer).map_or(reputation::INITIAL, |r| reputation::score(&r.evidence(now)))
     }
 
+    /// The peer's reputation from signed evidence only (endorsements of its skills, and
+    /// others' execution reports on them), which every node that saw the same messages agrees
+    /// on; the market prices with it.
+    pub fn market_reputation(&self, peer: &PeerId) -> f64 {
+        let evidence = self.records.get(peer).map(|r| r.evidence(0)).unwrap_or_default();
+        crate::market::signed_reputation(evidence, self.is_management(peer))
+    }
+
     fn is_management(&self, peer: &PeerId) -> bool {
         PublicKey::from_peer_id(peer).is_some_and(|k| self.management.contains(&k))
     }

@@ -44,6 +44,18 @@ pub struct Skill {
     pub verified_by: Option<PublicKey>,
     /// The last endorsement or revocation applied.
     pub endorsement: Option<Verdict>,
+    /// A newer version from the same author (same `skill_id`) is known.
+    #[serde(default)]
+    pub deprecated: bool,
+    /// The content id of the newest version known.
+    #[serde(default)]
+    pub deprecated_by: Option<ContentId>,
+    /// The memory crystal that indexes this skill, once it is in the memory engine.
+    #[serde(default)]
+    pub crystal: Option<u64>,
+    /// This node adopted the skill.
+    #[serde(default)]
+    pub adopted: bool,
 }
 
 impl Skill {
@@ -59,6 +71,10 @@ impl Skill {
             is_verified: false,
             verified_by: None,
             endorsement: None,
+            deprecated: false,
+            deprecated_by: None,
+            crystal: None,
+            adopted: false,
         }
     }
 
@@ -87,42 +103,53 @@ impl Skill {
     }
 }
 
-/// Endorsements that arrived before their skill: bounded in count, each kept for a TTL.
+/// Signed messages about a skill (endorsements, reports) that arrived before the skill:
+/// bounded in count, each kept for a TTL, applied in arrival order when the skill arrives.
 #[derive(Debug)]
-pub struct Pending {
-    waiting: HashMap<ContentId, Vec<(PublicKey, Endorsement, UnixMillis)>>,
+pub struct Pending<T> {
+    waiting: HashMap<ContentId, Vec<(PublicKey, T, UnixMillis)>>,
     order: VecDeque<(ContentId, UnixMillis)>,
     capacity: usize,
     ttl_ms: u64,
 }
 
-impl Pending {
-    /// At most `capacity` endorsements, each kept `ttl_ms`.
+impl<T> Pending<T> {
+    /// At most `capacity` messages, each kept `ttl_ms`.
     pub fn new(capacity: usize, ttl_ms: u64) -> Self {
         Self { waiting: HashMap::new(), order: VecDeque::new(), capacity: capacity.max(1), ttl_ms }
     }
 
-    /// Keeps an endorsement until its skill arrives, dropping the oldest when full.
-    pub fn push(&mut self, signer: PublicKey, endorsement: Endorsement, now: UnixMillis) {
+    /// Keeps a message about skill `id` until the skill arrives, dropping the oldest when full.
+    pub fn push(&mut self, id: ContentId, signer: PublicKey, item: T, now: UnixMillis) {
         self.expire(now);
         while self.order.len() >= self.capacity {
             self.drop_oldest();
         }
-        self.order.push_back((endorsement.content_id, now));
-        self.waiting.entry(endorsement.content_id).or_default().push((signer, endorsement, now));
+        self.order.push_back((id, now));
+        self.waiting.entry(id).or_default().push((signer, item, now));
     }
 
-    /// Takes the endorsements waiting for `id`, in arrival order.
-    pub fn take(&mut self, id: &ContentId, now: UnixMillis) -> Vec<(PublicKey, Endorsement)> {
+    /// Takes the messages waiting for `id`, in arrival order.
+    pub fn take(&mut self, id: &ContentId, now: UnixMillis) -> Vec<(PublicKey, T)> {
         self.expire(now);
         let taken = self.waiting.remove(id).unwrap_or_default();
         if !taken.is_empty() {
             self.order.retain(|(waiting, _)| waiting != id);
         }
-        taken.into_iter().map(|(signer, e, _)| (signer, e)).collect()
+        taken.into_iter().map(|(signer, item, _)| (signer, item)).collect()
     }
 
-    /// How many endorsements are waiting.
+    /// The most messages kept.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// How long a message waits.
+    pub fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
+
+    /// How many messages are waiting.
     pub fn len(&self) -> usize {
         self.order.len()
     }
@@ -151,11 +178,29 @@ impl Pending {
     }
 }
 
+/// A version-1 skill listing with no stats, tags or price, for tests.
+#[cfg(test)]
+pub(crate) fn sample_listing(name: &str, text: &str, issued_at: UnixMillis) -> CrystalListing {
+    use druse_protocol::body::{ExecutionStats, SemanticType};
+    CrystalListing {
+        issued_at,
+        name: name.into(),
+        text: text.into(),
+        semantic_type: SemanticType::Skill,
+        tags: vec![],
+        category: None,
+        skill_id: name.into(),
+        version: 1,
+        previous_version: None,
+        stats: ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 },
+        asking_price: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use druse_protocol::Keypair;
-    use druse_protocol::body::{ExecutionStats, SemanticType};
 
     fn endorsement(seq: u64, verdict: EndorsementVerdict, id: ContentId) -> Endorsement {
         Endorsement {
@@ -170,19 +215,7 @@ mod tests {
     }
 
     fn skill() -> Skill {
-        let listing = CrystalListing {
-            issued_at: 0,
-            name: "s".into(),
-            text: "t".into(),
-            semantic_type: SemanticType::Skill,
-            tags: vec![],
-            category: None,
-            skill_id: "s".into(),
-            version: 1,
-            previous_version: None,
-            stats: ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 },
-            asking_price: 0,
-        };
+        let listing = sample_listing("s", "t", 0);
         Skill::new(ContentId::of(b"s"), listing, Keypair::from_seed([2; 32]).public(), Origin::Peer, 0)
     }
 
@@ -204,7 +237,7 @@ mod tests {
         let mut pending = Pending::new(2, 1000);
         let ids: Vec<_> = (0..3u8).map(|i| ContentId::of(&[i])).collect();
         for (i, id) in ids.iter().enumerate() {
-            pending.push(mgmt, endorsement(i as u64, EndorsementVerdict::Endorse, *id), 0);
+            pending.push(*id, mgmt, endorsement(i as u64, EndorsementVerdict::Endorse, *id), 0);
         }
         assert_eq!(pending.len(), 2);
         assert!(pending.take(&ids[0], 10).is_empty(), "the oldest was dropped");

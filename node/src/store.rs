@@ -21,13 +21,106 @@ pub enum Error {
     Encode(serde_json::Error),
 }
 
+/// One sled tree of JSON records; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Table {
+    tree: sled::Tree,
+}
+
+impl Table {
+    /// Reads the record under `key`.
+    pub fn get<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, Error> {
+        self.tree.get(key)?.map(|b| decode(key, &b)).transpose()
+    }
+
+    /// Writes the record under `key`.
+    pub fn put<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), Error> {
+        self.tree.insert(key, encode(value)?)?;
+        Ok(())
+    }
+
+    /// Writes the record unless one is there; false (and nothing written) if it was.
+    pub fn insert_new<T: Serialize>(&self, key: &[u8], value: &T) -> Result<bool, Error> {
+        let bytes = encode(value)?;
+        Ok(self.tree.compare_and_swap(key, None as Option<&[u8]>, Some(bytes))?.is_ok())
+    }
+
+    /// Rewrites the record through `change`, atomically; `None` if there is none. `change`
+    /// may run more than once if another writer got there first.
+    pub fn update<T, F>(&self, key: &[u8], mut change: F) -> Result<Option<T>, Error>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(&mut T),
+    {
+        loop {
+            let Some(old) = self.tree.get(key)? else { return Ok(None) };
+            let mut value: T = decode(key, &old)?;
+            change(&mut value);
+            if self.tree.compare_and_swap(key, Some(old), Some(encode(&value)?))?.is_ok() {
+                return Ok(Some(value));
+            }
+        }
+    }
+
+    /// Like `update`, starting from `T::default()` when there is no record.
+    pub fn upsert<T, F>(&self, key: &[u8], mut change: F) -> Result<T, Error>
+    where
+        T: Serialize + DeserializeOwned + Default,
+        F: FnMut(&mut T),
+    {
+        loop {
+            let old = self.tree.get(key)?;
+            let mut value: T = match &old {
+                Some(bytes) => decode(key, bytes)?,
+                None => T::default(),
+            };
+            change(&mut value);
+            if self.tree.compare_and_swap(key, old, Some(encode(&value)?))?.is_ok() {
+                return Ok(value);
+            }
+        }
+    }
+
+    /// Removes the record under `key`.
+    pub fn remove(&self, key: &[u8]) -> Result<(), Error> {
+        self.tree.remove(key)?;
+        Ok(())
+    }
+
+    /// Every record with its key, in key order.
+    pub fn iter<T: DeserializeOwned>(&self) -> impl Iterator<Item = Result<(Vec<u8>, T), Error>> + '_ {
+        self.tree.iter().map(|entry| {
+            let (key, value) = entry?;
+            Ok((key.to_vec(), decode(&key, &value)?))
+        })
+    }
+
+    /// How many records there are (walks the tree).
+    pub fn len(&self) -> usize {
+        self.tree.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.tree.is_empty()
+    }
+}
+
 /// Handle to the open database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
     db: sled::Db,
-    skills: sled::Tree,
-    peers: sled::Tree,
-    state: sled::Tree,
+    skills: Table,
+    peers: Table,
+    state: Table,
+    /// Per skill: what signed reports say (executions, adopters, bounty matches).
+    pub market: Table,
+    /// Open bounties by id, with their matches and claims.
+    pub bounties: Table,
+    /// Per author and stable skill id: every version known.
+    pub versions: Table,
+    /// The credit ledger, append-only, keyed by a big-endian sequence.
+    pub ledger: Table,
 }
 
 fn decode<T: DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T, Error> {
@@ -43,7 +136,17 @@ impl Store {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path, cache_bytes: u64) -> Result<Self, Error> {
         let db = sled::Config::new().path(path).cache_capacity(cache_bytes).open()?;
-        Ok(Self { skills: db.open_tree("skills")?, peers: db.open_tree("peers")?, state: db.open_tree("state")?, db })
+        let table = |name: &str| -> Result<Table, Error> { Ok(Table { tree: db.open_tree(name)? }) };
+        Ok(Self {
+            skills: table("skills")?,
+            peers: table("peers")?,
+            state: table("state")?,
+            market: table("market")?,
+            bounties: table("bounties")?,
+            versions: table("versions")?,
+            ledger: table("ledger")?,
+            db,
+        })
     }
 
     /// The underlying database, for engines that keep trees of their own.
@@ -65,39 +168,26 @@ impl Store {
 
     /// Reads a skill record.
     pub fn skill<T: DeserializeOwned>(&self, id: &ContentId) -> Result<Option<T>, Error> {
-        self.skills.get(id.digest())?.map(|b| decode(id.digest(), &b)).transpose()
+        self.skills.get(id.digest())
     }
 
     /// Writes a skill record; returns false (and writes nothing) if one was already there.
     pub fn insert_skill<T: Serialize>(&self, id: &ContentId, value: &T) -> Result<bool, Error> {
-        let bytes = encode(value)?;
-        let inserted = self.skills.compare_and_swap(id.digest(), None as Option<&[u8]>, Some(bytes))?.is_ok();
-        Ok(inserted)
+        self.skills.insert_new(id.digest(), value)
     }
 
     /// Rewrites a skill record through `change`, atomically; `None` if there is no such skill.
-    pub fn update_skill<T, F>(&self, id: &ContentId, mut change: F) -> Result<Option<T>, Error>
+    pub fn update_skill<T, F>(&self, id: &ContentId, change: F) -> Result<Option<T>, Error>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(&mut T),
     {
-        loop {
-            let Some(old) = self.skills.get(id.digest())? else { return Ok(None) };
-            let mut value: T = decode(id.digest(), &old)?;
-            change(&mut value);
-            let new = encode(&value)?;
-            if self.skills.compare_and_swap(id.digest(), Some(old), Some(new))?.is_ok() {
-                return Ok(Some(value));
-            }
-        }
+        self.skills.update(id.digest(), change)
     }
 
     /// Every skill record, in content-id order.
     pub fn skills<T: DeserializeOwned>(&self) -> impl Iterator<Item = Result<T, Error>> + '_ {
-        self.skills.iter().map(|entry| {
-            let (key, value) = entry?;
-            decode(&key, &value)
-        })
+        self.skills.iter().map(|entry| entry.map(|(_, value)| value))
     }
 
     /// How many skills are stored.
@@ -107,32 +197,27 @@ impl Store {
 
     /// Reads a named state record.
     pub fn state<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, Error> {
-        self.state.get(key)?.map(|b| decode(key.as_bytes(), &b)).transpose()
+        self.state.get(key.as_bytes())
     }
 
     /// Writes a named state record.
     pub fn put_state<T: Serialize>(&self, key: &str, value: &T) -> Result<(), Error> {
-        self.state.insert(key, encode(value)?)?;
-        Ok(())
+        self.state.put(key.as_bytes(), value)
     }
 
     /// Reads a peer record.
     pub fn peer<T: DeserializeOwned>(&self, peer: &[u8]) -> Result<Option<T>, Error> {
-        self.peers.get(peer)?.map(|b| decode(peer, &b)).transpose()
+        self.peers.get(peer)
     }
 
     /// Writes a peer record.
     pub fn put_peer<T: Serialize>(&self, peer: &[u8], value: &T) -> Result<(), Error> {
-        self.peers.insert(peer, encode(value)?)?;
-        Ok(())
+        self.peers.put(peer, value)
     }
 
     /// Every peer record with its key.
     pub fn peers<T: DeserializeOwned>(&self) -> impl Iterator<Item = Result<(Vec<u8>, T), Error>> + '_ {
-        self.peers.iter().map(|entry| {
-            let (key, value) = entry?;
-            Ok((key.to_vec(), decode(&key, &value)?))
-        })
+        self.peers.iter()
     }
 }
 
@@ -170,7 +255,7 @@ mod tests {
     fn corrupt_record_is_a_clear_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 1 << 20).unwrap();
-        store.state.insert("weather", b"{not json".to_vec()).unwrap();
+        store.state.tree.insert("weather", b"{not json".to_vec()).unwrap();
         let err = store.state::<u64>("weather").unwrap_err();
         assert!(err.to_string().contains("weather"), "{err}");
     }

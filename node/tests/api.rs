@@ -169,3 +169,63 @@ async fn corrected_memory_is_recalled_and_its_history_survives_a_restart() {
     assert_eq!((status, body["error"].as_str()), (422, Some("invalid")));
     running.stop().await;
 }
+
+#[tokio::test]
+async fn market_routes_report_list_adopt_and_refuse_bad_input_clearly() {
+    let (running, _dir) = start().await;
+    let token = running.node.token().to_owned();
+    let (_, published) = post(&running, Some(&token), skill("backoff")).await;
+    let id = published["content_id"].as_str().unwrap().to_owned();
+    let reports = format!("/v1/skills/{id}/reports");
+
+    let (status, body) = post_to(&running, &reports, json!({ "success": true, "reward": 0.9 })).await;
+    assert_eq!(status, 201, "{body}");
+    for (bad, why) in [
+        (json!({ "success": true, "reward": 3.0 }), "reward out of range"),
+        (json!({}), "neither an execution nor a claim"),
+        (json!({ "success": true, "claim": "b" }), "both"),
+        (json!({ "claim": " " }), "empty bounty id"),
+    ] {
+        let (status, body) = post_to(&running, &reports, bad).await;
+        assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")), "{why}: {body}");
+    }
+    let unknown = format!("/v1/skills/{}/reports", druse_protocol::ContentId::of(b"no such skill"));
+    let (status, body) = post_to(&running, &unknown, json!({ "success": false })).await;
+    assert_eq!((status, body["error"].as_str()), (404, Some("not_found")), "{body}");
+    let (status, _) = post_to(&running, "/v1/skills/not-a-cid/reports", json!({ "success": true })).await;
+    assert_eq!(status, 400);
+
+    // The listing shows the asking price beside the computed one, the stats and the version.
+    let (status, listing) = get_json(&running, &format!("/v1/skills/{id}"), false).await;
+    assert_eq!(status, 200);
+    assert_eq!(listing["stats"]["executions"], 1);
+    assert_eq!(listing["asking_price"], 0);
+    assert_eq!(listing["computed_price"]["micros"], 0, "one execution does not pass the gate yet: {listing}");
+    assert_eq!(listing["gate_passed"], false);
+    assert_eq!(listing["listing"]["version"], 1);
+    assert_eq!(listing["deprecated"], false);
+    let (_, all) = get_json(&running, "/v1/skills?limit=5", false).await;
+    assert_eq!(all.as_array().unwrap().len(), 1);
+    let (status, _) = get_json(&running, "/v1/skills?limit=lots", false).await;
+    assert_eq!(status, 400);
+
+    let (status, body) = post_to(&running, &format!("/v1/skills/{id}/adopt"), json!({})).await;
+    assert_eq!((status, body["error"].as_str()), (422, Some("invalid")), "adopting its own skill: {body}");
+    let (status, versions) = get_json(&running, "/v1/skills/backoff/versions", false).await;
+    assert_eq!((status, versions.as_array().map(Vec::len)), (200, Some(1)), "{versions}");
+    let (status, _) = get_json(&running, "/v1/skills/nothing-here/versions", false).await;
+    assert_eq!(status, 404);
+    let (status, ledger) = get_json(&running, "/v1/ledger", false).await;
+    assert_eq!((status, &ledger["balance"]), (200, &json!(1_000_000)), "{ledger}");
+    let (status, bounties) = get_json(&running, "/v1/bounties", false).await;
+    assert_eq!((status, bounties), (200, json!([])));
+
+    let unauthenticated = reqwest::Client::new()
+        .post(format!("http://{}{reports}", running.api_addr))
+        .json(&json!({ "success": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status().as_u16(), 401);
+    running.stop().await;
+}

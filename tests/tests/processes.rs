@@ -1,11 +1,14 @@
+#![allow(clippy::unwrap_used)]
 //! The real binaries, driven through their CLI: `druse-mgmt run` and two `druse-node run`
-//! processes publish, endorse and obey weather, and export it all in `/metrics`.
+//! processes publish, endorse and obey weather, and export it all in `/metrics`; a node stops
+//! cleanly on SIGTERM and keeps every write across a restart; and its JSON log is one object
+//! per line with a startup line that names where to reach it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use druse_tests::metrics;
-use druse_tests::process::{ProcNode, binaries, run_cli};
+use druse_tests::process::{ProcNode, Process, binaries, free_port, run_cli};
 use druse_tests::swarm::{MESH_SETTLE, key, mgmt_key};
 use druse_tests::{WAIT, eventually, wait_for};
 
@@ -163,4 +166,142 @@ async fn promtool_check(promtool: &Path, scrape: &str) -> Result<(), String> {
             String::from_utf8_lossy(&output.stderr)
         ))
     }
+}
+
+/// The lines `daemon::run` logs when SIGTERM stops it.
+const STOPPING: &str = "stopping: leaving the swarm and flushing the store";
+const STOPPED: &str = "stopped";
+
+/// A data directory holding `key(1)`, and a trust list naming the management key.
+fn edge_dir(root: &Path) -> (PathBuf, PathBuf) {
+    let dir = root.join("edge");
+    key(1).save(&dir.join("node.key")).unwrap();
+    let trust_list = root.join("trust.list");
+    std::fs::write(&trust_list, format!("{}  # druse-mgmt\n", mgmt_key().public())).unwrap();
+    (dir, trust_list)
+}
+
+/// The id a JSON answer gives a memory crystal, as the CLI takes it.
+fn crystal_id(added: &serde_json::Value) -> String {
+    match &added["crystal"]["id"] {
+        serde_json::Value::Number(n) => n.to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        other => panic!("the answer has no crystal id ({other}): {added}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_the_node_cleanly_and_a_restart_keeps_every_write() {
+    let bins = tokio::task::spawn_blocking(binaries).await.unwrap().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (dir, trust_list) = edge_dir(root.path());
+    let mut node = ProcNode::start("druse-node", &bins.node, &dir, &trust_list, &[]).await.unwrap();
+
+    let mut memories = Vec::new();
+    for text in ["Sam's sister is called Ana", "Sam moved to Lisbon in May", "Sam prefers tea to coffee"] {
+        let added: serde_json::Value =
+            serde_json::from_str(&cli(&bins.node, &["memory", "add", text, "--namespace", "user:sam"], &node).await)
+                .unwrap();
+        memories.push((crystal_id(&added), text));
+    }
+    let mut skills = Vec::new();
+    for name in ["retry-with-backoff", "parse-iso-durations"] {
+        let args = [
+            "skill",
+            "publish",
+            "--name",
+            name,
+            "--text",
+            "Read the input, validate it, answer.",
+            "--stats",
+            "5,4,0.8",
+        ];
+        skills.push(cli(&bins.node, &args, &node).await.trim().to_owned());
+    }
+
+    let status = node.process.terminate().await.unwrap();
+    let log = node.process.log_tail();
+    assert!(status.success(), "druse-node exited with {status} after SIGTERM\n{log}");
+    assert!(log.contains(STOPPING), "no line saying the node leaves the swarm and flushes:\n{log}");
+    assert!(log.lines().any(|l| l.trim_end().ends_with(STOPPED)), "no final `stopped` line:\n{log}");
+
+    let mut node = ProcNode::start("druse-node (restarted)", &bins.node, &dir, &trust_list, &[]).await.unwrap();
+    for (id, text) in &memories {
+        let crystal: serde_json::Value = serde_json::from_str(&cli(&bins.node, &["memory", "get", id], &node).await)
+            .unwrap_or_else(|e| panic!("memory {id} after the restart: {e}"));
+        assert_eq!(crystal["text"], *text, "memory {id} after the restart");
+    }
+    for id in &skills {
+        let skill = node.get_json(&format!("/v1/crystals/{id}")).await.unwrap();
+        let skill =
+            skill.unwrap_or_else(|| panic!("skill {id} is gone after the restart\n{}", node.process.log_tail()));
+        assert_eq!(skill["id"], id.as_str());
+    }
+    assert!(node.process.terminate().await.unwrap().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line_and_the_startup_line_names_every_address() {
+    let bins = tokio::task::spawn_blocking(binaries).await.unwrap().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (dir, trust_list) = edge_dir(root.path());
+    let (api, metrics) = (format!("127.0.0.1:{}", free_port().unwrap()), format!("127.0.0.1:{}", free_port().unwrap()));
+    let args: Vec<String> = [
+        "run",
+        "--data-dir",
+        &dir.display().to_string(),
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--api-listen",
+        &api,
+        "--metrics-listen",
+        &metrics,
+        "--trust-list",
+        &trust_list.display().to_string(),
+        "--mdns",
+        "false",
+        "--log-format",
+        "json",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let log = root.path().join("edge.log");
+    let mut process = Process::spawn("druse-node --log-format json", &bins.node, &args, log.clone()).unwrap();
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let startup = wait_for(WAIT, "the startup line", async || {
+        read_log().lines().find(|l| l.contains(" started: ")).map(str::to_owned)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", process.log_tail()));
+    let http = reqwest::Client::new();
+    let status: serde_json::Value =
+        http.get(format!("http://{api}/v1/status")).send().await.unwrap().json().await.unwrap();
+
+    let stopped = process.terminate().await.unwrap();
+    assert!(stopped.success(), "exited with {stopped} after SIGTERM\n{}", process.log_tail());
+    let text = read_log();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON object ({e}): {l}")))
+        .collect();
+    assert!(lines.iter().all(serde_json::Value::is_object), "{text}");
+    let messages: Vec<&str> = lines.iter().filter_map(|l| l["fields"]["message"].as_str()).collect();
+    assert!(messages.contains(&STOPPING) && messages.contains(&STOPPED), "{messages:#?}");
+
+    let startup: serde_json::Value = serde_json::from_str(&startup).unwrap();
+    let message = startup["fields"]["message"].as_str().unwrap();
+    assert_eq!(startup["level"], "INFO", "{startup}");
+    let peer_id = key(1).peer_id().to_string();
+    assert!(message.starts_with(&format!("druse edge node {peer_id} started")), "{message}");
+    let listen = status["listen_addrs"].as_array().unwrap();
+    assert!(!listen.is_empty(), "{status}");
+    for addr in listen {
+        assert!(message.contains(addr.as_str().unwrap()), "the startup line misses {addr}: {message}");
+    }
+    assert!(message.contains(&format!("API http://{api}")), "{message}");
+    assert!(message.contains(&format!("metrics http://{metrics}/metrics")), "{message}");
+    let embedder = status["embedder"].as_str().unwrap();
+    assert!(message.contains(&format!("embedder {embedder}")), "{message}");
 }

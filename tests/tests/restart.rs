@@ -41,6 +41,12 @@ async fn restarted_edge_keeps_its_identity_crystals_weather_and_seqs() {
     cluster.management.weather(0.9, Duration::from_secs(120), "drill".into()).await.unwrap();
     eventually(WAIT, "a to halt", async || a.halted()).await.unwrap();
 
+    // Both skills are in a's memory before the snapshot, so the snapshot is settled.
+    eventually(WAIT, "a to index both skills in memory", async || {
+        sorted_skills(a).unwrap().iter().all(|s| s.crystal.is_some())
+    })
+    .await
+    .unwrap();
     let peer_id = a.peer_id();
     let skills = sorted_skills(a).unwrap();
     let weather = a.weather().active.unwrap();
@@ -52,6 +58,10 @@ async fn restarted_edge_keeps_its_identity_crystals_weather_and_seqs() {
     let a = cluster.edge("a");
     assert_eq!(a.peer_id(), peer_id, "the restarted node has another identity");
     assert_eq!(sorted_skills(a).unwrap(), skills, "the restarted node's crystals differ");
+    for skill in &skills {
+        let crystal = skill.crystal.and_then(|c| a.memory().get(c));
+        assert!(crystal.is_some_and(|c| c.text.contains(&skill.listing.name)), "{} left memory", skill.id);
+    }
     assert!(a.halted(), "the restarted node forgot the active weather");
     assert_eq!(a.weather().active, Some(weather), "the restarted node's weather differs");
     assert_eq!(sorted_seqs(a), seqs, "the restarted node's seqs differ");

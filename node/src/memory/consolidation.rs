@@ -57,6 +57,7 @@ impl Memory {
             now,
         );
         let cfg = &self.config.consolidation;
+        let t0 = std::time::Instant::now();
         let mut report = Report { merge_threshold: modulation.merge_threshold, ..Report::default() };
         let mut changes = Changes::default();
         let mut promoted: Vec<(CrystalId, f64)> = Vec::new();
@@ -120,9 +121,14 @@ impl Memory {
                 }
             }
         }
+        eprintln!("PROF score {:?} promoted {}", t0.elapsed(), promoted.len());
+        let t1 = std::time::Instant::now();
         report.merged = self.merge(&promoted, modulation.merge_threshold, now, &mut changes);
+        eprintln!("PROF merge {:?}", t1.elapsed());
         report.purged = changes.purge.len();
+        let t2 = std::time::Instant::now();
         self.commit(changes, true)?;
+        eprintln!("PROF commit {:?}", t2.elapsed());
         Ok(report)
     }
 

@@ -5,8 +5,9 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
@@ -21,6 +22,7 @@ use crate::memory::decay::{self, DecayClass};
 use crate::memory::embed::{self, Embedder};
 use crate::memory::hormones;
 use crate::memory::text::{self, TextIndex};
+use crate::memory::turns::Turns;
 use crate::memory::vector::{self, VectorIndex};
 use crate::memory::{consolidation, dates};
 
@@ -188,13 +190,30 @@ fn decode_vector(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
+/// Refuses a memory the engine must not store.
+fn check(new: &NewMemory) -> Result<(), Error> {
+    if new.text.trim().is_empty() {
+        return Err(Error::Invalid("text must not be empty".into()));
+    }
+    if new.text.len() > MAX_TEXT {
+        return Err(Error::Invalid(format!("text is {} bytes, over the cap of {MAX_TEXT}", new.text.len())));
+    }
+    if !(0.0..=1.0).contains(&new.emotional_weight) {
+        return Err(Error::Invalid("emotional_weight must be in [0, 1]".into()));
+    }
+    if new.lifespan == Lifespan::Ttl && new.ttl_ms.is_none() {
+        return Err(Error::Invalid("a ttl lifespan needs ttl_ms".into()));
+    }
+    Ok(())
+}
+
 /// Changes to commit together: crystals, embeddings and audit entries.
 #[derive(Default)]
 pub(crate) struct Changes {
     pub(crate) crystals: Vec<Crystal>,
     pub(crate) vectors: Vec<(u8, CrystalId, Vec<f32>)>,
     /// Full-text documents to (re)index: a crystal's text with its context.
-    pub(crate) texts: Vec<(CrystalId, String)>,
+    pub(crate) texts: Vec<(CrystalId, text::Document)>,
     pub(crate) audit: Vec<AuditEntry>,
     pub(crate) purge: Vec<CrystalId>,
 }
@@ -205,6 +224,8 @@ pub struct Memory {
     db: sled::Db,
     tree: sled::Tree,
     pub(crate) crystals: RwLock<HashMap<CrystalId, Crystal>>,
+    /// The conversation turns among `crystals`, changed under `crystals`' write lock.
+    turns: RwLock<Turns>,
     vectors: VectorIndex,
     text: TextIndex,
     embedder: Arc<dyn Embedder>,
@@ -212,8 +233,10 @@ pub struct Memory {
     reconciler: Box<dyn Reconciler>,
     pub(crate) config: Config,
     network_cortisol: AtomicU64,
+    /// Whether new conversation turns are also indexed with their context.
+    context: AtomicBool,
     /// Serialises writers so reconciliation sees every earlier write.
-    write: Mutex<()>,
+    pub(crate) write: Mutex<()>,
 }
 
 impl std::fmt::Debug for Memory {
@@ -222,11 +245,44 @@ impl std::fmt::Debug for Memory {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What indexing a set of changes left for the BM25 commit that makes them searchable.
+#[derive(Debug, Default, Clone, Copy)]
+struct TextPending {
+    /// The highest crystal id given a new document.
+    up_to: Option<CrystalId>,
+    /// Whether any document was removed.
+    removed: bool,
+}
+
+impl TextPending {
+    fn and(self, other: TextPending) -> TextPending {
+        TextPending { up_to: self.up_to.max(other.up_to), removed: self.removed || other.removed }
+    }
+}
+
+/// How many texts [`Memory::add_many`] embeds in one call.
+const EMBED_BATCH: usize = 256;
+
 impl Memory {
+    /// Whether conversation turns are indexed with their context unless
+    /// [`Memory::set_context_indexing`] says otherwise. On: on the labelled conversations of
+    /// `node/tests/retrieval.rs` it raises hybrid recall@5 with both embedders, hashing from
+    /// 0.532 to 0.597 and MiniLM from 0.726 to 0.774, almost all of it on questions that need
+    /// the turn before the answer (6 → 12 and 10 → 14 of 19), for one more embedding per turn.
+    pub const DEFAULT_CONTEXT_INDEXING: bool = true;
+
     /// Opens the engine on `db` (tree `memory`) with its text index in `index_dir`, and
     /// rebuilds the derived indexes from the store.
     pub fn open(
@@ -254,6 +310,7 @@ impl Memory {
             db: db.clone(),
             tree,
             crystals: RwLock::new(HashMap::new()),
+            turns: RwLock::new(Turns::default()),
             vectors,
             text,
             embedder,
@@ -261,6 +318,7 @@ impl Memory {
             reconciler: Box::new(correction::Rules { config: config.correction.clone() }),
             config,
             network_cortisol: AtomicU64::new(0),
+            context: AtomicBool::new(Self::DEFAULT_CONTEXT_INDEXING),
             write: Mutex::new(()),
         };
         memory.load()?;
@@ -278,17 +336,16 @@ impl Memory {
             max_id = max_id.max(crystal.id);
             map.insert(crystal.id, crystal);
         }
-        *self.crystals.write().unwrap_or_else(|p| p.into_inner()) = map;
-        let lagging: Vec<Crystal> = self
-            .crystals
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|c| indexed_up_to.is_none_or(|up_to| c.id > up_to))
-            .cloned()
-            .collect();
+        let mut turns = Turns::default();
+        for crystal in map.values() {
+            turns.insert(crystal);
+        }
+        *write(&self.turns) = turns;
+        *write(&self.crystals) = map;
+        let lagging: Vec<Crystal> =
+            read(&self.crystals).values().filter(|c| indexed_up_to.is_none_or(|up_to| c.id > up_to)).cloned().collect();
         for crystal in &lagging {
-            self.text.upsert(crystal.id, &self.indexed_text(crystal).0)?;
+            self.text.upsert(crystal.id, &self.document(crystal))?;
         }
         for prefix in [EMBEDDING, CONTEXT] {
             for entry in self.tree.scan_prefix([prefix]) {
@@ -311,6 +368,18 @@ impl Memory {
         self.embedder.name()
     }
 
+    /// Whether conversation turns stored from now on are also indexed with their context:
+    /// the turn before them and the day they were said (see `document`). Turns already
+    /// stored keep the indexing they were stored with.
+    pub fn set_context_indexing(&self, on: bool) {
+        self.context.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether new conversation turns are indexed with their context.
+    pub fn context_indexing(&self) -> bool {
+        self.context.load(Ordering::Relaxed)
+    }
+
     /// Sets the network cortisol override that weather drives.
     pub fn set_network_cortisol(&self, level: f64) {
         self.network_cortisol.store(level.to_bits(), Ordering::Relaxed);
@@ -331,13 +400,13 @@ impl Memory {
 
     /// One crystal.
     pub fn get(&self, id: CrystalId) -> Option<Crystal> {
-        self.crystals.read().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+        read(&self.crystals).get(&id).cloned()
     }
 
     /// How many crystals are stored, by lifecycle.
     pub fn counts(&self) -> HashMap<Lifecycle, usize> {
         let mut counts = HashMap::new();
-        for c in self.crystals.read().unwrap_or_else(|p| p.into_inner()).values() {
+        for c in read(&self.crystals).values() {
             *counts.entry(c.lifecycle).or_insert(0) += 1;
         }
         counts
@@ -355,20 +424,65 @@ impl Memory {
     /// most similar active observations, and commits it, any supersession and their audit
     /// entries in one batch, made durable before returning.
     pub fn add(&self, new: NewMemory, actor: &str, now: UnixMillis) -> Result<Added, Error> {
-        if new.text.trim().is_empty() {
-            return Err(Error::Invalid("text must not be empty".into()));
-        }
-        if new.text.len() > MAX_TEXT {
-            return Err(Error::Invalid(format!("text is {} bytes, over the cap of {MAX_TEXT}", new.text.len())));
-        }
-        if !(0.0..=1.0).contains(&new.emotional_weight) {
-            return Err(Error::Invalid("emotional_weight must be in [0, 1]".into()));
-        }
-        if new.lifespan == Lifespan::Ttl && new.ttl_ms.is_none() {
-            return Err(Error::Invalid("a ttl lifespan needs ttl_ms".into()));
-        }
+        check(&new)?;
         let embedding = self.embed_one(&new.text)?;
         let _writer = lock(&self.write);
+        let (added, changes) = self.prepare(new, embedding, actor, now)?;
+        self.commit(changes, true)?;
+        self.persist_hormones()?;
+        Ok(added)
+    }
+
+    /// Stores many memories exactly as [`Memory::add`] would, one after another (each is
+    /// reconciled against all before it), but embeds them in batches and makes them durable
+    /// and searchable by text once, at the end: an import, or a conversation's backlog.
+    ///
+    /// Nothing is stored unless every memory is valid. If one fails later (the embedder, the
+    /// disk), those before it stay stored and durable, and the error is returned.
+    pub fn add_many(&self, news: Vec<NewMemory>, actor: &str, now: UnixMillis) -> Result<Vec<Added>, Error> {
+        for new in &news {
+            check(new)?;
+        }
+        let mut added = Vec::with_capacity(news.len());
+        let mut pending = TextPending::default();
+        let outcome = (|| -> Result<(), Error> {
+            let mut rest = news;
+            while !rest.is_empty() {
+                let tail = rest.split_off(rest.len().min(EMBED_BATCH));
+                let chunk = std::mem::replace(&mut rest, tail);
+                let texts: Vec<&str> = chunk.iter().map(|n| n.text.as_str()).collect();
+                let embeddings = self.embedder.embed(&texts)?;
+                if embeddings.len() != chunk.len() {
+                    return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
+                }
+                let _writer = lock(&self.write);
+                for (new, embedding) in chunk.into_iter().zip(embeddings) {
+                    let (one, changes) = self.prepare(new, embedding, actor, now)?;
+                    self.store(&changes)?;
+                    pending = pending.and(self.index(changes)?);
+                    added.push(one);
+                }
+            }
+            Ok(())
+        })();
+        let settled = (|| -> Result<(), Error> {
+            let _writer = lock(&self.write);
+            self.db.flush()?;
+            self.commit_text(pending)?;
+            self.persist_hormones()
+        })();
+        outcome.and(settled).map(|()| added)
+    }
+
+    /// Decides what storing `new` (embedded as `embedding`) changes. The caller holds the
+    /// writer lock and commits the changes before releasing it.
+    fn prepare(
+        &self,
+        new: NewMemory,
+        embedding: Vec<f32>,
+        actor: &str,
+        now: UnixMillis,
+    ) -> Result<(Added, Changes), Error> {
         let influence = {
             let mut state = lock(&self.hormones);
             for event in hormones::detect(&new.text) {
@@ -440,21 +554,19 @@ impl Memory {
                     changes.audit.push(audit(&old, actor, now, "active", "superseded", &why));
                     changes.crystals.push(old);
                 }
-                let (indexed, has_context) = self.indexed_text(&crystal);
-                if has_context {
-                    changes.vectors.push((CONTEXT, id, self.embed_one(&indexed)?));
+                let document = self.document(&crystal);
+                if !document.context.is_empty() {
+                    changes.vectors.push((CONTEXT, id, self.embed_one(&document.joined())?));
                 }
                 changes.vectors.push((EMBEDDING, id, embedding));
-                changes.texts.push((id, indexed));
+                changes.texts.push((id, document));
                 changes.audit.push(audit(&crystal, actor, now, "none", crystal.lifecycle.as_str(), "created"));
                 changes.crystals.push(crystal.clone());
                 let superseded = crystal.supersedes;
                 (crystal, superseded)
             }
         };
-        self.commit(changes, true)?;
-        self.persist_hormones()?;
-        Ok(Added { crystal, decision, superseded })
+        Ok((Added { crystal, decision, superseded }, changes))
     }
 
     fn new_crystal(
@@ -516,7 +628,7 @@ impl Memory {
     /// The three most similar active observations in the namespace (seed 000), plus any with
     /// the same subject and attribute.
     fn candidates(&self, new: &NewMemory, embedding: &[f32]) -> Result<Vec<Candidate>, Error> {
-        let crystals = self.crystals.read().unwrap_or_else(|p| p.into_inner());
+        let crystals = read(&self.crystals);
         let usable = |c: &Crystal| {
             c.status == Status::Active && c.kind == MemoryKind::Observation && c.namespace == new.namespace
         };
@@ -549,19 +661,33 @@ impl Memory {
         Ok(out)
     }
 
+    /// The turn said just before `turn_at` in the same conversation.
     fn previous_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let crystals = self.crystals.read().unwrap_or_else(|p| p.into_inner());
-        crystals
-            .values()
-            .filter(|c| &c.namespace == namespace && c.session.as_deref() == Some(session))
-            .filter(|c| c.turn_at.is_some_and(|t| t < turn_at))
-            .max_by_key(|c| c.turn_at)
-            .cloned()
+        let id = read(&self.turns).before(namespace, session, turn_at)?;
+        self.get(id)
     }
 
     /// Writes a set of changes in one sled batch (one atomic commit), then updates the
     /// in-memory map and the derived indexes.
     pub(crate) fn commit(&self, changes: Changes, durable: bool) -> Result<(), Error> {
+        let t = std::time::Instant::now();
+        let n = changes.crystals.len();
+        self.store(&changes)?;
+        let t1 = t.elapsed();
+        if durable {
+            self.db.flush()?;
+        }
+        let t2 = t.elapsed();
+        let pending = self.index(changes)?;
+        let t3 = t.elapsed();
+        self.commit_text(pending)?;
+        if n > 1000 { eprintln!("PROF commit n={n} store {t1:?} flush {:?} index {:?} text {:?}", t2 - t1, t3 - t2, t.elapsed() - t3); }
+        Ok(())
+    }
+
+    /// Writes a set of changes to sled in one batch (one atomic commit), not yet flushed.
+    fn store(&self, changes: &Changes) -> Result<(), Error> {
+        let t = std::time::Instant::now();
         let mut batch = sled::Batch::default();
         for crystal in &changes.crystals {
             let bytes =
@@ -581,71 +707,132 @@ impl Memory {
                 batch.remove(&key(prefix, *id));
             }
         }
+        let t1 = t.elapsed();
         self.tree.apply_batch(batch)?;
-        if durable {
-            self.db.flush()?;
-        }
-        let mut max_id = None;
+        if changes.crystals.len() > 1000 { eprintln!("PROF store build {t1:?} apply {:?}", t.elapsed() - t1); }
+        Ok(())
+    }
+
+    /// Brings the in-memory map and the derived indexes up to date with stored changes; the
+    /// text documents are added but not yet committed.
+    fn index(&self, changes: Changes) -> Result<TextPending, Error> {
+        let Changes { crystals, vectors, texts, audit: _, purge } = changes;
+        let mut unrecallable = Vec::new();
         {
-            let mut map = self.crystals.write().unwrap_or_else(|p| p.into_inner());
-            for id in &changes.purge {
-                map.remove(id);
+            let mut map = write(&self.crystals);
+            let mut turns = write(&self.turns);
+            for id in &purge {
+                if let Some(old) = map.remove(id) {
+                    turns.remove(&old);
+                }
             }
-            for crystal in &changes.crystals {
-                map.insert(crystal.id, crystal.clone());
+            for crystal in crystals {
+                if crystal.status == Status::Superseded || !crystal.lifecycle.is_recallable() {
+                    unrecallable.push(crystal.id);
+                }
+                turns.update(map.get(&crystal.id), &crystal);
+                map.insert(crystal.id, crystal);
             }
         }
-        for (prefix, id, vector) in &changes.vectors {
+        for (prefix, id, vector) in &vectors {
             let vkey = if *prefix == CONTEXT { id | CONTEXT_BIT } else { *id };
             self.vectors.insert(vkey, vector)?;
         }
-        for crystal in &changes.crystals {
-            if crystal.status == Status::Superseded || !crystal.lifecycle.is_recallable() {
-                self.vectors.remove(crystal.id);
-                self.vectors.remove(crystal.id | CONTEXT_BIT);
-            }
+        for id in unrecallable {
+            self.vectors.remove(id);
+            self.vectors.remove(id | CONTEXT_BIT);
         }
-        for (id, indexed) in &changes.texts {
+        let mut pending = TextPending { up_to: None, removed: !purge.is_empty() };
+        for (id, indexed) in &texts {
             self.text.upsert(*id, indexed)?;
-            max_id = max_id.max(Some(*id));
+            pending.up_to = pending.up_to.max(Some(*id));
         }
-        for id in &changes.purge {
+        for id in &purge {
             self.vectors.remove(*id);
             self.vectors.remove(*id | CONTEXT_BIT);
             self.text.remove(*id);
         }
-        if let Some(max_id) = max_id {
+        Ok(pending)
+    }
+
+    /// Commits the text documents indexed since the last commit, making them searchable.
+    fn commit_text(&self, pending: TextPending) -> Result<(), Error> {
+        if let Some(max_id) = pending.up_to {
             let up_to = self.text.indexed_up_to().unwrap_or(0).max(max_id);
             self.text.commit(up_to)?;
-        } else if !changes.purge.is_empty() {
+        } else if pending.removed {
             self.text.commit(self.text.indexed_up_to().unwrap_or(0))?;
         }
         Ok(())
     }
 
-    /// What a crystal is indexed as, and whether that holds context beyond its own text: the
-    /// text it superseded (a correction is recalled by what it corrects) and, for a
-    /// conversation turn, the turn before it and the day it was said. The context embedding
-    /// and the BM25 document are both made from this one string.
-    fn indexed_text(&self, crystal: &Crystal) -> (String, bool) {
-        let mut parts = vec![crystal.text.clone()];
+    /// What a crystal is indexed as: its text, and as context the text it superseded (a
+    /// correction is recalled by what it corrects) and, for a conversation turn when context
+    /// indexing is on, the turn before it and the day it was said. The context embedding and
+    /// the BM25 document are both made from this.
+    fn document(&self, crystal: &Crystal) -> text::Document {
+        let mut context = Vec::new();
         if let Some(old) = crystal.supersedes.and_then(|s| self.get(s)) {
-            parts.push(old.text);
+            context.push(old.text);
         }
-        if let (Some(session), Some(turn_at)) = (&crystal.session, crystal.turn_at) {
+        if self.context_indexing()
+            && let (Some(session), Some(turn_at)) = (&crystal.session, crystal.turn_at)
+        {
             if let Some(previous) = self.previous_turn(&crystal.namespace, session, turn_at) {
-                parts.push(previous.text);
+                context.push(previous.text);
             }
-            parts.push(dates::describe(turn_at));
+            context.push(dates::describe(turn_at));
         }
-        let has_context = parts.len() > 1;
-        (parts.join("\n"), has_context)
+        text::Document { text: crystal.text.clone(), context }
     }
 
     /// How many vector candidates to ask for: at most the index's `ef_search`, beyond which
     /// every segment would be scanned exactly.
     fn vector_depth(&self, wanted: usize) -> usize {
         wanted.min(self.vectors.config().ef_search)
+    }
+
+    /// The crystals whose vectors (alone or with context, whichever is nearer) are nearest to
+    /// `embedding`, best first, as recall takes them: from the index, or by an exact scan.
+    fn vector_candidates(&self, embedding: &[f32], depth: usize, exact: bool) -> Result<Vec<(CrystalId, f32)>, Error> {
+        let hits = if exact {
+            self.vectors.exact(embedding, depth)?
+        } else {
+            self.vectors.search(embedding, self.vector_depth(depth))?
+        };
+        let mut seen = std::collections::HashSet::with_capacity(hits.len());
+        Ok(hits
+            .into_iter()
+            .map(|(key, score)| (key & !CONTEXT_BIT, score))
+            .filter(|(id, _)| seen.insert(*id))
+            .collect())
+    }
+
+    /// The `k` crystals whose vectors are nearest to `q`, as recall's vector half finds them:
+    /// what a benchmark measures that half's latency and recall with (against
+    /// [`Memory::vector_hits_exact`]). Lifecycle and scope are not applied.
+    pub fn vector_hits(&self, q: &str, k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
+        let mut hits = self.vector_candidates(&self.embed_one(q)?, candidate_depth(k), false)?;
+        hits.truncate(k);
+        Ok(hits)
+    }
+
+    /// [`Memory::vector_hits`] by an exact scan of every stored vector.
+    pub fn vector_hits_exact(&self, q: &str, k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
+        let mut hits = self.vector_candidates(&self.embed_one(q)?, candidate_depth(k), true)?;
+        hits.truncate(k);
+        Ok(hits)
+    }
+
+    /// The vector index's shape and build history, for operators and benchmarks.
+    pub fn vector_stats(&self) -> vector::Stats {
+        self.vectors.stats()
+    }
+
+    /// Blocks until the vector index has no build left to run, or `timeout` passes; true when
+    /// idle. For tests, benchmarks and orderly shutdown; never call it from an async task.
+    pub fn wait_indexed(&self, timeout: Duration) -> bool {
+        self.vectors.wait_idle(timeout)
     }
 
     fn persist_hormones(&self) -> Result<(), Error> {
@@ -662,26 +849,30 @@ impl Memory {
     /// with `importance` computed live by the decay rules, `recency = e^(−days since last
     /// access / 7)`, and the boosts from seed 004's retrieval modulation (dopamine raises the
     /// weight of importance, cortisol — local or from weather — the weight of recency).
+    ///
+    /// Recall counts as access (seed 004): every crystal returned has its access count raised
+    /// and its decay clock restarted.
     pub fn search(&self, query: &Query, caller: Caller, now: UnixMillis) -> Result<Vec<Hit>, Error> {
+        let hits = self.peek(query, caller, now)?;
+        self.record_access(&hits, now)?;
+        Ok(hits)
+    }
+
+    /// What [`Memory::search`] would return, without counting it as access: nothing changes,
+    /// so inspecting memory, or measuring recall question by question, leaves no trace.
+    pub fn peek(&self, query: &Query, caller: Caller, now: UnixMillis) -> Result<Vec<Hit>, Error> {
         let k = query.k.clamp(1, 100);
         if query.q.len() > MAX_TEXT {
             return Err(Error::Invalid("query too long".into()));
         }
-        let depth = (k * 5).max(50);
+        let depth = candidate_depth(k);
         let embedding = self.embed_one(&query.q)?;
-        let vector_hits = self.vectors.search(&embedding, self.vector_depth(depth))?;
+        let vector_hits = self.vector_candidates(&embedding, depth, false)?;
         let text_hits = self.text.search(&query.q, depth)?;
         const RRF_K: f64 = 60.0;
         let mut fused: HashMap<CrystalId, (f64, Option<usize>, Option<usize>)> = HashMap::new();
-        let mut vector_rank = 0;
-        for (key, _) in vector_hits {
-            let id = key & !CONTEXT_BIT;
-            let entry = fused.entry(id).or_insert((0.0, None, None));
-            if entry.1.is_none() {
-                vector_rank += 1;
-                entry.0 += 1.0 / (RRF_K + vector_rank as f64);
-                entry.1 = Some(vector_rank);
-            }
+        for (rank, (id, _)) in vector_hits.into_iter().enumerate() {
+            fused.insert(id, (1.0 / (RRF_K + rank as f64 + 1.0), Some(rank + 1), None));
         }
         for (rank, (id, _)) in text_hits.into_iter().enumerate() {
             let entry = fused.entry(id).or_insert((0.0, None, None));
@@ -689,7 +880,7 @@ impl Memory {
             entry.2 = Some(rank + 1);
         }
         let modulation = self.hormone_state().retrieval(&self.config.hormones, self.network_cortisol(), now);
-        let crystals = self.crystals.read().unwrap_or_else(|p| p.into_inner());
+        let crystals = read(&self.crystals);
         let mut hits: Vec<Hit> = fused
             .into_iter()
             .filter_map(|(id, (rrf, vector_rank, text_rank))| {
@@ -715,7 +906,6 @@ impl Memory {
         drop(crystals);
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.crystal.id.cmp(&a.crystal.id)));
         hits.truncate(k);
-        self.record_access(&hits, now)?;
         Ok(hits)
     }
 
@@ -725,7 +915,7 @@ impl Memory {
             return Ok(());
         }
         let mut batch = sled::Batch::default();
-        let mut map = self.crystals.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = write(&self.crystals);
         for hit in hits {
             if let Some(c) = map.get_mut(&hit.crystal.id) {
                 c.access_count += 1;
@@ -776,10 +966,21 @@ impl Memory {
         Ok(())
     }
 
+    /// The nearest vectors to `embedding` (crystal ids, context vectors left out), best first.
+    pub(crate) fn nearest(&self, embedding: &[f32], k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
+        let hits = self.vectors.search(embedding, self.vector_depth(k))?;
+        Ok(hits.into_iter().filter(|(key, _)| key & CONTEXT_BIT == 0).take(k).collect())
+    }
+
     /// The stored embedding of a crystal.
     pub(crate) fn embedding(&self, id: CrystalId) -> Option<Vec<f32>> {
         self.tree.get(key(EMBEDDING, id)).ok().flatten().map(|b| decode_vector(&b))
     }
+}
+
+/// How many candidates each half of recall gathers for `k` results.
+fn candidate_depth(k: usize) -> usize {
+    (k * 5).max(50)
 }
 
 /// The decay view of a crystal.

@@ -10,7 +10,9 @@ pub mod embed;
 pub mod engine;
 pub mod hormones;
 pub mod pipeline;
+pub mod skills;
 pub mod text;
+mod turns;
 pub mod vector;
 
 pub use engine::Memory;

@@ -4,11 +4,15 @@
 
 use std::sync::Arc;
 
-use crate::governance::{Caller, Scope};
+use crate::governance::{Caller, Scope, Sensitivity};
 use crate::memory::correction::Decision;
-use crate::memory::crystal::{Lifecycle, Lifespan, MemoryKind, Namespace, Status};
+use crate::memory::crystal::{
+    Crystal, CrystalId, Governance, Lifecycle, Lifespan, MemoryKind, Namespace, Origin, Status,
+};
+use crate::memory::decay::DecayClass;
 use crate::memory::embed::Hashing;
 use crate::memory::engine::{Config, Memory, NewMemory, Query};
+use crate::memory::hormones::Influence;
 
 const NOW: u64 = 1_795_305_600_000;
 const DAY: u64 = 86_400_000;
@@ -16,6 +20,48 @@ const DAY: u64 = 86_400_000;
 fn open(dir: &std::path::Path) -> Memory {
     let db = sled::open(dir.join("db")).unwrap();
     Memory::open(&db, &dir.join("index"), Config::default(), Arc::new(Hashing::new(384)), NOW).unwrap()
+}
+
+/// A plain stored crystal, for tests of the parts around the engine.
+pub(crate) fn crystal(id: CrystalId, text: &str) -> Crystal {
+    Crystal {
+        id,
+        text: text.into(),
+        namespace: Namespace::Episodic,
+        kind: MemoryKind::Interaction,
+        semantic_type: druse_protocol::body::SemanticType::Fact,
+        origin: Origin::UserInput,
+        lifecycle: Lifecycle::Generated,
+        status: Status::Active,
+        supersedes: None,
+        superseded_by: None,
+        subject: None,
+        attribute: None,
+        confidence: 0.9,
+        decay_class: DecayClass::Default,
+        event_at: None,
+        governance: Governance {
+            scope: Scope::Private,
+            lifespan: Lifespan::Decay,
+            ttl_ms: None,
+            priority: 0.5,
+            sensitivity: Sensitivity::Normal,
+            provenance: Vec::new(),
+            peer_origin: None,
+        },
+        hormones: Influence { dopamine: 0.15, cortisol: 0.02, oxytocin: 0.1 },
+        emotional_valence: 0.0,
+        emotional_weight: 0.0,
+        importance: 0.1,
+        access_count: 0,
+        last_access: NOW,
+        created_at: NOW,
+        parent_id: None,
+        session: None,
+        turn_at: None,
+        curiosity_boost: 0.0,
+        steering_reward: 0.0,
+    }
 }
 
 fn memory(text: &str) -> NewMemory {
@@ -227,4 +273,88 @@ fn a_lost_text_index_is_rebuilt_and_recall_still_finds_the_correction() {
     let m = open(dir.path());
     // "surgery" appears only in the superseded text: the rebuilt document carries it as context.
     assert_eq!(search(&m, "surgery").first().map(String::as_str), Some("actually, it's March 22"));
+}
+
+fn turn(text: &str, session: &str, at: u64) -> NewMemory {
+    NewMemory { kind: MemoryKind::Interaction, session: Some(session.into()), turn_at: Some(at), ..memory(text) }
+}
+
+/// The hits for `q` that matched through BM25 (with what they were indexed with).
+fn text_matches(m: &Memory, q: &str) -> Vec<String> {
+    let query = Query { q: q.into(), k: 10, ..Query::default() };
+    let hits = m.peek(&query, Caller::LocalAgent, NOW + DAY).unwrap();
+    hits.into_iter().filter(|h| h.text_rank.is_some()).map(|h| h.crystal.text).collect()
+}
+
+#[test]
+fn a_turn_is_found_by_the_turn_before_it_even_when_that_was_stored_before_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let m = open(dir.path());
+        m.add(turn("which hotel should we book in Alfama", "trip", NOW), "user", NOW).unwrap();
+        m.add(turn("the crows were loud today", "other", NOW + 1), "user", NOW + 1).unwrap();
+    }
+    let m = open(dir.path());
+    m.add(turn("Casa do Largo, eight minutes from the cathedral", "trip", NOW + 2), "user", NOW + 2).unwrap();
+    let found = text_matches(&m, "hotel");
+    assert!(found.contains(&"Casa do Largo, eight minutes from the cathedral".to_owned()), "{found:?}");
+    assert!(!text_matches(&m, "crows").contains(&"Casa do Largo, eight minutes from the cathedral".to_owned()));
+}
+
+#[test]
+fn with_context_indexing_off_a_turn_is_found_by_its_own_words_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    assert!(m.context_indexing(), "on by default");
+    m.set_context_indexing(false);
+    m.add(turn("which hotel should we book in Alfama", "trip", NOW), "user", NOW).unwrap();
+    m.add(turn("Casa do Largo, eight minutes from the cathedral", "trip", NOW + 2), "user", NOW + 2).unwrap();
+    assert_eq!(text_matches(&m, "hotel"), vec!["which hotel should we book in Alfama"]);
+    assert!(text_matches(&m, "2026").is_empty(), "the date is context too");
+}
+
+#[test]
+fn peek_returns_what_search_would_and_leaves_no_access_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let id = m.add(memory("Alice likes crows"), "user", NOW).unwrap().crystal.id;
+    let query = Query { q: "crows".into(), k: 5, ..Query::default() };
+    let peeked: Vec<_> =
+        m.peek(&query, Caller::LocalAgent, NOW + DAY).unwrap().into_iter().map(|h| h.crystal.id).collect();
+    assert_eq!(m.get(id).unwrap().access_count, 0);
+    let searched: Vec<_> =
+        m.search(&query, Caller::LocalAgent, NOW + DAY).unwrap().into_iter().map(|h| h.crystal.id).collect();
+    assert_eq!(peeked, searched);
+    assert_eq!(m.get(id).unwrap().access_count, 1);
+}
+
+#[test]
+fn add_many_reconciles_each_memory_against_those_before_it_and_commits_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let added = m
+        .add_many(
+            vec![
+                memory("Dad's surgery is March 15"),
+                memory("Wait, actually it's March 22"),
+                memory("Alice likes crows"),
+            ],
+            "user",
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(added[1].decision, Decision::Update { target: added[0].crystal.id, confidence: 1.0 });
+    assert_eq!(m.get(added[0].crystal.id).unwrap().status, Status::Superseded);
+    assert_eq!(search(&m, "surgery").first().map(String::as_str), Some("Wait, actually it's March 22"));
+    drop(m);
+    let m = open(dir.path());
+    assert_eq!(search(&m, "crows").first().map(String::as_str), Some("Alice likes crows"));
+}
+
+#[test]
+fn add_many_stores_nothing_when_one_memory_is_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    assert!(m.add_many(vec![memory("Alice likes crows"), memory("  ")], "user", NOW).is_err());
+    assert!(m.counts().is_empty());
 }

@@ -1,6 +1,13 @@
 //! Full-text recall: a tantivy BM25 index derived from the crystal store. The store is the
 //! source of truth; the index records the highest crystal id it holds in its commit payload
 //! and catches up (or rebuilds) at start-up when it lags.
+//!
+//! Text is analysed for conversational English: lowercased, stripped of the words every
+//! question and every turn share (pronouns, auxiliaries, question words), and stemmed, so
+//! "What's my tutor's name?" matches "italki tutors" on "tutor" rather than every turn on
+//! "what", "my" and "s". On the labelled conversations of `node/tests/retrieval.rs` (context
+//! indexing on) this raised hybrid recall@5 from 0.419 to 0.565 with the hashing embedder and
+//! from 0.710 to 0.790 with MiniLM, against tantivy's default analyser.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -8,7 +15,10 @@ use std::sync::Mutex;
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::QueryParser;
-use tantivy::schema::{FAST, Field, INDEXED, STORED, Schema, TEXT, Value};
+use tantivy::schema::{FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer, TokenizerManager,
+};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
 
 use crate::memory::crystal::CrystalId;
@@ -25,14 +35,34 @@ pub enum Error {
     Io(#[from] std::io::Error),
 }
 
-/// The BM25 index: one document per crystal (its text and, for conversation turns, its
-/// context), keyed by crystal id.
+/// What a crystal is indexed as: its own text, and what it is recalled by besides (the text it
+/// superseded; for a conversation turn, the turn before it and the day it was said).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Document {
+    pub text: String,
+    pub context: Vec<String>,
+}
+
+impl Document {
+    /// The text and its context as one string, as the context embedding sees them.
+    pub fn joined(&self) -> String {
+        std::iter::once(self.text.as_str())
+            .chain(self.context.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// The BM25 index: one document per crystal, keyed by crystal id, with its own text and its
+/// context in separate fields so a match on the crystal's own words ranks above a match on
+/// its context alone.
 pub struct TextIndex {
     index: Index,
     writer: Mutex<IndexWriter>,
     reader: IndexReader,
     id: Field,
     text: Field,
+    context: Field,
 }
 
 impl std::fmt::Debug for TextIndex {
@@ -44,18 +74,165 @@ impl std::fmt::Debug for TextIndex {
 /// Memory the index writer may use before it flushes a segment.
 const WRITER_HEAP: usize = 32 * 1024 * 1024;
 
+/// The analyser's name in the schema: an index written with another analyser has another
+/// schema, so opening it fails and the engine rebuilds it from the store.
+const ANALYSER: &str = "druse_en_conversation";
+
+/// Words that carry no topic in a conversation: pronouns, auxiliaries, articles, common
+/// prepositions, question words and contraction tails ("what's" splits into "what" and "s").
+/// Words about time ("before", "after", "now", "again") are kept: questions lean on them.
+const STOP_WORDS: &[&str] = &[
+    "a",
+    "about",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "being",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "d",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "don",
+    "each",
+    "for",
+    "from",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "ll",
+    "m",
+    "many",
+    "me",
+    "more",
+    "most",
+    "much",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "of",
+    "off",
+    "on",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "own",
+    "re",
+    "s",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "t",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "to",
+    "too",
+    "very",
+    "ve",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+];
+
+/// The weight of a match on a crystal's context against one on its own text: a turn is
+/// found by its own words before its neighbour is. On the labelled conversations 0.5 scored
+/// as well as 1.0 with MiniLM (recall@5 0.774) and one question better with hashing (0.597
+/// against 0.581); 0.3 was worse with both.
+const CONTEXT_BOOST: f32 = 0.5;
+
+fn analyser() -> TextAnalyzer {
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .filter(StopWordFilter::remove(STOP_WORDS.iter().map(|w| (*w).to_owned())))
+        .filter(Stemmer::new(Language::English))
+        .build()
+}
+
 impl TextIndex {
     /// Opens the index in `dir`, creating it if missing.
     pub fn open(dir: &Path) -> Result<Self, Error> {
         std::fs::create_dir_all(dir)?;
         let mut builder = Schema::builder();
         let id = builder.add_u64_field("id", INDEXED | STORED | FAST);
-        let text = builder.add_text_field("text", TEXT);
+        let indexing = TextFieldIndexing::default()
+            .set_tokenizer(ANALYSER)
+            .set_index_option(IndexRecordOption::WithFreqsAndPositions);
+        let text = builder.add_text_field("text", TextOptions::default().set_indexing_options(indexing.clone()));
+        let context = builder.add_text_field("context", TextOptions::default().set_indexing_options(indexing));
         let schema = builder.build();
-        let index = Index::open_or_create(MmapDirectory::open(dir)?, schema)?;
+        let tokenizers = TokenizerManager::default();
+        tokenizers.register(ANALYSER, analyser());
+        let index = Index::builder().schema(schema).tokenizers(tokenizers).open_or_create(MmapDirectory::open(dir)?)?;
         let writer = index.writer_with_num_threads(1, WRITER_HEAP)?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-        Ok(Self { index, writer: Mutex::new(writer), reader, id, text })
+        Ok(Self { index, writer: Mutex::new(writer), reader, id, text, context })
     }
 
     /// The highest crystal id committed, from the last commit's payload.
@@ -68,10 +245,14 @@ impl TextIndex {
     }
 
     /// Adds (or replaces) a crystal's document.
-    pub fn upsert(&self, id: CrystalId, text: &str) -> Result<(), Error> {
+    pub fn upsert(&self, id: CrystalId, document: &Document) -> Result<(), Error> {
         let writer = self.writer();
         writer.delete_term(Term::from_field_u64(self.id, id));
-        writer.add_document(doc!(self.id => id, self.text => text))?;
+        let mut doc = doc!(self.id => id, self.text => document.text.as_str());
+        for part in &document.context {
+            doc.add_text(self.context, part);
+        }
+        writer.add_document(doc)?;
         Ok(())
     }
 
@@ -97,7 +278,8 @@ impl TextIndex {
     /// forgiven: whatever parses is searched.
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
         let searcher = self.reader.searcher();
-        let parser = QueryParser::for_index(&self.index, vec![self.text]);
+        let mut parser = QueryParser::for_index(&self.index, vec![self.text, self.context]);
+        parser.set_field_boost(self.context, CONTEXT_BOOST);
         let (query, _) = parser.parse_query_lenient(query);
         let top = searcher.search(&query, &TopDocs::with_limit(k.max(1)).order_by_score())?;
         let mut hits = Vec::with_capacity(top.len());
@@ -125,13 +307,17 @@ impl TextIndex {
 mod tests {
     use super::*;
 
+    fn doc(text: &str) -> Document {
+        Document { text: text.into(), context: Vec::new() }
+    }
+
     #[test]
     fn bm25_finds_the_document_that_shares_rare_words() {
         let dir = tempfile::tempdir().unwrap();
         let index = TextIndex::open(dir.path()).unwrap();
-        index.upsert(1, "Dad's surgery is on March 15").unwrap();
-        index.upsert(2, "Alice likes crows and ravens").unwrap();
-        index.upsert(3, "The team shipped the release").unwrap();
+        index.upsert(1, &doc("Dad's surgery is on March 15")).unwrap();
+        index.upsert(2, &doc("Alice likes crows and ravens")).unwrap();
+        index.upsert(3, &doc("The team shipped the release")).unwrap();
         index.commit(3).unwrap();
         let hits = index.search("when is the surgery?", 2).unwrap();
         assert_eq!(hits.first().map(|h| h.0), Some(1));
@@ -143,8 +329,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let index = TextIndex::open(dir.path()).unwrap();
-            index.upsert(7, "old words").unwrap();
-            index.upsert(7, "new words").unwrap();
+            index.upsert(7, &doc("old words")).unwrap();
+            index.upsert(7, &doc("new words")).unwrap();
             index.commit(7).unwrap();
             assert_eq!(index.len(), 1);
         }
@@ -158,7 +344,7 @@ mod tests {
     fn malformed_query_syntax_does_not_fail() {
         let dir = tempfile::tempdir().unwrap();
         let index = TextIndex::open(dir.path()).unwrap();
-        index.upsert(1, "rust parsing").unwrap();
+        index.upsert(1, &doc("rust parsing")).unwrap();
         index.commit(1).unwrap();
         assert!(index.search("rust AND (OR \"unbalanced", 5).is_ok());
         assert!(index.search("", 5).is_ok());

@@ -272,8 +272,13 @@ fn mostly_dead_segment_is_rebuilt_without_its_dead() {
         index.remove(id);
     }
     assert!(index.wait_idle(IDLE));
+    // The rebuild starts once 31 are dead; removals that land while it runs are dead on
+    // arrival in the new graph, which stays under the compaction threshold.
     let segments = index.segments();
-    assert_eq!((segments.len(), segments[0].len, segments[0].dead), (1, 60, 0));
+    assert_eq!(segments.len(), 1);
+    let (len, dead) = (segments[0].len, segments[0].dead);
+    assert!(len < 100 && len - dead == 60, "rebuilt segment holds {len} with {dead} dead");
+    assert!(dead as f64 <= len as f64 * 0.3, "{dead} of {len} dead after compaction");
     let live: HashSet<u64> = ids(&index.exact(&rng.vector(32), 100).expect("exact")).into_iter().collect();
     assert_eq!(live, (40..100).collect());
 }

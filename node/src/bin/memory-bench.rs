@@ -1,0 +1,719 @@
+//! Measures the memory engine against DESIGN §12: retrieval at 100k 384-d crystals (p50 ≤ 5 ms,
+//! p99 ≤ 20 ms, recall@10 ≥ 0.95 against exact search) and a consolidation pass over 100k
+//! crystals (≤ 2 s), plus the HNSW segment build time and the cost of one memory add.
+//!
+//! `cargo run --release -p druse-node --bin memory-bench [-- --sizes 10000,100000 ...]`
+//!
+//! Every figure goes through the real engine ([`Memory`] on sled and tantivy in a temporary
+//! directory). The vectors are synthetic but clustered like real embeddings: unit centroids plus
+//! Gaussian noise, normalised, from a fixed-seed PRNG, so every run measures the same data. A
+//! small embedder maps each crystal's marker (`#v17`) and each query's (`#q3`) to its vector and
+//! any other text through the hashing embedder, so adds of real sentences into the loaded store
+//! embed as a hashing node would. One in twenty crystals is a near copy of another, so
+//! consolidation has overlaps to merge.
+//!
+//! `memory-bench index [...]` measures the vector index alone, with every knob of its config:
+//! the sweep that chose the defaults.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use druse_node::governance::{Caller, Scope};
+use druse_node::memory::Memory;
+use druse_node::memory::crystal::{Lifespan, MemoryKind, Namespace, Origin};
+use druse_node::memory::decay::DecayClass;
+use druse_node::memory::embed::{self, Embedder, Hashing, MiniLm};
+use druse_node::memory::engine::{Config as EngineConfig, NewMemory, Query};
+use druse_node::memory::vector::{self, BuildStats, VectorIndex, kernel};
+use druse_protocol::body::SemanticType;
+
+#[derive(Debug, Parser)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Option<Mode>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// The vector index alone, with its tuning knobs.
+    Index(IndexArgs),
+}
+
+/// The shape of the synthetic data.
+#[derive(Debug, Clone, Args)]
+struct DataArgs {
+    /// Store sizes to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    sizes: Vec<usize>,
+    /// Timed queries per size (half perturbed stored vectors, half fresh points).
+    #[arg(long, default_value_t = 1000)]
+    queries: usize,
+    /// Number of clusters in the synthetic data.
+    #[arg(long, default_value_t = 1000)]
+    clusters: usize,
+    /// Norm of the noise added to a centroid (before normalising); larger is harder.
+    #[arg(long, default_value_t = 0.8)]
+    noise: f32,
+    /// Norm of the noise that turns a stored vector into a query.
+    #[arg(long, default_value_t = 0.3)]
+    query_noise: f32,
+    /// Results per query.
+    #[arg(long, default_value_t = 10)]
+    k: usize,
+}
+
+/// The engine run.
+#[derive(Debug, Args)]
+struct EngineArgs {
+    #[command(flatten)]
+    data: DataArgs,
+    /// Memory adds timed per embedder and per store size (conversation turns).
+    #[arg(long, default_value_t = 200)]
+    adds: usize,
+    /// The loaded crystals were stored over this many days, so consolidation finds some old.
+    #[arg(long, default_value_t = 60)]
+    days: u64,
+    /// Clusters searched often (12 times, 48 hits each) before consolidating, so it has
+    /// activated, promoted and merged crystals to handle.
+    #[arg(long, default_value_t = 40)]
+    popular_clusters: usize,
+}
+
+/// The index-only run; its defaults are [`vector::Config::default`]'s.
+#[derive(Debug, Args)]
+struct IndexArgs {
+    #[command(flatten)]
+    data: DataArgs,
+    /// Vector dimension.
+    #[arg(long, default_value_t = 384)]
+    dim: usize,
+    /// Overrides `Config::seal_threshold`.
+    #[arg(long)]
+    seal: Option<usize>,
+    /// Overrides `Config::ef_search`.
+    #[arg(long)]
+    ef_search: Option<usize>,
+    /// Overrides `Config::ef_construction`.
+    #[arg(long)]
+    ef_construction: Option<usize>,
+    /// Overrides `Config::merge_factor` (below 2 disables merging).
+    #[arg(long)]
+    merge_factor: Option<usize>,
+    /// Overrides `Config::max_segment_len`.
+    #[arg(long)]
+    max_segment: Option<usize>,
+    /// Overrides `Config::heuristic` (HNSW neighbour diversity heuristic).
+    #[arg(long)]
+    heuristic: Option<bool>,
+    /// Seals the tail after loading, so every vector is in a graph (the worst case for recall).
+    #[arg(long)]
+    seal_all: bool,
+    /// Searches to time while the builder is still busy after loading (0: none). They slow
+    /// the builds down, so build timings from such a run are not comparable.
+    #[arg(long, default_value_t = 0)]
+    during_build: usize,
+}
+
+/// The engine's vector dimension (all-MiniLM-L6-v2's and the default hashing embedder's).
+const DIM: usize = 384;
+
+/// xorshift64*: tiny, fixed-seed, good enough for synthetic data.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in (0, 1].
+    fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.unit() * n as f64) as usize % n.max(1)
+    }
+
+    /// Standard normal, Box–Muller.
+    fn gauss(&mut self) -> f32 {
+        let (u, v) = (self.unit(), self.unit());
+        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+    }
+
+    /// A random direction of norm `scale`.
+    fn direction(&mut self, dim: usize, scale: f32) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dim).map(|_| self.gauss()).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x *= scale / norm);
+        v
+    }
+}
+
+fn normalise(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= norm);
+}
+
+/// `base` plus Gaussian noise of norm about `noise`, normalised.
+fn perturb(rng: &mut Rng, base: &[f32], noise: f32) -> Vec<f32> {
+    let mut v: Vec<f32> = base.iter().zip(rng.direction(base.len(), noise)).map(|(b, n)| b + n).collect();
+    normalise(&mut v);
+    v
+}
+
+/// One size's synthetic vectors: the stored ones, the queries (`true` for a perturbed copy of
+/// a stored vector) and the cluster centroids.
+struct Data {
+    vectors: Vec<Vec<f32>>,
+    queries: Vec<(bool, Vec<f32>)>,
+    centroids: Vec<Vec<f32>>,
+}
+
+impl Data {
+    /// `n` vectors of `dim` dimensions; with `near_copies`, one in twenty is a near copy
+    /// (noise 0.2, cosine about 0.98) of an earlier one.
+    fn new(args: &DataArgs, n: usize, dim: usize, near_copies: bool) -> Data {
+        let mut rng = Rng(0x0dd5_eed5 ^ n as u64);
+        let centroids: Vec<Vec<f32>> = (0..args.clusters.max(1)).map(|_| rng.direction(dim, 1.0)).collect();
+        let mut vectors: Vec<Vec<f32>> = Vec::with_capacity(n);
+        for i in 0..n {
+            let v = if near_copies && i > 0 && i % 20 == 0 {
+                let of = rng.below(i);
+                perturb(&mut rng, &vectors[of], 0.2)
+            } else {
+                let c = rng.below(centroids.len());
+                perturb(&mut rng, &centroids[c], args.noise)
+            };
+            vectors.push(v);
+        }
+        let copies = args.queries / 2;
+        let stride = (n / copies.max(1)).max(1);
+        let mut queries: Vec<(bool, Vec<f32>)> = Vec::with_capacity(args.queries);
+        for source in vectors.iter().step_by(stride).take(copies) {
+            queries.push((true, perturb(&mut rng, source, args.query_noise)));
+        }
+        while queries.len() < args.queries {
+            let c = rng.below(centroids.len());
+            queries.push((false, perturb(&mut rng, &centroids[c], args.noise)));
+        }
+        Data { vectors, queries, centroids }
+    }
+}
+
+/// The p-th percentile (nearest rank) of sorted durations, in milliseconds.
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// p50 and p99 of some timings, in milliseconds.
+fn p50_p99(mut timings: Vec<Duration>) -> (f64, f64) {
+    timings.sort();
+    (percentile(&timings, 0.50), percentile(&timings, 0.99))
+}
+
+/// The fraction of `truth` that `found` holds.
+fn recall<T: PartialEq>(found: &[T], truth: &[T]) -> f64 {
+    found.iter().filter(|f| truth.contains(f)).count() as f64 / truth.len().max(1) as f64
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+/// Seals (tail → segment) and merges among the index's recent builds, described.
+fn describe_builds(builds: &[BuildStats]) -> String {
+    let seals: Vec<&BuildStats> = builds.iter().filter(|b| b.inputs == 0).collect();
+    let secs: Vec<f64> = seals.iter().map(|b| b.took.as_secs_f64()).collect();
+    let (min, max) = secs.iter().fold((f64::MAX, 0.0f64), |(lo, hi), s| (lo.min(*s), hi.max(*s)));
+    let mut out = match seals.first() {
+        Some(first) => format!(
+            "{} seals of {} vectors: mean {:.2} s (min {:.2}, max {:.2})",
+            seals.len(),
+            first.len,
+            mean(&secs),
+            min,
+            max
+        ),
+        None => "no seals".to_owned(),
+    };
+    for m in builds.iter().filter(|b| b.inputs > 0) {
+        out += &format!("; merge of {} into {} in {:.2} s", m.inputs, m.len, m.took.as_secs_f64());
+    }
+    out
+}
+
+/// Maps `#v<i>` to stored vector `i`, `#q<j>` to query `j`, `#c<c>` to centroid `c`, and any
+/// other text through `fallback`.
+#[derive(Debug)]
+struct Synthetic {
+    vectors: Arc<Vec<Vec<f32>>>,
+    queries: Arc<Vec<Vec<f32>>>,
+    centroids: Arc<Vec<Vec<f32>>>,
+    fallback: Hashing,
+}
+
+impl Synthetic {
+    fn lookup(&self, text: &str) -> Option<Vec<f32>> {
+        let marker = text.strip_prefix('#')?.split(' ').next()?;
+        let table = match marker.get(..1)? {
+            "v" => &self.vectors,
+            "q" => &self.queries,
+            "c" => &self.centroids,
+            _ => return None,
+        };
+        table.get(marker.get(1..)?.parse::<usize>().ok()?).cloned()
+    }
+}
+
+impl Embedder for Synthetic {
+    fn name(&self) -> &str {
+        "synthetic-384"
+    }
+
+    fn dim(&self) -> usize {
+        DIM
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, embed::Error> {
+        texts
+            .iter()
+            .map(|t| self.lookup(t).map_or_else(|| self.fallback.embed(&[t]).map(|mut v| v.remove(0)), Ok))
+            .collect()
+    }
+}
+
+/// A pronounceable pseudo-word for vocabulary entry `k`, so BM25 has words to match.
+fn word(k: usize) -> String {
+    const SYLLABLES: [&str; 20] = [
+        "ka", "lo", "mi", "re", "su", "ta", "ne", "po", "vi", "da", "go", "hu", "ji", "be", "fa", "wo", "ze", "ri",
+        "sa", "mo",
+    ];
+    let (a, b, c) = (k % 20, (k / 20) % 20, (k / 400) % 20);
+    format!("{}{}{}", SYLLABLES[a], SYLLABLES[b], SYLLABLES[c])
+}
+
+/// `count` words from a 5000-word vocabulary, skewed toward the common ones.
+fn words(rng: &mut Rng, count: usize) -> String {
+    (0..count).map(|_| word(((rng.unit().powi(2)) * 5000.0) as usize)).collect::<Vec<_>>().join(" ")
+}
+
+const DAY_MS: u64 = 86_400_000;
+/// When the synthetic store starts filling (2026-09-21).
+const START: u64 = 1_790_000_000_000;
+
+/// Crystal `i` of the loaded store: a mix of kinds, lifespans and weights like a node's.
+fn synthetic_memory(i: usize, rng: &mut Rng) -> anyhow::Result<NewMemory> {
+    let roll = rng.below(100);
+    Ok(NewMemory {
+        text: format!("#v{i} {}", words(rng, 12)),
+        namespace: Namespace::try_from(format!("user:u{}", i % 50)).map_err(anyhow::Error::msg)?,
+        kind: MemoryKind::Interaction,
+        semantic_type: if roll < 2 { SemanticType::Skill } else { SemanticType::Fact },
+        origin: Origin::Session,
+        subject: None,
+        attribute: None,
+        decay_class: if roll % 7 == 3 { DecayClass::ActiveProject } else { DecayClass::Default },
+        event_at: None,
+        emotional_weight: if roll % 10 == 5 { 0.9 } else { 0.0 },
+        scope: Scope::Private,
+        lifespan: match roll {
+            2..=6 => Lifespan::Ttl,
+            7..=11 => Lifespan::Permanent,
+            _ => Lifespan::Decay,
+        },
+        ttl_ms: Some(30 * DAY_MS),
+        session: None,
+        turn_at: None,
+    })
+}
+
+/// A conversation turn of real text, said at `at` in `session`.
+fn turn(text: &str, session: &str, at: u64) -> anyhow::Result<NewMemory> {
+    let mut new: NewMemory = serde_json::from_value(serde_json::json!({ "text": text, "namespace": "user:bench" }))?;
+    new.kind = MemoryKind::Interaction;
+    new.session = Some(session.to_owned());
+    new.turn_at = Some(at);
+    Ok(new)
+}
+
+/// Real conversation turns to time adds with: the labelled set the retrieval test uses.
+fn sample_turns() -> anyhow::Result<Vec<String>> {
+    let set: serde_json::Value = serde_json::from_str(include_str!("../../tests/data/retrieval.json"))?;
+    let mut out = Vec::new();
+    for conversation in set["conversations"].as_array().into_iter().flatten() {
+        for session in conversation["sessions"].as_array().into_iter().flatten() {
+            for turn in session["turns"].as_array().into_iter().flatten() {
+                if let (Some(who), Some(text)) = (turn[0].as_str(), turn[1].as_str()) {
+                    out.push(format!("{who}: {text}"));
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        bail!("no turns in tests/data/retrieval.json");
+    }
+    Ok(out)
+}
+
+/// Times `count` adds of conversation turns (a new session every 12 turns) into `memory`.
+fn time_adds(memory: &Memory, turns: &[String], count: usize, start: u64) -> anyhow::Result<(f64, f64)> {
+    let mut timings = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = start + i as u64 * 60_000;
+        let new = turn(&turns[i % turns.len()], &format!("bench-{}", i / 12), at)?;
+        let t = Instant::now();
+        memory.add(new, "agent", at)?;
+        timings.push(t.elapsed());
+    }
+    Ok(p50_p99(timings))
+}
+
+/// A directory under the system's temporary one, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> anyhow::Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!("druse-memory-bench-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn open(dir: &Path, embedder: Arc<dyn Embedder>, now: u64) -> anyhow::Result<Memory> {
+    let db = sled::open(dir.join("db")).context("sled")?;
+    Ok(Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now)?)
+}
+
+/// One size's figures.
+struct Row {
+    n: usize,
+    search: (f64, f64),
+    vector: (f64, f64),
+    exact_p50: f64,
+    recall: f64,
+    add: (f64, f64),
+    consolidation: Duration,
+    purge: Duration,
+}
+
+fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<Row> {
+    let data = Data::new(&args.data, n, DIM, true);
+    let embedder = Arc::new(Synthetic {
+        vectors: Arc::new(data.vectors),
+        queries: Arc::new(data.queries.iter().map(|(_, q)| q.clone()).collect()),
+        centroids: Arc::new(data.centroids),
+        fallback: Hashing::new(DIM),
+    });
+    let dir = Scratch::new(&format!("load-{n}"))?;
+    let memory = open(&dir.0, embedder.clone(), START)?;
+
+    let mut rng = Rng(0x5eed ^ n as u64);
+    let chunk = 1000;
+    let chunks = n.div_ceil(chunk).max(1) as u64;
+    let started = Instant::now();
+    for (c, first) in (0..n).step_by(chunk).enumerate() {
+        let batch = (first..(first + chunk).min(n)).map(|i| synthetic_memory(i, &mut rng)).collect::<Result<_, _>>()?;
+        memory.add_many(batch, "bench", START + c as u64 * args.days * DAY_MS / chunks)?;
+    }
+    let load = started.elapsed();
+    if !memory.wait_indexed(Duration::from_secs(3600)) {
+        bail!("the vector index was still building after an hour");
+    }
+    let stats = memory.vector_stats();
+    let sizes: Vec<String> = stats.segments.iter().map(|s| s.len.to_string()).collect();
+    println!(
+        "  n={n}: stored in {:.1} s ({:.0} µs per crystal through add_many), index built {:.1} s after the start",
+        load.as_secs_f64(),
+        load.as_secs_f64() * 1e6 / n as f64,
+        started.elapsed().as_secs_f64()
+    );
+    println!("  n={n}: segment builds: {}", describe_builds(&stats.recent_builds));
+    println!("  n={n}: segments [{}] + tail {}", sizes.join(", "), stats.tail);
+
+    let now = START + args.days * DAY_MS + 3_600_000;
+    let k = args.data.k;
+    let query_text = |j: usize, rng: &mut Rng| format!("#q{j} {}", words(rng, 4));
+    // Warm caches before timing.
+    for j in 0..20.min(embedder.queries.len()) {
+        memory.search(&Query { q: query_text(j, &mut rng), k, ..Query::default() }, Caller::LocalAgent, now)?;
+    }
+    let (mut search, mut vector, mut exact, mut recalls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for j in 0..embedder.queries.len() {
+        let query = Query { q: query_text(j, &mut rng), k, ..Query::default() };
+        let t = Instant::now();
+        memory.search(&query, Caller::LocalAgent, now)?;
+        search.push(t.elapsed());
+        let t = Instant::now();
+        let found = memory.vector_hits(&query.q, k)?;
+        vector.push(t.elapsed());
+        let t = Instant::now();
+        let truth = memory.vector_hits_exact(&query.q, k)?;
+        exact.push(t.elapsed());
+        let ids = |hits: &[(u64, f32)]| hits.iter().map(|h| h.0).collect::<Vec<_>>();
+        recalls.push(recall(&ids(&found), &ids(&truth)));
+    }
+    let add = time_adds(&memory, turns, args.adds, now)?;
+
+    // Popular clusters: searched often, so consolidation activates, promotes and merges.
+    for c in 0..args.popular_clusters.min(embedder.centroids.len()) {
+        for _ in 0..12 {
+            memory.search(&Query { q: format!("#c{c}"), k: 100, ..Query::default() }, Caller::LocalAgent, now)?;
+        }
+    }
+    let t = Instant::now();
+    let report = memory.consolidate(now)?;
+    let consolidation = t.elapsed();
+    println!(
+        "  n={n}: consolidation scored {}, activated {}, expired {}, merged {}, purged {} in {:.3} s",
+        report.scored,
+        report.activated,
+        report.expired,
+        report.merged,
+        report.purged,
+        consolidation.as_secs_f64()
+    );
+    let t = Instant::now();
+    let report = memory.consolidate(now + 30 * 60_000)?;
+    let purge = t.elapsed();
+    println!(
+        "  n={n}: the next pass (30 min later) expired {}, merged {}, purged {} in {:.3} s",
+        report.expired,
+        report.merged,
+        report.purged,
+        purge.as_secs_f64()
+    );
+    Ok(Row {
+        n,
+        search: p50_p99(search),
+        vector: p50_p99(vector),
+        exact_p50: p50_p99(exact).0,
+        recall: mean(&recalls),
+        add,
+        consolidation,
+        purge,
+    })
+}
+
+/// Add latency on a fresh store with a real embedder.
+fn fresh_adds(name: &str, embedder: Arc<dyn Embedder>, turns: &[String], count: usize) -> anyhow::Result<()> {
+    let dir = Scratch::new(name)?;
+    let memory = open(&dir.0, embedder, START)?;
+    let (p50, p99) = time_adds(&memory, turns, count, START)?;
+    println!("{name:<18} {count:>6} {p50:>9.3} {p99:>9.3}");
+    Ok(())
+}
+
+fn engine(args: &EngineArgs) -> anyhow::Result<()> {
+    let data = &args.data;
+    println!(
+        "memory-bench: {DIM}-d, {} clusters, noise {}, {} queries at k {}, {} adds per store; the index as the engine configures it ({:?})",
+        data.clusters,
+        data.noise,
+        data.queries,
+        data.k,
+        args.adds,
+        vector::Config::default()
+    );
+    let turns = sample_turns()?;
+    let mut rows = Vec::new();
+    for &n in &data.sizes {
+        rows.push(engine_run(args, n, &turns)?);
+    }
+    println!();
+    println!(
+        "Retrieval (Memory::search end to end; the vector half alone; its recall@{} against exact search)",
+        data.k
+    );
+    println!(
+        "{:>8} {:>11} {:>11} {:>11} {:>11} {:>10} {:>11} {:>12} {:>12} {:>13} {:>11}",
+        "N",
+        "search p50",
+        "search p99",
+        "vector p50",
+        "vector p99",
+        "recall@k",
+        "exact p50",
+        "add p50",
+        "add p99",
+        "consolidate",
+        "next pass"
+    );
+    for r in &rows {
+        println!(
+            "{:>8} {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>10.4} {:>8.3} ms {:>9.3} ms {:>9.3} ms {:>11.3} s {:>9.3} s",
+            r.n,
+            r.search.0,
+            r.search.1,
+            r.vector.0,
+            r.vector.1,
+            r.recall,
+            r.exact_p50,
+            r.add.0,
+            r.add.1,
+            r.consolidation.as_secs_f64(),
+            r.purge.as_secs_f64()
+        );
+    }
+    println!("(add: a conversation turn embedded by hashing, stored and indexed into the loaded store)");
+    println!();
+    println!("Memory add on a fresh store (embed, store durably, index; conversation turns with context)");
+    println!("{:<18} {:>6} {:>9} {:>9}", "embedder", "adds", "p50 ms", "p99 ms");
+    fresh_adds("hashing-384", Arc::new(Hashing::new(DIM)), &turns, args.adds)?;
+    match std::env::var(embed::MINILM_DIR_ENV).ok().filter(|d| !d.is_empty()) {
+        Some(dir) => fresh_adds("all-MiniLM-L6-v2", Arc::new(MiniLm::load(Path::new(&dir))?), &turns, args.adds)?,
+        None => println!("{:<18} skipped: set {} to the model folder", "all-MiniLM-L6-v2", embed::MINILM_DIR_ENV),
+    }
+    Ok(())
+}
+
+/// The `k` nearest of the f32 originals by brute force (`kernel::dot`), as indices into `data`.
+fn exact_f32(data: &[Vec<f32>], query: &[f32], k: usize) -> Vec<usize> {
+    let mut scored: Vec<(f32, usize)> = data.iter().enumerate().map(|(i, v)| (kernel::dot(query, v), i)).collect();
+    let k = k.min(scored.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    scored.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
+    scored[..k].iter().map(|&(_, i)| i).collect()
+}
+
+fn index_config(args: &IndexArgs) -> vector::Config {
+    let defaults = vector::Config::default();
+    vector::Config {
+        dim: args.dim,
+        seal_threshold: args.seal.unwrap_or(defaults.seal_threshold),
+        ef_search: args.ef_search.unwrap_or(defaults.ef_search),
+        ef_construction: args.ef_construction.unwrap_or(defaults.ef_construction),
+        merge_factor: args.merge_factor.unwrap_or(defaults.merge_factor),
+        max_segment_len: args.max_segment.unwrap_or(defaults.max_segment_len),
+        heuristic: args.heuristic.unwrap_or(defaults.heuristic),
+        ..defaults
+    }
+}
+
+fn index_run(args: &IndexArgs, n: usize) -> anyhow::Result<String> {
+    let k = args.data.k;
+    let data = Data::new(&args.data, n, args.dim, false);
+    let index = VectorIndex::new(index_config(args)).context("index")?;
+    let started = Instant::now();
+    for (id, v) in data.vectors.iter().enumerate() {
+        index.insert(id as u64, v).context("insert")?;
+    }
+    let load = started.elapsed();
+    if args.seal_all {
+        index.seal();
+    }
+    // Searches while the builder works: they must not wait for it (they share the 2 cores).
+    let mut during = Vec::new();
+    for (_, q) in data.queries.iter().cycle().take(args.during_build) {
+        if !index.stats().building {
+            break;
+        }
+        let t = Instant::now();
+        index.search(q, k)?;
+        during.push(t.elapsed());
+    }
+    if !index.wait_idle(Duration::from_secs(3600)) {
+        bail!("builder still busy after an hour");
+    }
+    let stats = index.stats();
+    let sizes: Vec<String> = stats.segments.iter().map(|s| s.len.to_string()).collect();
+    println!(
+        "  n={n}: load {:.2} s, builds done {:.1} s after start; {}",
+        load.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        describe_builds(&stats.recent_builds)
+    );
+    println!("  n={n}: segments [{}] + tail {}", sizes.join(", "), stats.tail);
+    if !during.is_empty() {
+        let (p50, p99) = p50_p99(during.clone());
+        println!("  n={n}: {} searches during builds: p50 {p50:.3} ms, p99 {p99:.3} ms", during.len());
+    }
+    for (_, q) in data.queries.iter().take(20) {
+        index.search(q, k)?;
+    }
+    let (mut latencies, mut exact_latencies) = (Vec::new(), Vec::new());
+    let (mut copies, mut fresh, mut vs_f32) = (Vec::new(), Vec::new(), Vec::new());
+    for (copy, q) in &data.queries {
+        let t = Instant::now();
+        let found = index.search(q, k)?;
+        latencies.push(t.elapsed());
+        let t = Instant::now();
+        let truth = index.exact(q, k)?;
+        exact_latencies.push(t.elapsed());
+        let ids: Vec<u64> = found.iter().map(|h| h.0).collect();
+        let r = recall(&ids, &truth.iter().map(|h| h.0).collect::<Vec<_>>());
+        if *copy {
+            copies.push(r)
+        } else {
+            fresh.push(r)
+        }
+        // Against the f32 originals, so Q14 storage is measured too.
+        let f32_truth: Vec<u64> = exact_f32(&data.vectors, q, k).into_iter().map(|i| i as u64).collect();
+        vs_f32.push(recall(&ids, &f32_truth));
+    }
+    let (p50, p99) = p50_p99(latencies);
+    Ok(format!(
+        "{:>8} {:>9.3} {:>9.3} {:>10.4} {:>9.4} {:>9.4} {:>10.4} {:>14.3}",
+        n,
+        p50,
+        p99,
+        mean(&[copies.clone(), fresh.clone()].concat()),
+        mean(&copies),
+        mean(&fresh),
+        mean(&vs_f32),
+        p50_p99(exact_latencies).0
+    ))
+}
+
+fn index(args: &IndexArgs) -> anyhow::Result<()> {
+    let config = index_config(args);
+    println!(
+        "memory-bench index: dim {} clusters {} noise {} | seal {} ef_construction {} ef_search {} heuristic {} merge_factor {} max_segment {} | {} queries, k {}",
+        config.dim,
+        args.data.clusters,
+        args.data.noise,
+        config.seal_threshold,
+        config.ef_construction,
+        config.ef_search,
+        config.heuristic,
+        config.merge_factor,
+        config.max_segment_len,
+        args.data.queries,
+        args.data.k,
+    );
+    let rows = args.data.sizes.iter().map(|&n| index_run(args, n)).collect::<anyhow::Result<Vec<_>>>()?;
+    println!();
+    println!(
+        "{:>8} {:>9} {:>9} {:>10} {:>9} {:>9} {:>10} {:>14}",
+        "N", "p50 ms", "p99 ms", "recall@k", "copies", "fresh", "vs f32", "exact scan ms"
+    );
+    for row in rows {
+        println!("{row}");
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match &cli.mode {
+        Some(Mode::Index(args)) => index(args),
+        None => engine(&cli.engine),
+    }
+}

@@ -1,0 +1,102 @@
+//! Skills in memory: a skill the node holds (its own or one from the swarm) is a frozen crystal
+//! of the memory engine, so recall finds it, the market can count similar skills for scarcity,
+//! and a bounty match can raise its curiosity.
+
+use druse_protocol::UnixMillis;
+use druse_protocol::body::SemanticType;
+
+use crate::governance::Scope;
+use crate::memory::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Namespace, Origin, Status};
+use crate::memory::decay::DecayClass;
+use crate::memory::engine::{Changes, Error, Memory, NewMemory, audit};
+
+/// A skill to remember.
+#[derive(Debug, Clone)]
+pub struct SkillMemory<'a> {
+    pub name: &'a str,
+    pub text: &'a str,
+    pub semantic_type: SemanticType,
+    /// The publishing peer, for a skill from the swarm; `None` for this node's own.
+    pub peer: Option<String>,
+}
+
+impl Memory {
+    /// Stores a skill as a crystal (origin `peer` with the peer recorded, or `skill` for this
+    /// node's own) and returns its id.
+    pub fn add_skill(&self, skill: SkillMemory<'_>, now: UnixMillis) -> Result<CrystalId, Error> {
+        let (origin, actor) = match &skill.peer {
+            Some(peer) => (Origin::Peer, format!("peer:{peer}")),
+            None => (Origin::Skill, "local_agent".to_owned()),
+        };
+        let new = NewMemory {
+            text: format!("{}: {}", skill.name, skill.text),
+            namespace: Namespace::Episodic,
+            kind: MemoryKind::ExplorationNote,
+            semantic_type: skill.semantic_type,
+            origin,
+            subject: None,
+            attribute: None,
+            decay_class: DecayClass::default(),
+            event_at: None,
+            emotional_weight: 0.0,
+            scope: Scope::Public,
+            lifespan: Lifespan::Permanent,
+            ttl_ms: None,
+            session: None,
+            turn_at: None,
+        };
+        let added = self.add(new, &actor, now)?;
+        if skill.peer.is_some() {
+            let peer = skill.peer.clone();
+            self.change(added.crystal.id, &actor, now, "peer origin recorded", |c| c.governance.peer_origin = peer)?;
+        }
+        Ok(added.crystal.id)
+    }
+
+    /// Rewrites one crystal through `edit` (its id, text and lifecycle stay), audited.
+    pub fn change(
+        &self,
+        id: CrystalId,
+        actor: &str,
+        now: UnixMillis,
+        why: &str,
+        edit: impl FnOnce(&mut Crystal),
+    ) -> Result<Crystal, Error> {
+        let _writer = crate::memory::engine::lock(&self.write);
+        let original = self.get(id).ok_or(Error::NotFound(id))?;
+        let mut changed = original.clone();
+        edit(&mut changed);
+        changed.id = original.id;
+        changed.text = original.text;
+        changed.lifecycle = original.lifecycle;
+        let state = changed.lifecycle.as_str();
+        let mut changes = Changes::default();
+        changes.audit.push(audit(&changed, actor, now, state, state, why));
+        changes.crystals.push(changed.clone());
+        self.commit(changes, true)?;
+        Ok(changed)
+    }
+
+    /// Active crystals of one of `types` whose embedding is at least `min_cosine` similar to
+    /// crystal `id`'s, leaving out `id` itself and `except`; at most `k` are looked at.
+    pub fn similar(
+        &self,
+        id: CrystalId,
+        types: &[SemanticType],
+        min_cosine: f32,
+        except: &[CrystalId],
+        k: usize,
+    ) -> Result<Vec<(CrystalId, f32)>, Error> {
+        let Some(embedding) = self.embedding(id) else { return Ok(Vec::new()) };
+        let nearest = self.nearest(&embedding, k + 1 + except.len())?;
+        let crystals = self.crystals.read().unwrap_or_else(|p| p.into_inner());
+        Ok(nearest
+            .into_iter()
+            .filter(|(other, cosine)| *other != id && !except.contains(other) && *cosine >= min_cosine)
+            .filter(|(other, _)| {
+                crystals.get(other).is_some_and(|c| c.status == Status::Active && types.contains(&c.semantic_type))
+            })
+            .take(k)
+            .collect())
+    }
+}

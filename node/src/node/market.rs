@@ -1,0 +1,331 @@
+//! The node's side of the marketplace: listings with computed prices, reports, adoptions,
+//! versions, bounties and the ledger; and the worker that puts skills into memory.
+
+use druse_protocol::ContentId;
+use druse_protocol::body::{Body, Report, ReportEvent, SemanticType};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::{Error, Node, blocking, lock, now_ms};
+use crate::ingest::Effect;
+use crate::market::{self, BountyRecord, Listing, PriceView, Settlement, Stats, Versions};
+use crate::memory::skills::SkillMemory;
+use crate::skill::{Origin, Skill};
+
+/// How often, at most, skills missed by a full effects queue are swept into memory.
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Similar skills looked at when pricing scarcity; more than the uncommon bound is common.
+const SIMILAR_LOOKED_AT: usize = 16;
+
+/// What an adoption did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Adoption {
+    /// The signed adoption report.
+    pub report: ContentId,
+    pub settlement: Settlement,
+    /// The ledger balance after paying, in micro-USDC.
+    pub balance: i128,
+}
+
+/// The ledger as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LedgerView {
+    /// In micro-USDC: starting credits + earned − spent.
+    pub balance: i128,
+    pub starting: u64,
+    pub earned: u64,
+    pub spent: u64,
+    /// The newest entries, newest first.
+    pub entries: Vec<market::Entry>,
+}
+
+impl Node {
+    /// A skill with its market view: stats from signed reports, the computed price beside the
+    /// asking price, and the gate.
+    pub async fn listing(&self, id: ContentId) -> Result<Listing, Error> {
+        let skill = self.skill(&id)?.ok_or(Error::NoSkill(id))?;
+        let node = self.clone();
+        blocking(move || node.price_listing(skill)).await?
+    }
+
+    /// Every skill the node holds, priced, newest first; at most `limit`.
+    pub async fn listings(&self, limit: usize) -> Result<Vec<Listing>, Error> {
+        let node = self.clone();
+        blocking(move || {
+            let mut skills = node.skills()?;
+            skills.sort_by(|a, b| b.received_at.cmp(&a.received_at).then(a.id.digest().cmp(b.id.digest())));
+            skills.truncate(limit);
+            skills.into_iter().map(|s| node.price_listing(s)).collect()
+        })
+        .await?
+    }
+
+    /// Every version of the skill `key` names (a content id of any version, or a stable
+    /// skill id), oldest first.
+    pub async fn versions(&self, key: &str) -> Result<Vec<Listing>, Error> {
+        let ids: Vec<ContentId> = match key.parse::<ContentId>() {
+            Ok(id) => {
+                let skill = self.skill(&id)?.ok_or(Error::NoSkill(id))?;
+                let key = market::version_key(&skill.author, &skill.listing.skill_id);
+                let versions: Versions = self.inner.store.versions.get(&key)?.unwrap_or_default();
+                versions.ids().collect()
+            }
+            Err(_) => {
+                let mut found: Vec<Skill> = self.skills()?.into_iter().filter(|s| s.listing.skill_id == key).collect();
+                found.sort_by_key(|s| (s.listing.version, s.received_at));
+                found.into_iter().map(|s| s.id).collect()
+            }
+        };
+        if ids.is_empty() {
+            return Err(Error::Market(market_error::NOT_FOUND, format!("no skill with id {key:?}")));
+        }
+        let node = self.clone();
+        blocking(move || {
+            ids.into_iter()
+                .filter_map(|id| node.skill(&id).transpose())
+                .map(|skill| skill.and_then(|s| node.price_listing(s)))
+                .collect()
+        })
+        .await?
+    }
+
+    /// Prices one skill (blocking: it reads the vector index).
+    fn price_listing(&self, skill: Skill) -> Result<Listing, Error> {
+        let config = lock(&self.inner.pipeline).market().clone();
+        let stats: Stats = self.inner.store.market.get(skill.id.digest())?.unwrap_or_default();
+        let summary = stats.summary(&skill.author);
+        let reputation = lock(&self.inner.pipeline).book.market_reputation(&skill.author.peer_id());
+        let similar = self.similar_skills(&skill, &config)?;
+        let price = market::price(&config, &summary, reputation, similar);
+        let gate_passed = summary.passes(&config.gate);
+        let computed = PriceView::new(&price, similar, gate_passed);
+        let asking_price = skill.listing.asking_price;
+        Ok(Listing {
+            asking_price,
+            asking_supported: asking_price <= computed.micros,
+            computed_price: computed,
+            gate_passed,
+            stats: summary,
+            bounties_matched: stats.bounty_matches.into_iter().collect(),
+            skill,
+        })
+    }
+
+    /// How many other skills in the vector index are similar to this one (its own other
+    /// versions left out).
+    fn similar_skills(&self, skill: &Skill, config: &market::Config) -> Result<usize, Error> {
+        let Some(crystal) = skill.crystal else { return Ok(0) };
+        let key = market::version_key(&skill.author, &skill.listing.skill_id);
+        let versions: Versions = self.inner.store.versions.get(&key)?.unwrap_or_default();
+        let mut except = Vec::new();
+        for id in versions.ids() {
+            if let Some(c) = self.skill(&id)?.and_then(|s| s.crystal) {
+                except.push(c);
+            }
+        }
+        let types = [SemanticType::Skill, SemanticType::TaskPattern];
+        Ok(self.inner.memory.similar(crystal, &types, config.similar_cosine, &except, SIMILAR_LOOKED_AT)?.len())
+    }
+
+    /// Signs and publishes a report about a skill this node holds.
+    pub async fn report(&self, id: ContentId, event: ReportEvent) -> Result<ContentId, Error> {
+        self.skill(&id)?.ok_or(Error::NoSkill(id))?;
+        self.publish(&Body::Report(Report { issued_at: now_ms(), content_id: id, event })).await
+    }
+
+    /// Adopts a skill: pays what the node's own computation supports (the asking price, or the
+    /// computed price when the asking price is higher), signs an adoption report saying so,
+    /// and writes the ledger. Refused for the node's own skills, a skill already adopted, or
+    /// without the credits.
+    pub async fn adopt(&self, id: ContentId) -> Result<Adoption, Error> {
+        let _one_at_a_time = self.inner.adopting.lock().await;
+        let listing = self.listing(id).await?;
+        if listing.skill.author == self.inner.key.public() {
+            return Err(Error::Market(market_error::INVALID, "a node cannot adopt its own skill".into()));
+        }
+        if listing.skill.adopted {
+            return Err(Error::Market(market_error::CONFLICT, format!("skill {id} is already adopted")));
+        }
+        let settlement = market::settle(listing.asking_price, listing.computed_price.micros);
+        let starting = lock(&self.inner.pipeline).market().starting_credits;
+        let before = market::totals(&self.inner.store)?.balance(starting);
+        if before < i128::from(settlement.paid) {
+            return Err(Error::Market(
+                market_error::CONFLICT,
+                format!("adopting costs {} micro-USDC; the ledger holds {before}", settlement.paid),
+            ));
+        }
+        let report = self
+            .publish(&Body::Report(Report {
+                issued_at: now_ms(),
+                content_id: id,
+                event: ReportEvent::Adoption { price_paid: settlement.paid },
+            }))
+            .await?;
+        let entry = market::Entry {
+            at: now_ms(),
+            direction: market::Direction::Spent,
+            skill: id,
+            counterparty: listing.skill.author_peer.clone(),
+            amount: settlement.paid,
+        };
+        let max = lock(&self.inner.pipeline).market().max_ledger_entries;
+        let totals = market::record(&self.inner.store, &entry, max)?;
+        self.inner.store.update_skill::<Skill, _>(&id, |s| s.adopted = true)?;
+        self.inner.store.flush().await?;
+        if !settlement.asking_supported {
+            tracing::info!(skill = %id, asking = settlement.asking, paid = settlement.paid, "adopted below an unsupported asking price");
+        }
+        Ok(Adoption { report, settlement, balance: totals.balance(starting) })
+    }
+
+    /// Open bounties with their matches and claims.
+    pub fn bounties(&self) -> Result<Vec<BountyRecord>, Error> {
+        let now = now_ms();
+        let records: Vec<(Vec<u8>, BountyRecord)> = self.inner.store.bounties.iter().collect::<Result<_, _>>()?;
+        Ok(records.into_iter().map(|(_, r)| r).filter(|r| r.bounty.expires_at > now).collect())
+    }
+
+    /// The credit ledger: totals and the newest `limit` entries.
+    pub fn ledger(&self, limit: usize) -> Result<LedgerView, Error> {
+        let starting = lock(&self.inner.pipeline).market().starting_credits;
+        let totals = market::totals(&self.inner.store)?;
+        let mut entries: Vec<market::Entry> = Vec::new();
+        let all: Vec<(Vec<u8>, market::Entry)> = self.inner.store.ledger.iter().collect::<Result<_, _>>()?;
+        for (_, entry) in all.into_iter().rev().take(limit) {
+            entries.push(entry);
+        }
+        Ok(LedgerView {
+            balance: totals.balance(starting),
+            starting,
+            earned: totals.earned,
+            spent: totals.spent,
+            entries,
+        })
+    }
+
+    /// Observes the computed price of every skill whose evidence changed, and the balance.
+    pub(super) async fn observe_market(&self) {
+        let changed = lock(&self.inner.pipeline).take_repriced();
+        let node = self.clone();
+        let observed = blocking(move || -> Result<(), Error> {
+            for id in changed {
+                if let Some(skill) = node.skill(&id)? {
+                    let listing = node.price_listing(skill)?;
+                    node.inner.metrics.computed_price.observe(listing.computed_price.usdc);
+                }
+            }
+            let starting = lock(&node.inner.pipeline).market().starting_credits;
+            let balance = market::totals(&node.inner.store)?.balance(starting);
+            node.inner.metrics.credits.set(balance as f64 / 1e6);
+            Ok(())
+        })
+        .await;
+        if let Err(error) = observed.and_then(|r| r) {
+            tracing::warn!(%error, "could not observe market prices");
+        }
+    }
+
+    /// Hands ingestion's leftover work to the memory worker; a full queue drops it (a new
+    /// skill dropped here is picked up by the next sweep).
+    pub(super) fn dispatch(&self, effects: Vec<Effect>) {
+        for effect in effects {
+            if self.inner.effects.try_send(effect).is_err() {
+                lock(&self.inner.pipeline).dropped_effects = true;
+            }
+        }
+    }
+
+    /// Puts skills into memory and applies bounty boosts, one at a time.
+    pub(super) async fn effects_loop(self, mut effects: mpsc::Receiver<Effect>) {
+        while let Some(effect) = effects.recv().await {
+            let node = self.clone();
+            let done = blocking(move || match effect {
+                Effect::NewSkill(id) => node.index_skill(id),
+                Effect::Boost(id, amount) => node.boost(id, amount),
+            })
+            .await;
+            if let Err(error) = done.and_then(|r| r) {
+                tracing::warn!(%error, "could not index a skill in memory");
+            }
+        }
+    }
+
+    /// Indexes skills that have no crystal: once at start (a crash may have come between
+    /// storing a skill and indexing it), then whenever work was dropped, at most every
+    /// `SWEEP_INTERVAL`.
+    pub(super) async fn sweep_loop(self) {
+        self.sweep().await;
+        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if std::mem::take(&mut lock(&self.inner.pipeline).dropped_effects) {
+                self.sweep().await;
+            }
+        }
+    }
+
+    /// Indexes every skill that has no crystal yet.
+    async fn sweep(&self) {
+        let node = self.clone();
+        let swept = blocking(move || -> Result<usize, Error> {
+            let waiting: Vec<ContentId> =
+                node.skills()?.into_iter().filter(|s| s.crystal.is_none()).map(|s| s.id).collect();
+            for id in &waiting {
+                node.index_skill(*id)?;
+            }
+            Ok(waiting.len())
+        })
+        .await;
+        match swept.and_then(|r| r) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(skills = n, "indexed skills in memory"),
+            Err(error) => tracing::warn!(%error, "could not sweep skills into memory"),
+        }
+    }
+
+    /// Stores a skill as a memory crystal (origin `peer` with the peer, or `skill` for this
+    /// node's own) and records which crystal it is.
+    fn index_skill(&self, id: ContentId) -> Result<(), Error> {
+        let _one_at_a_time = lock(&self.inner.indexing);
+        let Some(skill) = self.skill(&id)? else { return Ok(()) };
+        if skill.crystal.is_some() {
+            return Ok(());
+        }
+        let peer = (skill.origin == Origin::Peer).then(|| skill.author_peer.clone());
+        let memory = SkillMemory {
+            name: &skill.listing.name,
+            text: &skill.listing.text,
+            semantic_type: skill.listing.semantic_type,
+            peer,
+        };
+        let crystal = self.inner.memory.add_skill(memory, now_ms())?;
+        self.inner.store.update_skill::<Skill, _>(&id, |s| s.crystal = Some(crystal))?;
+        Ok(())
+    }
+
+    /// Raises the curiosity of a skill's crystal after a bounty match.
+    fn boost(&self, id: ContentId, amount: f64) -> Result<(), Error> {
+        if self.skill(&id)?.is_some_and(|s| s.crystal.is_none()) {
+            self.index_skill(id)?;
+        }
+        let Some(crystal) = self.skill(&id)?.and_then(|s| s.crystal) else { return Ok(()) };
+        self.inner.memory.change(crystal, "market", now_ms(), "bounty match: curiosity boost", |c| {
+            c.curiosity_boost = (c.curiosity_boost + amount).clamp(0.0, 1.0);
+        })?;
+        Ok(())
+    }
+}
+
+/// The codes of market refusals, for the API.
+pub mod market_error {
+    /// The skill or version is not here.
+    pub const NOT_FOUND: &str = "not_found";
+    /// The request makes no sense (adopting your own skill).
+    pub const INVALID: &str = "invalid";
+    /// The state forbids it (already adopted, not enough credits).
+    pub const CONFLICT: &str = "conflict";
+}
