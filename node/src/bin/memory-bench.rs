@@ -16,7 +16,8 @@
 //! the sweep that chose the defaults.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -118,6 +119,43 @@ struct IndexArgs {
     /// the builds down, so build timings from such a run are not comparable.
     #[arg(long, default_value_t = 0)]
     during_build: usize,
+}
+
+/// When the run started, and when it last made progress (seconds after the start).
+static START: OnceLock<Instant> = OnceLock::new();
+static PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+fn seconds_since_start() -> u64 {
+    START.get_or_init(Instant::now).elapsed().as_secs()
+}
+
+/// Records progress for the watchdog.
+fn progress() {
+    PROGRESS.store(seconds_since_start(), Ordering::Relaxed);
+}
+
+/// Ends the run if it makes no progress for `limit`: a hang must not pass for a slow run.
+/// The one seen (twice in a dozen runs of the 100k load) was sled 0.34's deadlock under heavy
+/// writes (spacejam/sled#1412): the writer waits, holding sled's segment accountant, for a
+/// file truncation queued behind IO threads that wait for that same lock.
+fn watchdog(limit: Duration) {
+    progress();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_secs(10));
+            let idle = seconds_since_start().saturating_sub(PROGRESS.load(Ordering::Relaxed));
+            if idle > limit.as_secs() {
+                eprintln!(
+                    "memory-bench: no progress for {idle} s; if the main thread is in sled's apply_batch, \
+                     this is sled 0.34's deadlock under heavy writes (spacejam/sled#1412)"
+                );
+                for dir in SCRATCH.lock().map(|dirs| dirs.clone()).unwrap_or_default() {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                std::process::exit(3);
+            }
+        }
+    });
 }
 
 /// The engine's vector dimension (all-MiniLM-L6-v2's and the default hashing embedder's).
@@ -309,7 +347,7 @@ fn words(rng: &mut Rng, count: usize) -> String {
 
 const DAY_MS: u64 = 86_400_000;
 /// When the synthetic store starts filling (2026-09-21).
-const START: u64 = 1_790_000_000_000;
+const START_MS: u64 = 1_790_000_000_000;
 
 /// Crystal `i` of the loaded store: a mix of kinds, lifespans and weights like a node's.
 fn synthetic_memory(i: usize, rng: &mut Rng) -> anyhow::Result<NewMemory> {
@@ -374,9 +412,13 @@ fn time_adds(memory: &Memory, turns: &[String], count: usize, start: u64) -> any
         let t = Instant::now();
         memory.add(new, "agent", at)?;
         timings.push(t.elapsed());
+        progress();
     }
     Ok(p50_p99(timings))
 }
+
+/// The scratch directories in use, for the watchdog to remove.
+static SCRATCH: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
 
 /// A directory under the system's temporary one, removed when dropped.
 struct Scratch(std::path::PathBuf);
@@ -385,6 +427,9 @@ impl Scratch {
     fn new(name: &str) -> anyhow::Result<Scratch> {
         let dir = std::env::temp_dir().join(format!("druse-memory-bench-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        if let Ok(mut dirs) = SCRATCH.lock() {
+            dirs.push(dir.clone());
+        }
         Ok(Scratch(dir))
     }
 }
@@ -421,7 +466,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
         fallback: Hashing::new(DIM),
     });
     let dir = Scratch::new(&format!("load-{n}"))?;
-    let memory = open(&dir.0, embedder.clone(), START)?;
+    let memory = open(&dir.0, embedder.clone(), START_MS)?;
 
     let mut rng = Rng(0x5eed ^ n as u64);
     let chunk = 1000;
@@ -429,12 +474,14 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
     let started = Instant::now();
     for (c, first) in (0..n).step_by(chunk).enumerate() {
         let batch = (first..(first + chunk).min(n)).map(|i| synthetic_memory(i, &mut rng)).collect::<Result<_, _>>()?;
-        memory.add_many(batch, "bench", START + c as u64 * args.days * DAY_MS / chunks)?;
+        memory.add_many(batch, "bench", START_MS + c as u64 * args.days * DAY_MS / chunks)?;
+        progress();
     }
     let load = started.elapsed();
     if !memory.wait_indexed(Duration::from_secs(3600)) {
         bail!("the vector index was still building after an hour");
     }
+    progress();
     let stats = memory.vector_stats();
     let sizes: Vec<String> = stats.segments.iter().map(|s| s.len.to_string()).collect();
     println!(
@@ -446,7 +493,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
     println!("  n={n}: segment builds: {}", describe_builds(&stats.recent_builds));
     println!("  n={n}: segments [{}] + tail {}", sizes.join(", "), stats.tail);
 
-    let now = START + args.days * DAY_MS + 3_600_000;
+    let now = START_MS + args.days * DAY_MS + 3_600_000;
     let k = args.data.k;
     let query_text = |j: usize, rng: &mut Rng| format!("#q{j} {}", words(rng, 4));
     // Warm caches before timing.
@@ -467,6 +514,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
         exact.push(t.elapsed());
         let ids = |hits: &[(u64, f32)]| hits.iter().map(|h| h.0).collect::<Vec<_>>();
         recalls.push(recall(&ids(&found), &ids(&truth)));
+        progress();
     }
     let add = time_adds(&memory, turns, args.adds, now)?;
 
@@ -479,6 +527,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
     let t = Instant::now();
     let report = memory.consolidate(now)?;
     let consolidation = t.elapsed();
+    progress();
     println!(
         "  n={n}: consolidation scored {}, activated {}, expired {}, merged {}, purged {} in {:.3} s",
         report.scored,
@@ -513,8 +562,8 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
 /// Add latency on a fresh store with a real embedder.
 fn fresh_adds(name: &str, embedder: Arc<dyn Embedder>, turns: &[String], count: usize) -> anyhow::Result<()> {
     let dir = Scratch::new(name)?;
-    let memory = open(&dir.0, embedder, START)?;
-    let (p50, p99) = time_adds(&memory, turns, count, START)?;
+    let memory = open(&dir.0, embedder, START_MS)?;
+    let (p50, p99) = time_adds(&memory, turns, count, START_MS)?;
     println!("{name:<18} {count:>6} {p50:>9.3} {p99:>9.3}");
     Ok(())
 }
@@ -615,6 +664,7 @@ fn index_run(args: &IndexArgs, n: usize) -> anyhow::Result<String> {
     for (id, v) in data.vectors.iter().enumerate() {
         index.insert(id as u64, v).context("insert")?;
     }
+    progress();
     let load = started.elapsed();
     if args.seal_all {
         index.seal();
@@ -667,6 +717,7 @@ fn index_run(args: &IndexArgs, n: usize) -> anyhow::Result<String> {
         // Against the f32 originals, so Q14 storage is measured too.
         let f32_truth: Vec<u64> = exact_f32(&data.vectors, q, k).into_iter().map(|i| i as u64).collect();
         vs_f32.push(recall(&ids, &f32_truth));
+        progress();
     }
     let (p50, p99) = p50_p99(latencies);
     Ok(format!(
@@ -712,6 +763,7 @@ fn index(args: &IndexArgs) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    watchdog(Duration::from_secs(600));
     match &cli.mode {
         Some(Mode::Index(args)) => index(args),
         None => engine(&cli.engine),

@@ -7,13 +7,13 @@
 //!    cortisol): the more important becomes consolidated, the other archived under it;
 //! 4. apply it all at once. Crystals already expired before the pass are purged.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use druse_protocol::UnixMillis;
 use serde::{Deserialize, Serialize};
 
-use crate::memory::crystal::{Crystal, CrystalId, Lifecycle, Status};
-use crate::memory::engine::{Changes, Error, Memory, audit, decay_inputs};
+use crate::memory::crystal::{Crystal, CrystalId, Lifecycle, Namespace, Status};
+use crate::memory::engine::{AuditEntry, Changes, Error, Memory, audit, lock};
 use crate::memory::vector::kernel::dot;
 
 /// Seed 004's thresholds; `Default` holds them.
@@ -47,9 +47,24 @@ pub struct Report {
     pub merge_threshold: f64,
 }
 
+/// A promoted crystal, waiting for phase 3.
+struct Promoted {
+    id: CrystalId,
+    importance: f64,
+    namespace: Namespace,
+}
+
 impl Memory {
-    /// Runs one consolidation pass at `now`.
+    /// Runs one consolidation pass at `now`. It holds the writer lock, so no add interleaves
+    /// with it; recall goes on meanwhile.
+    ///
+    /// Importance is derived from what the store keeps (access count, decay clock, weights), so
+    /// the values a pass recomputes are kept in memory, and opening the engine recomputes them
+    /// ([`Memory::open`]); a crystal is rewritten only when its lifecycle changes. Rewriting
+    /// every crystal for its drifting importance made a pass over 100k crystals cost 1.2 to
+    /// 2 s, nearly all of it sled writes.
     pub fn consolidate(&self, now: UnixMillis) -> Result<Report, Error> {
+        let _writer = lock(&self.write);
         let modulation = self.hormone_state().consolidation(
             &self.config.hormones,
             self.network_cortisol(),
@@ -57,10 +72,13 @@ impl Memory {
             now,
         );
         let cfg = &self.config.consolidation;
-        let t0 = std::time::Instant::now();
         let mut report = Report { merge_threshold: modulation.merge_threshold, ..Report::default() };
         let mut changes = Changes::default();
-        let mut promoted: Vec<(CrystalId, f64)> = Vec::new();
+        // Crystals this pass changes, by id: phase 3 reads and changes them again.
+        let mut changed: HashMap<CrystalId, Crystal> = HashMap::new();
+        // New importance of crystals that otherwise stay as they are.
+        let mut refreshed: HashMap<CrystalId, f64> = HashMap::new();
+        let mut promoted: Vec<Promoted> = Vec::new();
         {
             let crystals = self.crystals.read().unwrap_or_else(|p| p.into_inner());
             for c in crystals.values() {
@@ -80,116 +98,114 @@ impl Memory {
                     continue;
                 }
                 report.scored += 1;
-                let importance = self.config.decay.importance(&decay_inputs(c), now, modulation.decay_resistance);
-                let mut next = c.clone();
-                next.importance = importance;
-                if c.ttl_passed(now) && c.lifecycle.can_become(Lifecycle::Expired) {
-                    transition(&mut next, Lifecycle::Expired, now, "ttl elapsed", &mut changes);
+                let importance = self.importance(c, now, modulation.decay_resistance);
+                let to = if c.ttl_passed(now) && c.lifecycle.can_become(Lifecycle::Expired) {
                     report.expired += 1;
+                    Some((Lifecycle::Expired, "ttl elapsed"))
                 } else if importance < cfg.forget_threshold
                     && !c.is_decay_immune()
                     && c.lifecycle.can_become(Lifecycle::Expired)
                 {
-                    transition(
-                        &mut next,
-                        Lifecycle::Expired,
-                        now,
-                        "importance below the forget threshold",
-                        &mut changes,
-                    );
                     report.expired += 1;
+                    Some((Lifecycle::Expired, "importance below the forget threshold"))
                 } else {
+                    if importance > cfg.promote_threshold && !c.is_decay_immune() {
+                        promoted.push(Promoted { id: c.id, importance, namespace: c.namespace.clone() });
+                    }
                     if c.lifecycle == Lifecycle::Generated
                         && c.access_count >= cfg.activate_after_accesses
                         && importance >= cfg.promote_threshold
                     {
-                        transition(
-                            &mut next,
-                            Lifecycle::Activated,
-                            now,
-                            "accessed often, high importance",
-                            &mut changes,
-                        );
                         report.activated += 1;
+                        Some((Lifecycle::Activated, "accessed often, high importance"))
+                    } else {
+                        None
                     }
-                    if importance > cfg.promote_threshold && !c.is_decay_immune() {
-                        promoted.push((c.id, importance));
-                    }
-                }
-                if (next.importance - c.importance).abs() > 1e-4 || next.lifecycle != c.lifecycle {
-                    changes.crystals.push(next);
+                };
+                if let Some((to, why)) = to {
+                    let mut next = c.clone();
+                    next.importance = importance;
+                    transition(&mut next, to, now, why, &mut changes.audit);
+                    changed.insert(next.id, next);
+                } else if importance != c.importance {
+                    refreshed.insert(c.id, importance);
                 }
             }
         }
-        eprintln!("PROF score {:?} promoted {}", t0.elapsed(), promoted.len());
-        let t1 = std::time::Instant::now();
-        report.merged = self.merge(&promoted, modulation.merge_threshold, now, &mut changes);
-        eprintln!("PROF merge {:?}", t1.elapsed());
+        report.merged =
+            self.merge(promoted, modulation.merge_threshold, now, &refreshed, &mut changed, &mut changes.audit);
         report.purged = changes.purge.len();
-        let t2 = std::time::Instant::now();
+        changes.importance = refreshed.into_iter().filter(|(id, _)| !changed.contains_key(id)).collect();
+        changes.crystals = changed.into_values().collect();
         self.commit(changes, true)?;
-        eprintln!("PROF commit {:?}", t2.elapsed());
         Ok(report)
     }
 
-    /// Phase 3: pairs of promoted crystals in one namespace whose embeddings overlap.
-    fn merge(&self, promoted: &[(CrystalId, f64)], threshold: f64, now: UnixMillis, changes: &mut Changes) -> usize {
-        let mut taken: HashSet<CrystalId> = HashSet::new();
-        let mut merged = 0;
-        let mut order: Vec<(CrystalId, f64)> = promoted.to_vec();
-        order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let embeddings: Vec<Option<Vec<f32>>> = order.iter().map(|(id, _)| self.embedding(*id)).collect();
-        for i in 0..order.len() {
-            let (winner_id, _) = order[i];
-            if taken.contains(&winner_id) {
-                continue;
+    /// Phase 3: pairs of promoted crystals in one namespace whose embeddings overlap. The more
+    /// important of a pair (the lower id on a tie) wins; each crystal merges at most once.
+    fn merge(
+        &self,
+        mut promoted: Vec<Promoted>,
+        threshold: f64,
+        now: UnixMillis,
+        refreshed: &HashMap<CrystalId, f64>,
+        changed: &mut HashMap<CrystalId, Crystal>,
+        audit: &mut Vec<AuditEntry>,
+    ) -> usize {
+        promoted.sort_by(|a, b| b.importance.total_cmp(&a.importance).then(a.id.cmp(&b.id)));
+        // Only crystals of one namespace merge, so each namespace is compared within itself.
+        let mut by_namespace: HashMap<Namespace, Vec<(CrystalId, Vec<f32>)>> = HashMap::new();
+        for p in promoted {
+            if let Some(embedding) = self.embedding(p.id) {
+                by_namespace.entry(p.namespace).or_default().push((p.id, embedding));
             }
-            let Some(a) = &embeddings[i] else { continue };
-            for j in (i + 1)..order.len() {
-                let (loser_id, _) = order[j];
-                if taken.contains(&loser_id) {
+        }
+        let mut merged = 0;
+        for group in by_namespace.values() {
+            let mut taken: HashSet<CrystalId> = HashSet::new();
+            for (i, (winner_id, a)) in group.iter().enumerate() {
+                if taken.contains(winner_id) {
                     continue;
                 }
-                let Some(b) = &embeddings[j] else { continue };
-                if f64::from(dot(a, b)) < threshold {
-                    continue;
+                for (loser_id, b) in &group[i + 1..] {
+                    if taken.contains(loser_id) || f64::from(dot(a, b)) < threshold {
+                        continue;
+                    }
+                    let current = |id: CrystalId| {
+                        changed.get(&id).cloned().or_else(|| {
+                            let mut c = self.get(id)?;
+                            c.importance = refreshed.get(&id).copied().unwrap_or(c.importance);
+                            Some(c)
+                        })
+                    };
+                    let (Some(mut winner), Some(mut loser)) = (current(*winner_id), current(*loser_id)) else {
+                        continue;
+                    };
+                    if winner.lifecycle.can_become(Lifecycle::Consolidated) {
+                        transition(
+                            &mut winner,
+                            Lifecycle::Consolidated,
+                            now,
+                            &format!("merged with {loser_id}"),
+                            audit,
+                        );
+                    }
+                    transition(&mut loser, Lifecycle::Archived, now, &format!("merged into {winner_id}"), audit);
+                    loser.parent_id = Some(*winner_id);
+                    changed.insert(winner.id, winner);
+                    changed.insert(loser.id, loser);
+                    taken.insert(*winner_id);
+                    taken.insert(*loser_id);
+                    merged += 1;
+                    break;
                 }
-                let (Some(winner), Some(loser)) = (self.current(winner_id, changes), self.current(loser_id, changes))
-                else {
-                    continue;
-                };
-                if winner.namespace != loser.namespace {
-                    continue;
-                }
-                let mut winner = winner;
-                let mut loser = loser;
-                if winner.lifecycle.can_become(Lifecycle::Consolidated) {
-                    transition(&mut winner, Lifecycle::Consolidated, now, &format!("merged with {loser_id}"), changes);
-                }
-                transition(&mut loser, Lifecycle::Archived, now, &format!("merged into {winner_id}"), changes);
-                loser.parent_id = Some(winner_id);
-                upsert(changes, winner);
-                upsert(changes, loser);
-                taken.insert(winner_id);
-                taken.insert(loser_id);
-                merged += 1;
-                break;
             }
         }
         merged
     }
-
-    fn current(&self, id: CrystalId, changes: &Changes) -> Option<Crystal> {
-        changes.crystals.iter().rev().find(|c| c.id == id).cloned().or_else(|| self.get(id))
-    }
 }
 
-fn upsert(changes: &mut Changes, crystal: Crystal) {
-    changes.crystals.retain(|c| c.id != crystal.id);
-    changes.crystals.push(crystal);
-}
-
-fn transition(c: &mut Crystal, to: Lifecycle, now: UnixMillis, why: &str, changes: &mut Changes) {
-    changes.audit.push(audit(c, "consolidation", now, c.lifecycle.as_str(), to.as_str(), why));
+fn transition(c: &mut Crystal, to: Lifecycle, now: UnixMillis, why: &str, audit: &mut Vec<AuditEntry>) {
+    audit.push(crate::memory::engine::audit(c, "consolidation", now, c.lifecycle.as_str(), to.as_str(), why));
     c.lifecycle = to;
 }

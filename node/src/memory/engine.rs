@@ -7,17 +7,14 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
 
 use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
 use serde::{Deserialize, Serialize};
 
-use crate::governance::{self, Caller, Scope};
-use crate::memory::correction::{self, Candidate, Decision, Reconciler};
-use crate::memory::crystal::{
-    Crystal, CrystalId, Governance, Lifecycle, Lifespan, MemoryKind, Namespace, Origin, ProvenanceNode, Status,
-};
+use crate::governance::Scope;
+use crate::memory::correction::{self, Decision, Reconciler};
+use crate::memory::crystal::{Crystal, CrystalId, Lifecycle, Lifespan, MemoryKind, Namespace, Origin, Status};
 use crate::memory::decay::{self, DecayClass};
 use crate::memory::embed::{self, Embedder};
 use crate::memory::hormones;
@@ -25,6 +22,9 @@ use crate::memory::text::{self, TextIndex};
 use crate::memory::turns::Turns;
 use crate::memory::vector::{self, VectorIndex};
 use crate::memory::{consolidation, dates};
+
+mod add;
+mod recall;
 
 /// Why the memory engine failed.
 #[derive(Debug, thiserror::Error)]
@@ -190,27 +190,39 @@ fn decode_vector(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-/// Refuses a memory the engine must not store.
-fn check(new: &NewMemory) -> Result<(), Error> {
-    if new.text.trim().is_empty() {
-        return Err(Error::Invalid("text must not be empty".into()));
+/// The stored form of each crystal, in order. A large set (a consolidation pass) is encoded
+/// on every core: it is a third of the pass's time on one.
+fn encode_crystals(crystals: &[Crystal]) -> Result<Vec<Vec<u8>>, Error> {
+    let encode = |c: &Crystal| serde_json::to_vec(c).map_err(|e| Error::Corrupt(format!("crystal {}", c.id), e));
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if crystals.len() < 4096 || threads < 2 {
+        return crystals.iter().map(encode).collect();
     }
-    if new.text.len() > MAX_TEXT {
-        return Err(Error::Invalid(format!("text is {} bytes, over the cap of {MAX_TEXT}", new.text.len())));
-    }
-    if !(0.0..=1.0).contains(&new.emotional_weight) {
-        return Err(Error::Invalid("emotional_weight must be in [0, 1]".into()));
-    }
-    if new.lifespan == Lifespan::Ttl && new.ttl_ms.is_none() {
-        return Err(Error::Invalid("a ttl lifespan needs ttl_ms".into()));
-    }
-    Ok(())
+    let chunk = crystals.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = crystals
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(encode).collect::<Vec<_>>()))
+            .collect();
+        let mut out = Vec::with_capacity(crystals.len());
+        for worker in workers {
+            // A worker only encodes; a panic there is a bug in serde_json, passed on as such.
+            let part = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            for bytes in part {
+                out.push(bytes?);
+            }
+        }
+        Ok(out)
+    })
 }
 
 /// Changes to commit together: crystals, embeddings and audit entries.
 #[derive(Default)]
 pub(crate) struct Changes {
     pub(crate) crystals: Vec<Crystal>,
+    /// Importance recomputed for crystals that otherwise stay as they are: applied in memory,
+    /// not written (it is derived, and recomputed when the engine opens).
+    pub(crate) importance: Vec<(CrystalId, f64)>,
     pub(crate) vectors: Vec<(u8, CrystalId, Vec<f32>)>,
     /// Full-text documents to (re)index: a crystal's text with its context.
     pub(crate) texts: Vec<(CrystalId, text::Document)>,
@@ -272,9 +284,6 @@ impl TextPending {
     }
 }
 
-/// How many texts [`Memory::add_many`] embeds in one call.
-const EMBED_BATCH: usize = 256;
-
 impl Memory {
     /// Whether conversation turns are indexed with their context unless
     /// [`Memory::set_context_indexing`] says otherwise. On: on the labelled conversations of
@@ -321,19 +330,28 @@ impl Memory {
             context: AtomicBool::new(Self::DEFAULT_CONTEXT_INDEXING),
             write: Mutex::new(()),
         };
-        memory.load()?;
+        memory.load(now)?;
         Ok(memory)
     }
 
-    fn load(&self) -> Result<(), Error> {
+    fn load(&self, now: UnixMillis) -> Result<(), Error> {
         let indexed_up_to = self.text.indexed_up_to();
+        let resistance = self
+            .hormone_state()
+            .consolidation(&self.config.hormones, 0.0, self.config.consolidation.merge_threshold, now)
+            .decay_resistance;
         let mut max_id = 0;
         let mut map = HashMap::new();
         for entry in self.tree.scan_prefix([CRYSTAL]) {
             let (k, v) = entry?;
-            let crystal: Crystal =
+            let mut crystal: Crystal =
                 serde_json::from_slice(&v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e))?;
             max_id = max_id.max(crystal.id);
+            if crystal.status == Status::Active
+                && !matches!(crystal.lifecycle, Lifecycle::Expired | Lifecycle::Archived)
+            {
+                crystal.importance = self.importance(&crystal, now, resistance);
+            }
             map.insert(crystal.id, crystal);
         }
         let mut turns = Turns::default();
@@ -420,247 +438,6 @@ impl Memory {
             .ok_or_else(|| Error::Invalid("the embedder returned nothing".into()))
     }
 
-    /// Stores a memory: tags its sensitivity, stamps its hormones, reconciles it against the
-    /// most similar active observations, and commits it, any supersession and their audit
-    /// entries in one batch, made durable before returning.
-    pub fn add(&self, new: NewMemory, actor: &str, now: UnixMillis) -> Result<Added, Error> {
-        check(&new)?;
-        let embedding = self.embed_one(&new.text)?;
-        let _writer = lock(&self.write);
-        let (added, changes) = self.prepare(new, embedding, actor, now)?;
-        self.commit(changes, true)?;
-        self.persist_hormones()?;
-        Ok(added)
-    }
-
-    /// Stores many memories exactly as [`Memory::add`] would, one after another (each is
-    /// reconciled against all before it), but embeds them in batches and makes them durable
-    /// and searchable by text once, at the end: an import, or a conversation's backlog.
-    ///
-    /// Nothing is stored unless every memory is valid. If one fails later (the embedder, the
-    /// disk), those before it stay stored and durable, and the error is returned.
-    pub fn add_many(&self, news: Vec<NewMemory>, actor: &str, now: UnixMillis) -> Result<Vec<Added>, Error> {
-        for new in &news {
-            check(new)?;
-        }
-        let mut added = Vec::with_capacity(news.len());
-        let mut pending = TextPending::default();
-        let outcome = (|| -> Result<(), Error> {
-            let mut rest = news;
-            while !rest.is_empty() {
-                let tail = rest.split_off(rest.len().min(EMBED_BATCH));
-                let chunk = std::mem::replace(&mut rest, tail);
-                let texts: Vec<&str> = chunk.iter().map(|n| n.text.as_str()).collect();
-                let embeddings = self.embedder.embed(&texts)?;
-                if embeddings.len() != chunk.len() {
-                    return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
-                }
-                let _writer = lock(&self.write);
-                for (new, embedding) in chunk.into_iter().zip(embeddings) {
-                    let (one, changes) = self.prepare(new, embedding, actor, now)?;
-                    self.store(&changes)?;
-                    pending = pending.and(self.index(changes)?);
-                    added.push(one);
-                }
-            }
-            Ok(())
-        })();
-        let settled = (|| -> Result<(), Error> {
-            let _writer = lock(&self.write);
-            self.db.flush()?;
-            self.commit_text(pending)?;
-            self.persist_hormones()
-        })();
-        outcome.and(settled).map(|()| added)
-    }
-
-    /// Decides what storing `new` (embedded as `embedding`) changes. The caller holds the
-    /// writer lock and commits the changes before releasing it.
-    fn prepare(
-        &self,
-        new: NewMemory,
-        embedding: Vec<f32>,
-        actor: &str,
-        now: UnixMillis,
-    ) -> Result<(Added, Changes), Error> {
-        let influence = {
-            let mut state = lock(&self.hormones);
-            for event in hormones::detect(&new.text) {
-                state.spike(&self.config.hormones, event, now);
-            }
-            state.crystal_influence(&self.config.hormones, &new.text, new.origin == Origin::Session, now)
-        };
-        let decision = if new.kind == MemoryKind::Observation {
-            let candidates = self.candidates(&new, &embedding)?;
-            self.reconciler.reconcile(&new.text, new.subject.as_deref(), new.attribute.as_deref(), &candidates)
-        } else {
-            Decision::Add
-        };
-        let mut changes = Changes::default();
-        let (crystal, superseded) = match decision {
-            Decision::Noop { target } => {
-                let mut old = self.get(target).ok_or(Error::NotFound(target))?;
-                let (confidence, clock) = self.config.decay.reinforce(old.confidence, now);
-                old.confidence = confidence;
-                old.last_access = clock;
-                changes.audit.push(audit(&old, actor, now, "active", "active", "reinforced: said again"));
-                changes.crystals.push(old.clone());
-                (old, None)
-            }
-            Decision::Delete { target } => {
-                let mut old = self.get(target).ok_or(Error::NotFound(target))?;
-                old.status = Status::Superseded;
-                changes.audit.push(audit(
-                    &old,
-                    actor,
-                    now,
-                    "active",
-                    "superseded",
-                    &format!("retracted: {}", new.text),
-                ));
-                changes.crystals.push(old.clone());
-                (old, Some(target))
-            }
-            Decision::Add | Decision::Update { .. } => {
-                let id = self.db.generate_id()? + 1;
-                let mut crystal = self.new_crystal(id, &new, influence, actor, now)?;
-                if let Decision::Update { target, confidence } = decision {
-                    let mut old = self.get(target).ok_or(Error::NotFound(target))?;
-                    crystal.confidence = confidence;
-                    crystal.supersedes = Some(target);
-                    crystal.subject = crystal.subject.or_else(|| old.subject.clone());
-                    crystal.attribute = crystal.attribute.or_else(|| old.attribute.clone());
-                    crystal.governance.provenance.push(ProvenanceNode {
-                        crystal_id: id,
-                        operation: "superseded".into(),
-                        actor: actor.into(),
-                        timestamp: now,
-                        parent_ids: vec![target],
-                    });
-                    old.status = Status::Superseded;
-                    old.superseded_by = Some(id);
-                    let why = if correction::is_explicit_correction(&new.text) {
-                        format!("explicit correction by {id} (confidence 1.0)")
-                    } else {
-                        tracing::info!(
-                            old = target,
-                            new = id,
-                            "memory conflict: a new value supersedes without a correction signal"
-                        );
-                        format!(
-                            "conflict: newer value {id} supersedes without a correction signal (confidence {confidence})"
-                        )
-                    };
-                    changes.audit.push(audit(&old, actor, now, "active", "superseded", &why));
-                    changes.crystals.push(old);
-                }
-                let document = self.document(&crystal);
-                if !document.context.is_empty() {
-                    changes.vectors.push((CONTEXT, id, self.embed_one(&document.joined())?));
-                }
-                changes.vectors.push((EMBEDDING, id, embedding));
-                changes.texts.push((id, document));
-                changes.audit.push(audit(&crystal, actor, now, "none", crystal.lifecycle.as_str(), "created"));
-                changes.crystals.push(crystal.clone());
-                let superseded = crystal.supersedes;
-                (crystal, superseded)
-            }
-        };
-        Ok((Added { crystal, decision, superseded }, changes))
-    }
-
-    fn new_crystal(
-        &self,
-        id: CrystalId,
-        new: &NewMemory,
-        influence: hormones::Influence,
-        actor: &str,
-        now: UnixMillis,
-    ) -> Result<Crystal, Error> {
-        let sensitivity = governance::tag_sensitivity(&new.text);
-        let lifecycle = if new.semantic_type == SemanticType::Skill { Lifecycle::Frozen } else { Lifecycle::Generated };
-        Ok(Crystal {
-            id,
-            text: new.text.clone(),
-            namespace: new.namespace.clone(),
-            kind: new.kind,
-            semantic_type: new.semantic_type,
-            origin: new.origin,
-            lifecycle,
-            status: Status::Active,
-            supersedes: None,
-            superseded_by: None,
-            subject: new.subject.clone(),
-            attribute: new.attribute.clone(),
-            confidence: 0.9,
-            decay_class: new.decay_class,
-            event_at: new.event_at,
-            governance: Governance {
-                scope: new.scope,
-                lifespan: new.lifespan,
-                ttl_ms: new.ttl_ms,
-                priority: 0.5,
-                sensitivity,
-                provenance: vec![ProvenanceNode {
-                    crystal_id: id,
-                    operation: "created".into(),
-                    actor: actor.into(),
-                    timestamp: now,
-                    parent_ids: Vec::new(),
-                }],
-                peer_origin: None,
-            },
-            hormones: influence,
-            emotional_valence: influence.valence(),
-            emotional_weight: new.emotional_weight,
-            importance: decay::frequency(0),
-            access_count: 0,
-            last_access: now,
-            created_at: now,
-            parent_id: None,
-            session: new.session.clone(),
-            turn_at: new.turn_at,
-            curiosity_boost: 0.0,
-            steering_reward: 0.0,
-        })
-    }
-
-    /// The three most similar active observations in the namespace (seed 000), plus any with
-    /// the same subject and attribute.
-    fn candidates(&self, new: &NewMemory, embedding: &[f32]) -> Result<Vec<Candidate>, Error> {
-        let crystals = read(&self.crystals);
-        let usable = |c: &Crystal| {
-            c.status == Status::Active && c.kind == MemoryKind::Observation && c.namespace == new.namespace
-        };
-        let to_candidate = |c: &Crystal, similarity: f32| Candidate {
-            id: c.id,
-            text: c.text.clone(),
-            similarity: f64::from(similarity),
-            subject: c.subject.clone(),
-            attribute: c.attribute.clone(),
-            created_at: c.created_at,
-        };
-        let mut out = Vec::new();
-        if let (Some(s), Some(a)) = (&new.subject, &new.attribute) {
-            out.extend(
-                crystals
-                    .values()
-                    .filter(|c| usable(c))
-                    .filter(|c| correction::same_key(c.subject.as_deref(), c.attribute.as_deref(), s, a))
-                    .map(|c| to_candidate(c, 1.0)),
-            );
-        }
-        for (key, similarity) in self.vectors.search(embedding, self.vector_depth(64))? {
-            if key & CONTEXT_BIT != 0 || out.len() >= self.config.correction.candidates {
-                continue;
-            }
-            if let Some(c) = crystals.get(&key).filter(|c| usable(c) && !out.iter().any(|o| o.id == c.id)) {
-                out.push(to_candidate(c, similarity));
-            }
-        }
-        Ok(out)
-    }
-
     /// The turn said just before `turn_at` in the same conversation.
     fn previous_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
         let id = read(&self.turns).before(namespace, session, turn_at)?;
@@ -670,28 +447,25 @@ impl Memory {
     /// Writes a set of changes in one sled batch (one atomic commit), then updates the
     /// in-memory map and the derived indexes.
     pub(crate) fn commit(&self, changes: Changes, durable: bool) -> Result<(), Error> {
-        let t = std::time::Instant::now();
-        let n = changes.crystals.len();
         self.store(&changes)?;
-        let t1 = t.elapsed();
         if durable {
             self.db.flush()?;
         }
-        let t2 = t.elapsed();
         let pending = self.index(changes)?;
-        let t3 = t.elapsed();
-        self.commit_text(pending)?;
-        if n > 1000 { eprintln!("PROF commit n={n} store {t1:?} flush {:?} index {:?} text {:?}", t2 - t1, t3 - t2, t.elapsed() - t3); }
-        Ok(())
+        self.commit_text(pending)
     }
 
     /// Writes a set of changes to sled in one batch (one atomic commit), not yet flushed.
     fn store(&self, changes: &Changes) -> Result<(), Error> {
-        let t = std::time::Instant::now();
         let mut batch = sled::Batch::default();
-        for crystal in &changes.crystals {
-            let bytes =
-                serde_json::to_vec(crystal).map_err(|e| Error::Corrupt(format!("crystal {}", crystal.id), e))?;
+        self.add_to_batch(changes, &mut batch)?;
+        self.tree.apply_batch(batch)?;
+        Ok(())
+    }
+
+    /// Adds a set of changes to a sled batch.
+    fn add_to_batch(&self, changes: &Changes, batch: &mut sled::Batch) -> Result<(), Error> {
+        for (crystal, bytes) in changes.crystals.iter().zip(encode_crystals(&changes.crystals)?) {
             batch.insert(&key(CRYSTAL, crystal.id), bytes);
         }
         for (prefix, id, vector) in &changes.vectors {
@@ -707,16 +481,13 @@ impl Memory {
                 batch.remove(&key(prefix, *id));
             }
         }
-        let t1 = t.elapsed();
-        self.tree.apply_batch(batch)?;
-        if changes.crystals.len() > 1000 { eprintln!("PROF store build {t1:?} apply {:?}", t.elapsed() - t1); }
         Ok(())
     }
 
     /// Brings the in-memory map and the derived indexes up to date with stored changes; the
     /// text documents are added but not yet committed.
     fn index(&self, changes: Changes) -> Result<TextPending, Error> {
-        let Changes { crystals, vectors, texts, audit: _, purge } = changes;
+        let Changes { crystals, importance, vectors, texts, audit: _, purge } = changes;
         let mut unrecallable = Vec::new();
         {
             let mut map = write(&self.crystals);
@@ -732,6 +503,11 @@ impl Memory {
                 }
                 turns.update(map.get(&crystal.id), &crystal);
                 map.insert(crystal.id, crystal);
+            }
+            for (id, importance) in importance {
+                if let Some(c) = map.get_mut(&id) {
+                    c.importance = importance;
+                }
             }
         }
         for (prefix, id, vector) in &vectors {
@@ -786,146 +562,10 @@ impl Memory {
         text::Document { text: crystal.text.clone(), context }
     }
 
-    /// How many vector candidates to ask for: at most the index's `ef_search`, beyond which
-    /// every segment would be scanned exactly.
-    fn vector_depth(&self, wanted: usize) -> usize {
-        wanted.min(self.vectors.config().ef_search)
-    }
-
-    /// The crystals whose vectors (alone or with context, whichever is nearer) are nearest to
-    /// `embedding`, best first, as recall takes them: from the index, or by an exact scan.
-    fn vector_candidates(&self, embedding: &[f32], depth: usize, exact: bool) -> Result<Vec<(CrystalId, f32)>, Error> {
-        let hits = if exact {
-            self.vectors.exact(embedding, depth)?
-        } else {
-            self.vectors.search(embedding, self.vector_depth(depth))?
-        };
-        let mut seen = std::collections::HashSet::with_capacity(hits.len());
-        Ok(hits
-            .into_iter()
-            .map(|(key, score)| (key & !CONTEXT_BIT, score))
-            .filter(|(id, _)| seen.insert(*id))
-            .collect())
-    }
-
-    /// The `k` crystals whose vectors are nearest to `q`, as recall's vector half finds them:
-    /// what a benchmark measures that half's latency and recall with (against
-    /// [`Memory::vector_hits_exact`]). Lifecycle and scope are not applied.
-    pub fn vector_hits(&self, q: &str, k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
-        let mut hits = self.vector_candidates(&self.embed_one(q)?, candidate_depth(k), false)?;
-        hits.truncate(k);
-        Ok(hits)
-    }
-
-    /// [`Memory::vector_hits`] by an exact scan of every stored vector.
-    pub fn vector_hits_exact(&self, q: &str, k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
-        let mut hits = self.vector_candidates(&self.embed_one(q)?, candidate_depth(k), true)?;
-        hits.truncate(k);
-        Ok(hits)
-    }
-
-    /// The vector index's shape and build history, for operators and benchmarks.
-    pub fn vector_stats(&self) -> vector::Stats {
-        self.vectors.stats()
-    }
-
-    /// Blocks until the vector index has no build left to run, or `timeout` passes; true when
-    /// idle. For tests, benchmarks and orderly shutdown; never call it from an async task.
-    pub fn wait_indexed(&self, timeout: Duration) -> bool {
-        self.vectors.wait_idle(timeout)
-    }
-
     fn persist_hormones(&self) -> Result<(), Error> {
         let state = self.hormone_state();
         let bytes = serde_json::to_vec(&state).map_err(|e| Error::Corrupt("hormones".into(), e))?;
         self.tree.insert(HORMONES, bytes)?;
-        Ok(())
-    }
-
-    /// Hybrid recall: vector and BM25 candidates fused by reciprocal rank (k = 60), then
-    /// scaled by importance, recency and hormones, filtered to what `caller` may see.
-    ///
-    /// `score = rrf × (1 + importance × importance_boost) × (1 + 0.25 × recency × recency_bias)`,
-    /// with `importance` computed live by the decay rules, `recency = e^(−days since last
-    /// access / 7)`, and the boosts from seed 004's retrieval modulation (dopamine raises the
-    /// weight of importance, cortisol — local or from weather — the weight of recency).
-    ///
-    /// Recall counts as access (seed 004): every crystal returned has its access count raised
-    /// and its decay clock restarted.
-    pub fn search(&self, query: &Query, caller: Caller, now: UnixMillis) -> Result<Vec<Hit>, Error> {
-        let hits = self.peek(query, caller, now)?;
-        self.record_access(&hits, now)?;
-        Ok(hits)
-    }
-
-    /// What [`Memory::search`] would return, without counting it as access: nothing changes,
-    /// so inspecting memory, or measuring recall question by question, leaves no trace.
-    pub fn peek(&self, query: &Query, caller: Caller, now: UnixMillis) -> Result<Vec<Hit>, Error> {
-        let k = query.k.clamp(1, 100);
-        if query.q.len() > MAX_TEXT {
-            return Err(Error::Invalid("query too long".into()));
-        }
-        let depth = candidate_depth(k);
-        let embedding = self.embed_one(&query.q)?;
-        let vector_hits = self.vector_candidates(&embedding, depth, false)?;
-        let text_hits = self.text.search(&query.q, depth)?;
-        const RRF_K: f64 = 60.0;
-        let mut fused: HashMap<CrystalId, (f64, Option<usize>, Option<usize>)> = HashMap::new();
-        for (rank, (id, _)) in vector_hits.into_iter().enumerate() {
-            fused.insert(id, (1.0 / (RRF_K + rank as f64 + 1.0), Some(rank + 1), None));
-        }
-        for (rank, (id, _)) in text_hits.into_iter().enumerate() {
-            let entry = fused.entry(id).or_insert((0.0, None, None));
-            entry.0 += 1.0 / (RRF_K + rank as f64 + 1.0);
-            entry.2 = Some(rank + 1);
-        }
-        let modulation = self.hormone_state().retrieval(&self.config.hormones, self.network_cortisol(), now);
-        let crystals = read(&self.crystals);
-        let mut hits: Vec<Hit> = fused
-            .into_iter()
-            .filter_map(|(id, (rrf, vector_rank, text_rank))| {
-                let c = crystals.get(&id)?;
-                if !c.is_recallable(now) || !c.can_access(caller, now) {
-                    return None;
-                }
-                if query.namespace.as_ref().is_some_and(|n| n != &c.namespace)
-                    || query.kind.is_some_and(|k| k != c.kind)
-                    || query.semantic_type.is_some_and(|t| t != c.semantic_type)
-                {
-                    return None;
-                }
-                let importance = self.config.decay.importance(&decay_inputs(c), now, 0.0);
-                let days = now.saturating_sub(c.last_access) as f64 / 86_400_000.0;
-                let recency = (-days / 7.0).exp();
-                let score = rrf
-                    * (1.0 + importance * modulation.importance_boost)
-                    * (1.0 + 0.25 * recency * modulation.recency_bias);
-                Some(Hit { crystal: c.clone(), score, vector_rank, text_rank })
-            })
-            .collect();
-        drop(crystals);
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.crystal.id.cmp(&a.crystal.id)));
-        hits.truncate(k);
-        Ok(hits)
-    }
-
-    /// Retrieval counts as access (seed 004): the count rises and the decay clock restarts.
-    fn record_access(&self, hits: &[Hit], now: UnixMillis) -> Result<(), Error> {
-        if hits.is_empty() {
-            return Ok(());
-        }
-        let mut batch = sled::Batch::default();
-        let mut map = write(&self.crystals);
-        for hit in hits {
-            if let Some(c) = map.get_mut(&hit.crystal.id) {
-                c.access_count += 1;
-                c.last_access = now;
-                let bytes = serde_json::to_vec(&*c).map_err(|e| Error::Corrupt(format!("crystal {}", c.id), e))?;
-                batch.insert(&key(CRYSTAL, c.id), bytes);
-            }
-        }
-        drop(map);
-        self.tree.apply_batch(batch)?;
         Ok(())
     }
 
@@ -960,6 +600,11 @@ impl Memory {
         Ok(History { chain, audit })
     }
 
+    /// Seed 004's importance of `c` at `now`, with `resistance` the hormonal decay resistance.
+    pub(crate) fn importance(&self, c: &Crystal, now: UnixMillis, resistance: f64) -> f64 {
+        self.config.decay.importance(&decay_inputs(c), now, resistance)
+    }
+
     /// Makes every write durable.
     pub fn flush(&self) -> Result<(), Error> {
         self.db.flush()?;
@@ -976,11 +621,6 @@ impl Memory {
     pub(crate) fn embedding(&self, id: CrystalId) -> Option<Vec<f32>> {
         self.tree.get(key(EMBEDDING, id)).ok().flatten().map(|b| decode_vector(&b))
     }
-}
-
-/// How many candidates each half of recall gathers for `k` results.
-fn candidate_depth(k: usize) -> usize {
-    (k * 5).max(50)
 }
 
 /// The decay view of a crystal.

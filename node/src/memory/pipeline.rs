@@ -14,7 +14,7 @@ use druse_protocol::UnixMillis;
 
 use crate::governance::Caller;
 use crate::memory::crystal::Crystal;
-use crate::memory::engine::{Changes, Error, Memory, Query, audit};
+use crate::memory::engine::{Changes, Error, Memory, Query, audit, lock};
 
 type Filter<'a> = Box<dyn Fn(&Crystal) -> bool + 'a>;
 type Augment<'a> = Box<dyn Fn(Crystal) -> Crystal + 'a>;
@@ -76,7 +76,9 @@ impl<'a> Pipeline<'a> {
         let hits = self.memory.search(query, caller, now)?;
         let mut out = Vec::new();
         for hit in hits {
-            let original = hit.crystal;
+            // The stored crystal, which counts this recall as an access; the hit was copied
+            // before it did, and storing a change to the copy would undo that.
+            let original = self.memory.get(hit.crystal.id).unwrap_or(hit.crystal);
             if !self.filters.iter().all(|keep| keep(&original)) {
                 continue;
             }
@@ -89,6 +91,7 @@ impl<'a> Pipeline<'a> {
             out.push(changed);
         }
         if self.store && !out.is_empty() {
+            let _writer = lock(&self.memory.write);
             let mut changes = Changes::default();
             for c in &out {
                 changes.audit.push(audit(c, "pipeline", now, c.lifecycle.as_str(), c.lifecycle.as_str(), "augmented"));

@@ -197,6 +197,45 @@ fn overlapping_promoted_crystals_merge_into_the_more_important_one() {
 }
 
 #[test]
+fn overlapping_promoted_crystals_of_different_users_never_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let of = |user: &str| NewMemory {
+        kind: MemoryKind::Interaction,
+        namespace: Namespace::User(user.into()),
+        ..memory("deploy the api with blue green switching")
+    };
+    let a = m.add(of("alice"), "user", NOW).unwrap().crystal.id;
+    let b = m.add(of("bob"), "user", NOW).unwrap().crystal.id;
+    {
+        let mut map = m.crystals.write().unwrap();
+        for id in [a, b] {
+            map.get_mut(&id).unwrap().access_count = 40;
+        }
+    }
+    assert_eq!(m.consolidate(NOW).unwrap().merged, 0);
+    assert!([a, b].iter().all(|id| m.get(*id).unwrap().lifecycle != Lifecycle::Archived));
+}
+
+#[test]
+fn importance_is_refreshed_by_a_pass_and_recomputed_when_the_engine_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let later = NOW + 10 * DAY;
+    let (id, before, refreshed) = {
+        let m = open(dir.path());
+        let id = m.add(memory("the cafe was busy"), "user", NOW).unwrap().crystal.id;
+        let before = m.get(id).unwrap().importance;
+        m.consolidate(later).unwrap();
+        (id, before, m.get(id).unwrap().importance)
+    };
+    assert!(before - refreshed > 0.01, "ten days of decay: {before} → {refreshed}");
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let m =
+        Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), later).unwrap();
+    assert!((m.get(id).unwrap().importance - refreshed).abs() < 1e-9);
+}
+
+#[test]
 fn stress_raises_the_merge_threshold() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
@@ -258,6 +297,7 @@ fn fluent_pipeline_retrieves_filters_augments_and_stores() {
     let stored = m.get(crows).unwrap();
     assert_eq!(stored.curiosity_boost, 0.25);
     assert_eq!(stored.text, "Alice likes crows");
+    assert_eq!(stored.access_count, 1, "the recall it started from still counts");
     assert!(m.history(crows).unwrap().audit.iter().any(|a| a.why == "augmented"));
 }
 

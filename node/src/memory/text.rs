@@ -341,6 +341,41 @@ mod tests {
     }
 
     #[test]
+    fn an_index_written_with_another_analyser_is_refused_so_the_engine_rebuilds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut builder = Schema::builder();
+        builder.add_u64_field("id", INDEXED | STORED | FAST);
+        builder.add_text_field("text", tantivy::schema::TEXT);
+        Index::create_in_dir(dir.path(), builder.build()).unwrap();
+        assert!(TextIndex::open(dir.path()).is_err());
+    }
+
+    #[test]
+    fn questions_match_on_topic_words_and_their_stems_not_on_question_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = TextIndex::open(dir.path()).unwrap();
+        index.upsert(1, &doc("What do you think? I'd like that.")).unwrap();
+        index.upsert(2, &doc("italki tutors start at about £15 an hour")).unwrap();
+        index.commit(2).unwrap();
+        let hits: Vec<CrystalId> =
+            index.search("What's my tutor's name?", 5).unwrap().into_iter().map(|h| h.0).collect();
+        assert_eq!(hits, vec![2]);
+    }
+
+    #[test]
+    fn a_match_on_its_own_text_outranks_a_match_on_context() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = TextIndex::open(dir.path()).unwrap();
+        let with_context =
+            Document { text: "Casa do Largo, eight minutes away".into(), context: vec!["which hotel".into()] };
+        index.upsert(1, &with_context).unwrap();
+        index.upsert(2, &doc("which hotel should we book")).unwrap();
+        index.commit(2).unwrap();
+        let hits: Vec<CrystalId> = index.search("hotel", 5).unwrap().into_iter().map(|h| h.0).collect();
+        assert_eq!(hits, vec![2, 1]);
+    }
+
+    #[test]
     fn malformed_query_syntax_does_not_fail() {
         let dir = tempfile::tempdir().unwrap();
         let index = TextIndex::open(dir.path()).unwrap();

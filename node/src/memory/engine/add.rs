@@ -1,0 +1,287 @@
+//! Storing memories: validation, hormones, reconciliation against what is stored, and the
+//! changes one memory makes.
+
+use druse_protocol::UnixMillis;
+use druse_protocol::body::SemanticType;
+
+use super::{
+    Added, CONTEXT, CONTEXT_BIT, Changes, EMBEDDING, Error, MAX_TEXT, Memory, NewMemory, TextPending, audit, lock, read,
+};
+use crate::governance;
+use crate::memory::correction::{self, Candidate, Decision};
+use crate::memory::crystal::{
+    Crystal, CrystalId, Governance, Lifecycle, Lifespan, MemoryKind, Origin, ProvenanceNode, Status,
+};
+use crate::memory::decay;
+use crate::memory::hormones;
+
+/// Refuses a memory the engine must not store.
+fn check(new: &NewMemory) -> Result<(), Error> {
+    if new.text.trim().is_empty() {
+        return Err(Error::Invalid("text must not be empty".into()));
+    }
+    if new.text.len() > MAX_TEXT {
+        return Err(Error::Invalid(format!("text is {} bytes, over the cap of {MAX_TEXT}", new.text.len())));
+    }
+    if !(0.0..=1.0).contains(&new.emotional_weight) {
+        return Err(Error::Invalid("emotional_weight must be in [0, 1]".into()));
+    }
+    if new.lifespan == Lifespan::Ttl && new.ttl_ms.is_none() {
+        return Err(Error::Invalid("a ttl lifespan needs ttl_ms".into()));
+    }
+    Ok(())
+}
+
+/// How many texts [`Memory::add_many`] embeds in one call.
+const EMBED_BATCH: usize = 256;
+
+impl Memory {
+    /// Stores a memory: tags its sensitivity, stamps its hormones, reconciles it against the
+    /// most similar active observations, and commits it, any supersession and their audit
+    /// entries in one batch, made durable before returning.
+    pub fn add(&self, new: NewMemory, actor: &str, now: UnixMillis) -> Result<Added, Error> {
+        check(&new)?;
+        let embedding = self.embed_one(&new.text)?;
+        let _writer = lock(&self.write);
+        let (added, changes) = self.prepare(new, embedding, actor, now)?;
+        self.commit(changes, true)?;
+        self.persist_hormones()?;
+        Ok(added)
+    }
+
+    /// Stores many memories exactly as [`Memory::add`] would, one after another (each is
+    /// reconciled against all before it), but embeds them in batches and makes them durable
+    /// and searchable by text once, at the end: an import, or a conversation's backlog.
+    ///
+    /// Nothing is stored unless every memory is valid. If one fails later (the embedder, the
+    /// disk), those before it stay stored and durable, and the error is returned.
+    pub fn add_many(&self, news: Vec<NewMemory>, actor: &str, now: UnixMillis) -> Result<Vec<Added>, Error> {
+        for new in &news {
+            check(new)?;
+        }
+        let mut added = Vec::with_capacity(news.len());
+        let mut pending = TextPending::default();
+        let outcome = (|| -> Result<(), Error> {
+            let mut rest = news;
+            while !rest.is_empty() {
+                let tail = rest.split_off(rest.len().min(EMBED_BATCH));
+                let chunk = std::mem::replace(&mut rest, tail);
+                let texts: Vec<&str> = chunk.iter().map(|n| n.text.as_str()).collect();
+                let embeddings = self.embedder.embed(&texts)?;
+                if embeddings.len() != chunk.len() {
+                    return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
+                }
+                // Each memory is indexed at once, so the next is reconciled against it; the
+                // chunk goes to sled in one batch, whatever happens to the memories after.
+                let _writer = lock(&self.write);
+                let mut batch = sled::Batch::default();
+                let indexed = (|| -> Result<(), Error> {
+                    for (new, embedding) in chunk.into_iter().zip(embeddings) {
+                        let (one, changes) = self.prepare(new, embedding, actor, now)?;
+                        self.add_to_batch(&changes, &mut batch)?;
+                        pending = pending.and(self.index(changes)?);
+                        added.push(one);
+                    }
+                    Ok(())
+                })();
+                self.tree.apply_batch(batch)?;
+                indexed?;
+            }
+            Ok(())
+        })();
+        let settled = (|| -> Result<(), Error> {
+            let _writer = lock(&self.write);
+            self.db.flush()?;
+            self.commit_text(pending)?;
+            self.persist_hormones()
+        })();
+        outcome.and(settled).map(|()| added)
+    }
+
+    /// Decides what storing `new` (embedded as `embedding`) changes. The caller holds the
+    /// writer lock and commits the changes before releasing it.
+    fn prepare(
+        &self,
+        new: NewMemory,
+        embedding: Vec<f32>,
+        actor: &str,
+        now: UnixMillis,
+    ) -> Result<(Added, Changes), Error> {
+        let influence = {
+            let mut state = lock(&self.hormones);
+            for event in hormones::detect(&new.text) {
+                state.spike(&self.config.hormones, event, now);
+            }
+            state.crystal_influence(&self.config.hormones, &new.text, new.origin == Origin::Session, now)
+        };
+        let decision = if new.kind == MemoryKind::Observation {
+            let candidates = self.candidates(&new, &embedding)?;
+            self.reconciler.reconcile(&new.text, new.subject.as_deref(), new.attribute.as_deref(), &candidates)
+        } else {
+            Decision::Add
+        };
+        let mut changes = Changes::default();
+        let (crystal, superseded) = match decision {
+            Decision::Noop { target } => {
+                let mut old = self.get(target).ok_or(Error::NotFound(target))?;
+                let (confidence, clock) = self.config.decay.reinforce(old.confidence, now);
+                old.confidence = confidence;
+                old.last_access = clock;
+                changes.audit.push(audit(&old, actor, now, "active", "active", "reinforced: said again"));
+                changes.crystals.push(old.clone());
+                (old, None)
+            }
+            Decision::Delete { target } => {
+                let mut old = self.get(target).ok_or(Error::NotFound(target))?;
+                old.status = Status::Superseded;
+                changes.audit.push(audit(
+                    &old,
+                    actor,
+                    now,
+                    "active",
+                    "superseded",
+                    &format!("retracted: {}", new.text),
+                ));
+                changes.crystals.push(old.clone());
+                (old, Some(target))
+            }
+            Decision::Add | Decision::Update { .. } => {
+                let id = self.db.generate_id()? + 1;
+                let mut crystal = self.new_crystal(id, &new, influence, actor, now)?;
+                if let Decision::Update { target, confidence } = decision {
+                    let mut old = self.get(target).ok_or(Error::NotFound(target))?;
+                    crystal.confidence = confidence;
+                    crystal.supersedes = Some(target);
+                    crystal.subject = crystal.subject.or_else(|| old.subject.clone());
+                    crystal.attribute = crystal.attribute.or_else(|| old.attribute.clone());
+                    crystal.governance.provenance.push(ProvenanceNode {
+                        crystal_id: id,
+                        operation: "superseded".into(),
+                        actor: actor.into(),
+                        timestamp: now,
+                        parent_ids: vec![target],
+                    });
+                    old.status = Status::Superseded;
+                    old.superseded_by = Some(id);
+                    let why = if correction::is_explicit_correction(&new.text) {
+                        format!("explicit correction by {id} (confidence 1.0)")
+                    } else {
+                        tracing::info!(
+                            old = target,
+                            new = id,
+                            "memory conflict: a new value supersedes without a correction signal"
+                        );
+                        format!(
+                            "conflict: newer value {id} supersedes without a correction signal (confidence {confidence})"
+                        )
+                    };
+                    changes.audit.push(audit(&old, actor, now, "active", "superseded", &why));
+                    changes.crystals.push(old);
+                }
+                let document = self.document(&crystal);
+                if !document.context.is_empty() {
+                    changes.vectors.push((CONTEXT, id, self.embed_one(&document.joined())?));
+                }
+                changes.vectors.push((EMBEDDING, id, embedding));
+                changes.texts.push((id, document));
+                changes.audit.push(audit(&crystal, actor, now, "none", crystal.lifecycle.as_str(), "created"));
+                changes.crystals.push(crystal.clone());
+                let superseded = crystal.supersedes;
+                (crystal, superseded)
+            }
+        };
+        Ok((Added { crystal, decision, superseded }, changes))
+    }
+
+    fn new_crystal(
+        &self,
+        id: CrystalId,
+        new: &NewMemory,
+        influence: hormones::Influence,
+        actor: &str,
+        now: UnixMillis,
+    ) -> Result<Crystal, Error> {
+        let sensitivity = governance::tag_sensitivity(&new.text);
+        let lifecycle = if new.semantic_type == SemanticType::Skill { Lifecycle::Frozen } else { Lifecycle::Generated };
+        Ok(Crystal {
+            id,
+            text: new.text.clone(),
+            namespace: new.namespace.clone(),
+            kind: new.kind,
+            semantic_type: new.semantic_type,
+            origin: new.origin,
+            lifecycle,
+            status: Status::Active,
+            supersedes: None,
+            superseded_by: None,
+            subject: new.subject.clone(),
+            attribute: new.attribute.clone(),
+            confidence: 0.9,
+            decay_class: new.decay_class,
+            event_at: new.event_at,
+            governance: Governance {
+                scope: new.scope,
+                lifespan: new.lifespan,
+                ttl_ms: new.ttl_ms,
+                priority: 0.5,
+                sensitivity,
+                provenance: vec![ProvenanceNode {
+                    crystal_id: id,
+                    operation: "created".into(),
+                    actor: actor.into(),
+                    timestamp: now,
+                    parent_ids: Vec::new(),
+                }],
+                peer_origin: None,
+            },
+            hormones: influence,
+            emotional_valence: influence.valence(),
+            emotional_weight: new.emotional_weight,
+            importance: decay::frequency(0),
+            access_count: 0,
+            last_access: now,
+            created_at: now,
+            parent_id: None,
+            session: new.session.clone(),
+            turn_at: new.turn_at,
+            curiosity_boost: 0.0,
+            steering_reward: 0.0,
+        })
+    }
+
+    /// The three most similar active observations in the namespace (seed 000), plus any with
+    /// the same subject and attribute.
+    fn candidates(&self, new: &NewMemory, embedding: &[f32]) -> Result<Vec<Candidate>, Error> {
+        let crystals = read(&self.crystals);
+        let usable = |c: &Crystal| {
+            c.status == Status::Active && c.kind == MemoryKind::Observation && c.namespace == new.namespace
+        };
+        let to_candidate = |c: &Crystal, similarity: f32| Candidate {
+            id: c.id,
+            text: c.text.clone(),
+            similarity: f64::from(similarity),
+            subject: c.subject.clone(),
+            attribute: c.attribute.clone(),
+            created_at: c.created_at,
+        };
+        let mut out = Vec::new();
+        if let (Some(s), Some(a)) = (&new.subject, &new.attribute) {
+            out.extend(
+                crystals
+                    .values()
+                    .filter(|c| usable(c))
+                    .filter(|c| correction::same_key(c.subject.as_deref(), c.attribute.as_deref(), s, a))
+                    .map(|c| to_candidate(c, 1.0)),
+            );
+        }
+        for (key, similarity) in self.vectors.search(embedding, self.vector_depth(64))? {
+            if key & CONTEXT_BIT != 0 || out.len() >= self.config.correction.candidates {
+                continue;
+            }
+            if let Some(c) = crystals.get(&key).filter(|c| usable(c) && !out.iter().any(|o| o.id == c.id)) {
+                out.push(to_candidate(c, similarity));
+            }
+        }
+        Ok(out)
+    }
+}
