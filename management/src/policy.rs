@@ -1,5 +1,6 @@
 //! The automatic endorsement policy (DESIGN §7, off by default): endorse a skill once it
 //! passes the quality gate on the reports of at least N reporters other than its publisher.
+//! It looks at a skill when its evidence changes, not on a timer.
 //! A skill this node has already ruled on (endorsed, or revoked by hand) is left alone, and so
 //! is a deprecated version.
 
@@ -9,32 +10,42 @@ use druse_node::market::Stats;
 use druse_node::metrics::PolicyLabel;
 use druse_protocol::ContentId;
 use druse_protocol::body::EndorsementVerdict;
+use tokio::sync::broadcast;
 
 use crate::{Error, Management};
 
 impl Management {
-    /// One pass of the policy: endorses every skill that qualifies now; returns their ids.
+    /// One pass of the policy over every skill with market evidence: endorses each that
+    /// qualifies now; returns their ids.
     pub async fn auto_endorse_pass(&self) -> Result<Vec<ContentId>, Error> {
-        let policy = self.node().config().management.endorsement.clone();
-        let gate = self.node().config().market.engine().gate;
-        let me = self.node().key().public();
-        let mut candidates = Vec::new();
+        let mut ids = Vec::new();
         for entry in self.node().store().market.iter::<Stats>() {
-            let (key, stats) = entry?;
-            let Ok(digest) = <[u8; 32]>::try_from(key.as_slice()) else { continue };
-            let id = ContentId::from_digest(digest);
-            let Some(skill) = self.node().skill(&id)? else { continue };
-            let ruled = skill.endorsement.as_ref().is_some_and(|e| e.by == me);
-            if ruled || skill.deprecated {
-                continue;
-            }
-            let summary = stats.summary(&skill.author);
-            if summary.passes_independently(&gate, policy.min_independent_reporters) {
-                candidates.push((id, summary.independent_reporters, summary.independent_executions));
+            let (key, _) = entry?;
+            if let Ok(digest) = <[u8; 32]>::try_from(key.as_slice()) {
+                ids.push(ContentId::from_digest(digest));
             }
         }
+        self.auto_endorse(ids).await
+    }
+
+    /// Endorses each of `ids` that qualifies now: not ruled on by this node, not deprecated,
+    /// and past the gate on independent reports.
+    async fn auto_endorse(&self, ids: Vec<ContentId>) -> Result<Vec<ContentId>, Error> {
+        let policy = &self.node().config().management.endorsement;
+        let gate = self.node().config().market.engine().gate;
+        let me = self.node().key().public();
         let mut endorsed = Vec::new();
-        for (id, reporters, executions) in candidates {
+        for id in ids {
+            let Some(skill) = self.node().skill(&id)? else { continue };
+            if skill.deprecated || skill.endorsement.as_ref().is_some_and(|e| e.by == me) {
+                continue;
+            }
+            let stats: Stats = self.node().store().market.get(id.digest())?.unwrap_or_default();
+            let summary = stats.summary(&skill.author);
+            if !summary.passes_independently(&gate, policy.min_independent_reporters) {
+                continue;
+            }
+            let (reporters, executions) = (summary.independent_reporters, summary.independent_executions);
             let note = format!(
                 "auto: passed the quality gate with {executions} executions from {reporters} independent reporters"
             );
@@ -45,22 +56,26 @@ impl Management {
         Ok(endorsed)
     }
 
-    /// Runs the policy on its interval when `management.endorsement.auto` is on; the node owns
-    /// the task. Returns whether it started.
+    /// Runs the policy when `management.endorsement.auto` is on: one pass over everything at
+    /// start, then on the skills whose evidence changed (another full pass if it fell behind).
+    /// The node owns the task. Returns whether it started.
     pub fn spawn_auto_endorse(self: &Arc<Self>) -> bool {
-        let policy = self.node().config().management.endorsement.clone();
-        if !policy.auto {
+        if !self.node().config().management.endorsement.auto {
             return false;
         }
         let this = Arc::clone(self);
+        let mut changes = self.node().evidence_changes();
         let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(policy.interval.max(std::time::Duration::from_millis(100)));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut pass = this.auto_endorse_pass().await;
             loop {
-                tick.tick().await;
-                if let Err(error) = this.auto_endorse_pass().await {
-                    tracing::warn!(%error, "automatic endorsement pass failed");
+                if let Err(error) = pass {
+                    tracing::warn!(%error, "automatic endorsement failed");
                 }
+                pass = match changes.recv().await {
+                    Ok(ids) => this.auto_endorse(ids).await,
+                    Err(broadcast::error::RecvError::Lagged(_)) => this.auto_endorse_pass().await,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
             }
         });
         self.node().own_task(task);

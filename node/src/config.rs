@@ -301,14 +301,11 @@ pub struct Management {
 pub struct EndorsementPolicy {
     pub auto: bool,
     pub min_independent_reporters: u64,
-    /// How often skills with new reports are checked.
-    #[serde(with = "humantime_serde")]
-    pub interval: Duration,
 }
 
 impl Default for EndorsementPolicy {
     fn default() -> Self {
-        Self { auto: false, min_independent_reporters: 3, interval: Duration::from_secs(2) }
+        Self { auto: false, min_independent_reporters: 3 }
     }
 }
 
@@ -417,6 +414,8 @@ impl Config {
                 (into, from) => *into = from,
             }
         }
+        // Parsed on its own first, so a bad or unknown key is reported with its line.
+        Self::parse(text)?;
         let mut merged = toml::Value::try_from(base).map_err(|e| format!("encoding the defaults: {e}"))?;
         let file: toml::Value = toml::from_str(text).map_err(|e| e.to_string())?;
         merge(&mut merged, file);

@@ -80,9 +80,6 @@ pub enum Effect {
     Boost(ContentId, f64),
 }
 
-/// Effects waiting for the node; beyond this many the oldest are dropped (a new skill that is
-/// dropped is indexed by the next sweep).
-const MAX_EFFECTS: usize = 4096;
 /// Skills whose price changed since the node last looked, at most.
 const MAX_REPRICED: usize = 4096;
 
@@ -106,11 +103,13 @@ pub struct Pipeline {
     store: Store,
     /// Peers whose counters changed since they were last written; `persist_peers` writes them.
     dirty: HashSet<PeerId>,
+    /// Work for the node, taken after every call (so it holds one message's worth).
     effects: Vec<Effect>,
     /// Skills whose price inputs changed since `take_repriced`.
     repriced: HashSet<ContentId>,
-    /// Set when an effect was dropped: the node should sweep for unindexed skills.
-    pub dropped_effects: bool,
+    /// The terms of the bounties in the store, so a new listing is matched without reading
+    /// the table (only this pipeline writes it).
+    bounties: Vec<Bounty>,
 }
 
 const WEATHER_KEY: &str = "weather";
@@ -137,6 +136,8 @@ impl Pipeline {
             }
         }
         let pending_reports = Pending::new(pending.capacity(), pending.ttl_ms());
+        let bounties =
+            store.bounties.iter::<BountyRecord>().map(|e| e.map(|(_, r)| r.bounty)).collect::<Result<_, _>>()?;
         Ok(Self {
             view,
             book,
@@ -148,7 +149,7 @@ impl Pipeline {
             dirty: HashSet::new(),
             effects: Vec::new(),
             repriced: HashSet::new(),
-            dropped_effects: false,
+            bounties,
         })
     }
 
@@ -160,14 +161,6 @@ impl Pipeline {
     /// Takes the skills whose price inputs changed.
     pub fn take_repriced(&mut self) -> HashSet<ContentId> {
         std::mem::take(&mut self.repriced)
-    }
-
-    fn effect(&mut self, effect: Effect) {
-        if self.effects.len() >= MAX_EFFECTS {
-            self.effects.remove(0);
-            self.dropped_effects = true;
-        }
-        self.effects.push(effect);
     }
 
     fn reprice(&mut self, id: ContentId) {
@@ -348,22 +341,18 @@ impl Pipeline {
             self.apply_endorsement(by, &endorsement, now, metrics)?;
         }
         self.place_version(id, listing, author)?;
-        let mut matched = 0u64;
-        let bounties: Vec<(Vec<u8>, BountyRecord)> = if self.store.bounties.is_empty() {
-            Vec::new()
-        } else {
-            self.store.bounties.iter().collect::<Result<_, _>>()?
-        };
-        for (key, record) in bounties {
-            if record.bounty.expires_at > now
-                && market::matches(&record.bounty, listing, self.me.market.bounty_text_overlap)
-            {
-                self.record_match(&key, &record.bounty, id)?;
-                matched += 1;
-            }
+        let overlap = self.me.market.bounty_text_overlap;
+        let matching: Vec<Bounty> = self
+            .bounties
+            .iter()
+            .filter(|b| b.expires_at > now && market::matches(b, listing, overlap))
+            .cloned()
+            .collect();
+        for bounty in &matching {
+            self.record_match(bounty, id)?;
         }
-        metrics.bounty_matches.inc_by(matched);
-        self.effect(Effect::NewSkill(id));
+        metrics.bounty_matches.inc_by(matching.len() as u64);
+        self.effects.push(Effect::NewSkill(id));
         self.reprice(id);
         let waiting = self.pending_reports.take(&id, now);
         if !waiting.is_empty()
@@ -407,8 +396,8 @@ impl Pipeline {
     }
 
     /// Notes that `skill` matches a bounty, on the bounty and in the skill's stats.
-    fn record_match(&mut self, key: &[u8], bounty: &Bounty, skill: ContentId) -> Result<(), store::Error> {
-        self.store.bounties.update(key, |r: &mut BountyRecord| {
+    fn record_match(&mut self, bounty: &Bounty, skill: ContentId) -> Result<(), store::Error> {
+        self.store.bounties.update(bounty.id.as_bytes(), |r: &mut BountyRecord| {
             if !r.matches.contains(&skill) && r.matches.len() < market::MAX_BOUNTY_ENTRIES {
                 r.matches.push(skill);
             }
@@ -416,8 +405,7 @@ impl Pipeline {
         self.store.market.upsert(skill.digest(), |s: &mut Stats| {
             s.bounty_matches.insert(bounty.id.clone());
         })?;
-        let boost = self.me.market.bounty_curiosity_boost;
-        self.effect(Effect::Boost(skill, boost));
+        self.effects.push(Effect::Boost(skill, self.me.market.bounty_curiosity_boost));
         self.reprice(skill);
         Ok(())
     }
@@ -441,6 +429,7 @@ impl Pipeline {
             Some(mut old) => {
                 old.bounty = bounty.clone();
                 self.store.bounties.put(key, &old)?;
+                self.bounties.retain(|b| b.id != bounty.id);
             }
             None => {
                 self.make_room_for_a_bounty()?;
@@ -448,11 +437,12 @@ impl Pipeline {
                 self.store.bounties.put(key, &record)?;
             }
         }
+        self.bounties.push(bounty.clone());
         let mut matched = 0u64;
         let skills: Vec<Skill> = self.store.skills::<Skill>().collect::<Result<_, _>>()?;
         for skill in skills.iter().filter(|s| !s.deprecated) {
             if market::matches(bounty, &skill.listing, self.me.market.bounty_text_overlap) {
-                self.record_match(key, bounty, skill.id)?;
+                self.record_match(bounty, skill.id)?;
                 matched += 1;
             }
         }
@@ -463,35 +453,25 @@ impl Pipeline {
 
     /// Drops the bounty that expires first when the table is full.
     fn make_room_for_a_bounty(&mut self) -> Result<(), store::Error> {
-        if self.store.bounties.len() < self.me.market.max_bounties {
+        if self.bounties.len() < self.me.market.max_bounties {
             return Ok(());
         }
-        let mut first: Option<(Vec<u8>, UnixMillis)> = None;
-        for entry in self.store.bounties.iter::<BountyRecord>() {
-            let (key, record) = entry?;
-            if first.as_ref().is_none_or(|(_, at)| record.bounty.expires_at < *at) {
-                first = Some((key, record.bounty.expires_at));
-            }
-        }
-        if let Some((key, _)) = first {
-            self.store.bounties.remove(&key)?;
-        }
+        let Some(first) = self.bounties.iter().min_by_key(|b| b.expires_at).map(|b| b.id.clone()) else {
+            return Ok(());
+        };
+        self.store.bounties.remove(first.as_bytes())?;
+        self.bounties.retain(|b| b.id != first);
         Ok(())
     }
 
     /// Drops expired bounties; returns how many are open.
-    pub fn expire_bounties(&self, now: UnixMillis) -> Result<usize, store::Error> {
-        let mut open = 0;
-        let records: Vec<(Vec<u8>, BountyRecord)> = self.store.bounties.iter().collect::<Result<_, _>>()?;
-        for (key, record) in records {
-            if record.bounty.expires_at <= now {
-                self.store.bounties.remove(&key)?;
-                tracing::info!(bounty = %record.bounty.id, "bounty expired");
-            } else {
-                open += 1;
-            }
+    pub fn expire_bounties(&mut self, now: UnixMillis) -> Result<usize, store::Error> {
+        for bounty in self.bounties.iter().filter(|b| b.expires_at <= now) {
+            self.store.bounties.remove(bounty.id.as_bytes())?;
+            tracing::info!(bounty = %bounty.id, "bounty expired");
         }
-        Ok(open)
+        self.bounties.retain(|b| b.expires_at > now);
+        Ok(self.bounties.len())
     }
 
     /// Counts a signed report about a stored skill.
@@ -504,12 +484,12 @@ impl Pipeline {
         metrics: &Metrics,
     ) -> Result<(), store::Error> {
         let id = skill.id;
-        let config = self.me.market.clone();
+        let config = &self.me.market;
         let mut counted = Counted::Yes;
         let (event, outcome) = match &report.event {
             ReportEvent::Execution { success, reward } => {
                 self.store.market.upsert(id.digest(), |s: &mut Stats| {
-                    counted = s.execution(&config, &reporter, *success, *reward);
+                    counted = s.execution(config, &reporter, *success, *reward);
                 })?;
                 if counted == Counted::Yes && skill.author != reporter {
                     self.note_peer(&skill.author.peer_id(), now, |r| {
@@ -524,7 +504,7 @@ impl Pipeline {
             }
             ReportEvent::Adoption { price_paid } => {
                 self.store.market.upsert(id.digest(), |s: &mut Stats| {
-                    counted = s.adoption(&config, &reporter, *price_paid);
+                    counted = s.adoption(config, &reporter, *price_paid);
                 })?;
                 if counted == Counted::Yes && skill.author == self.me.key && reporter != self.me.key {
                     let amount = (*price_paid).min(skill.listing.asking_price);
@@ -602,7 +582,7 @@ impl Pipeline {
 
     /// Brings the state gauges up to date (counting skills walks the table: the maintenance
     /// tick calls this, not the per-message path).
-    pub fn refresh_gauges(&self, now: UnixMillis, metrics: &Metrics) {
+    pub fn refresh_gauges(&mut self, now: UnixMillis, metrics: &Metrics) {
         self.refresh_weather_gauges(now, metrics);
         metrics.listings.set(self.store.skill_count() as i64);
         match self.expire_bounties(now) {
@@ -672,12 +652,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 1 << 20).unwrap();
         let mgmt = Keypair::from_seed([1; 32]);
+        let pipeline = pipeline_on(store, &mgmt);
+        Fixture { pipeline, metrics: Metrics::new("test", "edge"), mgmt, _dir: dir }
+    }
+
+    /// The pipeline a node trusting `mgmt` restores from `store`.
+    fn pipeline_on(store: Store, mgmt: &Keypair) -> Pipeline {
         let trust = TrustList::new([mgmt.public()]);
         let view = TrustView::new(Config::default(), trust.clone());
         let book = Book::new(trust, HashMap::new(), 100);
         let me = Me { key: Keypair::from_seed([9; 32]).public(), market: market::Config::default() };
-        let pipeline = Pipeline::restore(store, view, book, Pending::new(16, 60_000), me).unwrap();
-        Fixture { pipeline, metrics: Metrics::new("test", "edge"), mgmt, _dir: dir }
+        Pipeline::restore(store, view, book, Pending::new(16, 60_000), me).unwrap()
     }
 
     fn listing(name: &str, text: &str) -> Body {
@@ -693,6 +678,33 @@ mod tests {
             let source = key.peer_id();
             let topic = body.kind().topic();
             self.pipeline.ingest(&seal(key, body), &source, &source, topic, NOW, &self.metrics).1
+        }
+
+        fn ban(&mut self, peer: &Keypair) {
+            let mgmt = self.mgmt.clone();
+            let ban = Body::Ban(druse_protocol::body::Ban {
+                issued_at: NOW,
+                seq: 1,
+                peer: peer.public(),
+                reason: "spam".into(),
+                expires_at: NOW + 60_000,
+            });
+            assert_eq!(self.ingest(&mgmt, &ban), Outcome::Accepted);
+        }
+
+        fn bounty(&mut self, id: &str, tags: &[&str]) {
+            let mgmt = self.mgmt.clone();
+            let bounty = Body::Bounty(Bounty {
+                issued_at: NOW,
+                seq: 1,
+                id: id.into(),
+                description: "networking".into(),
+                tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+                priority: 0.5,
+                reward_multiplier: 2.0,
+                expires_at: NOW + 60_000,
+            });
+            assert_eq!(self.ingest(&mgmt, &bounty), Outcome::Accepted);
         }
 
         fn weather(&mut self, seq: u64) {
@@ -781,15 +793,7 @@ mod tests {
         assert!(stored(&f, &author).is_none(), "the per-message path does not write");
         f.pipeline.persist_peers();
         assert_eq!(stored(&f, &author).map(|r| r.accepted), Some(1));
-        let mgmt = f.mgmt.clone();
-        let ban = Body::Ban(druse_protocol::body::Ban {
-            issued_at: NOW,
-            seq: 1,
-            peer: spammer.public(),
-            reason: "spam".into(),
-            expires_at: NOW + 60_000,
-        });
-        assert_eq!(f.ingest(&mgmt, &ban), Outcome::Accepted);
+        f.ban(&spammer);
         assert_eq!(stored(&f, &spammer).and_then(|r| r.ruling).map(|r| r.level), Some(TrustLevel::Banned));
     }
 
@@ -797,15 +801,7 @@ mod tests {
     fn banned_peer_listings_are_ignored() {
         let mut f = fixture();
         let spammer = Keypair::from_seed([2; 32]);
-        let mgmt = f.mgmt.clone();
-        let ban = Body::Ban(druse_protocol::body::Ban {
-            issued_at: NOW,
-            seq: 1,
-            peer: spammer.public(),
-            reason: "spam".into(),
-            expires_at: NOW + 60_000,
-        });
-        assert_eq!(f.ingest(&mgmt, &ban), Outcome::Accepted);
+        f.ban(&spammer);
         assert_eq!(f.ingest(&spammer, &listing("a", "x")), Outcome::Banned);
     }
 
@@ -814,10 +810,7 @@ mod tests {
         let mut f = fixture();
         f.weather(7);
         let store = f.pipeline.store.clone();
-        let trust = TrustList::new([f.mgmt.public()]);
-        let view = TrustView::new(Config::default(), trust.clone());
-        let book = Book::new(trust, HashMap::new(), 100);
-        let restored = Pipeline::restore(store, view, book, Pending::new(16, 60_000), f.pipeline.me.clone()).unwrap();
+        let restored = pipeline_on(store, &f.mgmt);
         assert!(restored.weather.halted(NOW));
         assert_eq!(restored.view.last_seqs().collect::<Vec<_>>(), vec![(f.mgmt.public(), 7)]);
     }
@@ -878,18 +871,7 @@ mod tests {
             [&early, &late, &unrelated].iter().map(|b| ContentId::of(&b.encode().unwrap())).collect();
         assert_eq!(f.ingest(&author, &early), Outcome::Accepted);
         assert_eq!(f.ingest(&author, &unrelated), Outcome::Accepted);
-        let mgmt = f.mgmt.clone();
-        let bounty = Body::Bounty(Bounty {
-            issued_at: NOW,
-            seq: 1,
-            id: "b1".into(),
-            description: "networking".into(),
-            tags: vec!["net".into()],
-            priority: 0.5,
-            reward_multiplier: 2.0,
-            expires_at: NOW + 60_000,
-        });
-        assert_eq!(f.ingest(&mgmt, &bounty), Outcome::Accepted);
+        f.bounty("b1", &["net"]);
         assert_eq!(f.ingest(&author, &late), Outcome::Accepted);
         let record: BountyRecord = f.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
         assert_eq!(record.matches, vec![ids[0], ids[1]]);
@@ -924,6 +906,24 @@ mod tests {
         });
         assert_eq!(f.ingest(&adopter, &twice), Outcome::Accepted);
         assert_eq!(market::totals(&f.pipeline.store).unwrap().earned, 700, "an adopter pays once");
+    }
+
+    #[test]
+    fn open_bounties_survive_a_restore_and_match_what_arrives_after_it() {
+        let mut f = fixture();
+        f.bounty("b1", &["net"]);
+        let author = Keypair::from_seed([2; 32]);
+        let mut restored = Fixture {
+            pipeline: pipeline_on(f.pipeline.store.clone(), &f.mgmt),
+            metrics: Metrics::new("test", "edge"),
+            mgmt: f.mgmt.clone(),
+            _dir: tempfile::tempdir().unwrap(),
+        };
+        let late = Body::Crystal(CrystalListing { tags: vec!["net".into()], ..skill_listing("late") });
+        assert_eq!(restored.ingest(&author, &late), Outcome::Accepted);
+        let record: BountyRecord = restored.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
+        assert_eq!(record.matches, vec![ContentId::of(&late.encode().unwrap())]);
+        assert_eq!(restored.pipeline.expire_bounties(NOW).unwrap(), 1);
     }
 
     fn skill_listing(name: &str) -> CrystalListing {

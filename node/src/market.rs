@@ -273,6 +273,8 @@ pub struct Listing {
     pub gate_passed: bool,
     pub stats: Summary,
     pub bounties_matched: Vec<String>,
+    /// This node adopted the skill (its adoption report is among the stats).
+    pub adopted: bool,
 }
 
 /// What an adoption costs: never more than the node's own computation supports.

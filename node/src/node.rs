@@ -2,6 +2,7 @@
 //! The HTTP API, the CLI and the management role all act through [`Node`].
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -37,6 +38,9 @@ const EFFECTS_QUEUE: usize = 1024;
 
 /// Peers remembered in the trust book.
 const PEER_BOOK_CAPACITY: usize = 10_000;
+
+/// Batches of changed market evidence an observer may fall behind by.
+const EVIDENCE_BATCHES: usize = 64;
 
 /// Peer activity an observer may fall behind by before it loses the oldest events.
 const ACTIVITY_BUFFER: usize = 4096;
@@ -126,12 +130,16 @@ struct Inner {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Work ingestion leaves for the memory worker.
     effects: mpsc::Sender<ingest::Effect>,
+    /// Set when the memory worker's queue was full: the next sweep indexes what it missed.
+    effects_dropped: AtomicBool,
     /// Adoptions run one at a time, so the ledger is never spent twice.
     adopting: tokio::sync::Mutex<()>,
     /// Skills are put into memory one at a time, so none is indexed twice.
     indexing: Mutex<()>,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
     activity: broadcast::Sender<Activity>,
+    /// Skills whose market evidence changed, a batch per maintenance tick, for observers.
+    evidence: broadcast::Sender<Vec<ContentId>>,
 }
 
 /// What a peer did, as the node saw it: observers such as the management node's anomaly
@@ -262,7 +270,7 @@ impl Node {
         let pending =
             Pending::new(config.trust.pending_endorsements, config.trust.pending_endorsement_ttl.as_millis() as u64);
         let me = ingest::Me { key: key.public(), market: config.market.engine() };
-        let pipeline = Pipeline::restore(store.clone(), view, book, pending, me)?;
+        let mut pipeline = Pipeline::restore(store.clone(), view, book, pending, me)?;
         let (effects, effects_rx) = mpsc::channel(EFFECTS_QUEUE);
         pipeline.refresh_gauges(now_ms(), &metrics);
         let node = Node {
@@ -280,9 +288,11 @@ impl Node {
                 started: Instant::now(),
                 tasks: Mutex::new(Vec::new()),
                 effects,
+                effects_dropped: AtomicBool::new(false),
                 adopting: tokio::sync::Mutex::new(()),
                 indexing: Mutex::new(()),
                 activity: broadcast::channel(ACTIVITY_BUFFER).0,
+                evidence: broadcast::channel(EVIDENCE_BATCHES).0,
             }),
         };
         let ingest = tokio::spawn(node.clone().ingest_loop(events));

@@ -53,9 +53,6 @@ pub struct Skill {
     /// The memory crystal that indexes this skill, once it is in the memory engine.
     #[serde(default)]
     pub crystal: Option<u64>,
-    /// This node adopted the skill.
-    #[serde(default)]
-    pub adopted: bool,
 }
 
 impl Skill {
@@ -74,7 +71,6 @@ impl Skill {
             deprecated: false,
             deprecated_by: None,
             crystal: None,
-            adopted: false,
         }
     }
 

@@ -47,36 +47,44 @@ impl Table {
 
     /// Rewrites the record through `change`, atomically; `None` if there is none. `change`
     /// may run more than once if another writer got there first.
-    pub fn update<T, F>(&self, key: &[u8], mut change: F) -> Result<Option<T>, Error>
+    pub fn update<T, F>(&self, key: &[u8], change: F) -> Result<Option<T>, Error>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(&mut T),
     {
-        loop {
-            let Some(old) = self.tree.get(key)? else { return Ok(None) };
-            let mut value: T = decode(key, &old)?;
-            change(&mut value);
-            if self.tree.compare_and_swap(key, Some(old), Some(encode(&value)?))?.is_ok() {
-                return Ok(Some(value));
-            }
-        }
+        self.rewrite(key, || None, change)
     }
 
     /// Like `update`, starting from `T::default()` when there is no record.
-    pub fn upsert<T, F>(&self, key: &[u8], mut change: F) -> Result<T, Error>
+    pub fn upsert<T, F>(&self, key: &[u8], change: F) -> Result<T, Error>
     where
         T: Serialize + DeserializeOwned + Default,
+        F: FnMut(&mut T),
+    {
+        let written = self.rewrite(key, || Some(T::default()), change)?;
+        // `rewrite` always writes when `start` yields a value.
+        Ok(written.unwrap_or_default())
+    }
+
+    /// Compare-and-swap loop behind `update` and `upsert`: `start` gives the value to change
+    /// when there is no record (`None`: leave it absent).
+    fn rewrite<T, F>(&self, key: &[u8], start: impl Fn() -> Option<T>, mut change: F) -> Result<Option<T>, Error>
+    where
+        T: Serialize + DeserializeOwned,
         F: FnMut(&mut T),
     {
         loop {
             let old = self.tree.get(key)?;
             let mut value: T = match &old {
                 Some(bytes) => decode(key, bytes)?,
-                None => T::default(),
+                None => match start() {
+                    Some(value) => value,
+                    None => return Ok(None),
+                },
             };
             change(&mut value);
             if self.tree.compare_and_swap(key, old, Some(encode(&value)?))?.is_ok() {
-                return Ok(value);
+                return Ok(Some(value));
             }
         }
     }
@@ -93,6 +101,19 @@ impl Table {
             let (key, value) = entry?;
             Ok((key.to_vec(), decode(&key, &value)?))
         })
+    }
+
+    /// The last `n` records, newest key first.
+    pub fn last<T: DeserializeOwned>(&self, n: usize) -> Result<Vec<T>, Error> {
+        self.tree
+            .iter()
+            .rev()
+            .take(n)
+            .map(|entry| {
+                let (key, value) = entry?;
+                decode(&key, &value)
+            })
+            .collect()
     }
 
     /// How many records there are (walks the tree).

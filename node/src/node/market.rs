@@ -1,14 +1,17 @@
 //! The node's side of the marketplace: listings with computed prices, reports, adoptions,
 //! versions, bounties and the ledger; and the worker that puts skills into memory.
 
+use std::sync::atomic::Ordering;
+
 use druse_protocol::ContentId;
 use druse_protocol::body::{Body, Report, ReportEvent, SemanticType};
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use super::{Error, Node, blocking, lock, now_ms};
 use crate::ingest::Effect;
 use crate::market::{self, BountyRecord, Listing, PriceView, Settlement, Stats, Versions};
+use crate::memory::crystal::CrystalId;
 use crate::memory::skills::SkillMemory;
 use crate::skill::{Origin, Skill};
 
@@ -92,10 +95,12 @@ impl Node {
 
     /// Prices one skill (blocking: it reads the vector index).
     fn price_listing(&self, skill: Skill) -> Result<Listing, Error> {
-        let config = lock(&self.inner.pipeline).market().clone();
+        let (config, reputation) = {
+            let pipeline = lock(&self.inner.pipeline);
+            (pipeline.market().clone(), pipeline.book.market_reputation(&skill.author.peer_id()))
+        };
         let stats: Stats = self.inner.store.market.get(skill.id.digest())?.unwrap_or_default();
         let summary = stats.summary(&skill.author);
-        let reputation = lock(&self.inner.pipeline).book.market_reputation(&skill.author.peer_id());
         let similar = self.similar_skills(&skill, &config)?;
         let price = market::price(&config, &summary, reputation, similar);
         let gate_passed = summary.passes(&config.gate);
@@ -107,6 +112,7 @@ impl Node {
             computed_price: computed,
             gate_passed,
             stats: summary,
+            adopted: stats.adopters.contains_key(&self.inner.key.public().to_string()),
             bounties_matched: stats.bounty_matches.into_iter().collect(),
             skill,
         })
@@ -119,7 +125,7 @@ impl Node {
         let key = market::version_key(&skill.author, &skill.listing.skill_id);
         let versions: Versions = self.inner.store.versions.get(&key)?.unwrap_or_default();
         let mut except = Vec::new();
-        for id in versions.ids() {
+        for id in versions.ids().filter(|id| *id != skill.id) {
             if let Some(c) = self.skill(&id)?.and_then(|s| s.crystal) {
                 except.push(c);
             }
@@ -144,7 +150,7 @@ impl Node {
         if listing.skill.author == self.inner.key.public() {
             return Err(Error::Market(market_error::INVALID, "a node cannot adopt its own skill".into()));
         }
-        if listing.skill.adopted {
+        if listing.adopted {
             return Err(Error::Market(market_error::CONFLICT, format!("skill {id} is already adopted")));
         }
         let settlement = market::settle(listing.asking_price, listing.computed_price.micros);
@@ -172,7 +178,6 @@ impl Node {
         };
         let max = lock(&self.inner.pipeline).market().max_ledger_entries;
         let totals = market::record(&self.inner.store, &entry, max)?;
-        self.inner.store.update_skill::<Skill, _>(&id, |s| s.adopted = true)?;
         self.inner.store.flush().await?;
         if !settlement.asking_supported {
             tracing::info!(skill = %id, asking = settlement.asking, paid = settlement.paid, "adopted below an unsupported asking price");
@@ -191,23 +196,29 @@ impl Node {
     pub fn ledger(&self, limit: usize) -> Result<LedgerView, Error> {
         let starting = lock(&self.inner.pipeline).market().starting_credits;
         let totals = market::totals(&self.inner.store)?;
-        let mut entries: Vec<market::Entry> = Vec::new();
-        let all: Vec<(Vec<u8>, market::Entry)> = self.inner.store.ledger.iter().collect::<Result<_, _>>()?;
-        for (_, entry) in all.into_iter().rev().take(limit) {
-            entries.push(entry);
-        }
         Ok(LedgerView {
             balance: totals.balance(starting),
             starting,
             earned: totals.earned,
             spent: totals.spent,
-            entries,
+            entries: self.inner.store.ledger.last(limit)?,
         })
     }
 
-    /// Observes the computed price of every skill whose evidence changed, and the balance.
+    /// Skills whose market evidence (reports, adoptions, bounty matches) changed, a batch per
+    /// maintenance tick from now on. A receiver that falls 64 batches behind is told it lagged.
+    pub fn evidence_changes(&self) -> broadcast::Receiver<Vec<ContentId>> {
+        self.inner.evidence.subscribe()
+    }
+
+    /// Observes the computed price of every skill whose evidence changed, and the balance, and
+    /// tells evidence observers which skills changed.
     pub(super) async fn observe_market(&self) {
-        let changed = lock(&self.inner.pipeline).take_repriced();
+        let changed: Vec<ContentId> = lock(&self.inner.pipeline).take_repriced().into_iter().collect();
+        if !changed.is_empty() {
+            // An error only means nobody is observing.
+            let _ = self.inner.evidence.send(changed.clone());
+        }
         let node = self.clone();
         let observed = blocking(move || -> Result<(), Error> {
             for id in changed {
@@ -228,11 +239,11 @@ impl Node {
     }
 
     /// Hands ingestion's leftover work to the memory worker; a full queue drops it (a new
-    /// skill dropped here is picked up by the next sweep).
+    /// skill dropped here is picked up by the next sweep; a dropped boost is lost).
     pub(super) fn dispatch(&self, effects: Vec<Effect>) {
         for effect in effects {
             if self.inner.effects.try_send(effect).is_err() {
-                lock(&self.inner.pipeline).dropped_effects = true;
+                self.inner.effects_dropped.store(true, Ordering::Relaxed);
             }
         }
     }
@@ -242,7 +253,7 @@ impl Node {
         while let Some(effect) = effects.recv().await {
             let node = self.clone();
             let done = blocking(move || match effect {
-                Effect::NewSkill(id) => node.index_skill(id),
+                Effect::NewSkill(id) => node.index_skill(id).map(drop),
                 Effect::Boost(id, amount) => node.boost(id, amount),
             })
             .await;
@@ -262,7 +273,7 @@ impl Node {
         tick.tick().await;
         loop {
             tick.tick().await;
-            if std::mem::take(&mut lock(&self.inner.pipeline).dropped_effects) {
+            if self.inner.effects_dropped.swap(false, Ordering::Relaxed) {
                 self.sweep().await;
             }
         }
@@ -288,12 +299,12 @@ impl Node {
     }
 
     /// Stores a skill as a memory crystal (origin `peer` with the peer, or `skill` for this
-    /// node's own) and records which crystal it is.
-    fn index_skill(&self, id: ContentId) -> Result<(), Error> {
+    /// node's own), records which crystal it is, and returns it (`None`: no such skill).
+    fn index_skill(&self, id: ContentId) -> Result<Option<CrystalId>, Error> {
         let _one_at_a_time = lock(&self.inner.indexing);
-        let Some(skill) = self.skill(&id)? else { return Ok(()) };
+        let Some(skill) = self.skill(&id)? else { return Ok(None) };
         if skill.crystal.is_some() {
-            return Ok(());
+            return Ok(skill.crystal);
         }
         let peer = (skill.origin == Origin::Peer).then(|| skill.author_peer.clone());
         let memory = SkillMemory {
@@ -304,15 +315,13 @@ impl Node {
         };
         let crystal = self.inner.memory.add_skill(memory, now_ms())?;
         self.inner.store.update_skill::<Skill, _>(&id, |s| s.crystal = Some(crystal))?;
-        Ok(())
+        Ok(Some(crystal))
     }
 
-    /// Raises the curiosity of a skill's crystal after a bounty match.
+    /// Raises the curiosity of a skill's crystal after a bounty match (indexing it first if
+    /// the match came before the skill reached memory).
     fn boost(&self, id: ContentId, amount: f64) -> Result<(), Error> {
-        if self.skill(&id)?.is_some_and(|s| s.crystal.is_none()) {
-            self.index_skill(id)?;
-        }
-        let Some(crystal) = self.skill(&id)?.and_then(|s| s.crystal) else { return Ok(()) };
+        let Some(crystal) = self.index_skill(id)? else { return Ok(()) };
         self.inner.memory.change(crystal, "market", now_ms(), "bounty match: curiosity boost", |c| {
             c.curiosity_boost = (c.curiosity_boost + amount).clamp(0.0, 1.0);
         })?;
