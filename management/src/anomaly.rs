@@ -120,6 +120,8 @@ pub struct Detector {
     new_peers: VecDeque<UnixMillis>,
     /// When each peer recently offered a listing (at most `listings_per_peer` per peer).
     listings: HashMap<PeerId, VecDeque<UnixMillis>>,
+    /// The last weather raised on a firing.
+    last_fired: Option<Fired>,
 }
 
 impl Detector {
@@ -134,6 +136,7 @@ impl Detector {
             known_order: VecDeque::new(),
             new_peers: VecDeque::new(),
             listings: HashMap::new(),
+            last_fired: None,
         };
         for peer in known {
             detector.learn(peer);
@@ -261,7 +264,7 @@ impl Detector {
             known_peers: self.known.len(),
             level: self.config.level,
             duration: self.config.duration,
-            last_fired: None,
+            last_fired: self.last_fired.clone(),
         }
     }
 }
@@ -315,7 +318,6 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct Watch {
     detector: Mutex<Detector>,
-    last_fired: Mutex<Option<Fired>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -326,9 +328,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Watch {
     /// What the detector sees now.
     pub fn snapshot(&self) -> Snapshot {
-        let mut snapshot = lock(&self.detector).snapshot(now_ms());
-        snapshot.last_fired = lock(&self.last_fired).clone();
-        snapshot
+        lock(&self.detector).snapshot(now_ms())
     }
 }
 
@@ -345,8 +345,7 @@ pub fn spawn(management: &Arc<Management>) -> Option<Arc<Watch>> {
     }
     // Subscribe before reading who is known, so no peer falls between the two.
     let activity = node.activity();
-    let watch =
-        Arc::new(Watch { detector: Mutex::new(Detector::new(config, now_ms(), [])), last_fired: Mutex::new(None) });
+    let watch = Arc::new(Watch { detector: Mutex::new(Detector::new(config, now_ms(), [])) });
     let task = tokio::spawn(run(Arc::clone(management), Arc::clone(&watch), activity));
     node.own_task(task);
     Some(watch)
@@ -396,7 +395,7 @@ async fn run(management: Arc<Management>, watch: Arc<Watch>, mut activity: tokio
 }
 
 async fn raise(management: &Management, watch: &Watch, firing: Firing) {
-    let config = management.node().config().management.anomaly.clone();
+    let config = &management.node().config().management.anomaly;
     let reason = firing.reason();
     lock(&watch.detector).reset();
     match management.weather(config.level, config.duration, reason.clone()).await {
@@ -404,7 +403,7 @@ async fn raise(management: &Management, watch: &Watch, firing: Firing) {
             let trigger = firing.trigger.as_str();
             management.node().metrics().anomaly_weather.get_or_create(&TriggerLabel { trigger }).inc();
             tracing::warn!(%id, trigger, level = config.level, %reason, "anomaly detector raised weather");
-            *lock(&watch.last_fired) = Some(Fired { at: now_ms(), trigger: firing.trigger, reason });
+            lock(&watch.detector).last_fired = Some(Fired { at: now_ms(), trigger: firing.trigger, reason });
         }
         Err(error) => tracing::error!(%error, %reason, "the anomaly detector could not raise weather"),
     }

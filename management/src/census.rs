@@ -77,15 +77,13 @@ struct Authored {
     author_peer: String,
 }
 
-/// Walks the stored skills once: how many each author has, and how many there are.
-fn listings_by_author(store: &Store) -> Result<(HashMap<String, u64>, usize), druse_node::store::Error> {
+/// Walks the stored skills once: how many each author has.
+fn listings_by_author(store: &Store) -> Result<HashMap<String, u64>, druse_node::store::Error> {
     let mut by_author: HashMap<String, u64> = HashMap::new();
-    let mut total = 0;
     for skill in store.skills::<Authored>() {
         *by_author.entry(skill?.author_peer).or_default() += 1;
-        total += 1;
     }
-    Ok((by_author, total))
+    Ok(by_author)
 }
 
 fn by_level<'a>(levels: impl Iterator<Item = &'a TrustLevel>) -> BTreeMap<String, usize> {
@@ -100,14 +98,13 @@ fn by_level<'a>(levels: impl Iterator<Item = &'a TrustLevel>) -> BTreeMap<String
 pub async fn take(management: &Management) -> Result<Census, Error> {
     let node = management.node();
     let views = node.peers().await;
-    let first_seen: HashMap<String, UnixMillis> =
-        node.peer_records().into_iter().map(|(peer, record)| (peer.to_string(), record.first_seen)).collect();
     let store = node.store().clone();
-    let (listings, skills_held) = blocking(move || listings_by_author(&store)).await??;
+    let listings = blocking(move || listings_by_author(&store)).await??;
+    let skills_held = listings.values().sum::<u64>() as usize;
     let mut peers: Vec<Peer> = views
         .into_iter()
         .map(|view| Peer {
-            first_seen: first_seen.get(&view.peer_id).copied(),
+            first_seen: view.first_seen,
             listings: listings.get(&view.peer_id).copied().unwrap_or(0),
             peer_id: view.peer_id,
             trust_level: view.trust_level,

@@ -189,6 +189,8 @@ pub struct PeerView {
     pub gossip_score: Option<f64>,
     pub accepted: u64,
     pub rejected: u64,
+    /// When this node first heard from the peer (`None` for a peer it has only connected to).
+    pub first_seen: Option<UnixMillis>,
     pub addresses: Vec<String>,
 }
 
@@ -439,11 +441,6 @@ impl Node {
         self.inner.activity.subscribe()
     }
 
-    /// Every record the trust book holds (at most its capacity), for the census.
-    pub fn peer_records(&self) -> Vec<(PeerId, crate::peers::Record)> {
-        lock(&self.inner.pipeline).book.iter().map(|(peer, record)| (*peer, record.clone())).collect()
-    }
-
     /// Every stored skill.
     pub fn skills(&self) -> Result<Vec<Skill>, Error> {
         Ok(self.inner.store.skills().collect::<Result<_, _>>()?)
@@ -517,6 +514,7 @@ impl Node {
                     gossip_score: info.score,
                     accepted: record.map_or(0, |r| r.accepted),
                     rejected: record.map_or(0, |r| r.rejected),
+                    first_seen: record.map(|r| r.first_seen),
                     addresses: info.addresses.iter().map(ToString::to_string).collect(),
                 }
             })
@@ -531,6 +529,7 @@ impl Node {
                 gossip_score: None,
                 accepted: record.accepted,
                 rejected: record.rejected,
+                first_seen: Some(record.first_seen),
                 addresses: Vec::new(),
             });
         }

@@ -164,6 +164,11 @@ impl Process {
         Ok(Self { name: name.to_owned(), child, log })
     }
 
+    /// The child's whole log so far (empty if it cannot be read yet).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The last lines of the child's log.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!("(cannot read the log: {e})"));
@@ -234,6 +239,18 @@ impl ProcNode {
         trust_list: &Path,
         bootstrap: &[Multiaddr],
     ) -> Result<Self> {
+        Self::start_with(name, program, data_dir, trust_list, bootstrap, &[]).await
+    }
+
+    /// [`ProcNode::start`] with `extra` flags appended to `program run`'s arguments.
+    pub async fn start_with(
+        name: &str,
+        program: &Path,
+        data_dir: &Path,
+        trust_list: &Path,
+        bootstrap: &[Multiaddr],
+        extra: &[&str],
+    ) -> Result<Self> {
         let api = format!("127.0.0.1:{}", free_port()?);
         let metrics = format!("127.0.0.1:{}", free_port()?);
         let mut args: Vec<String> = [
@@ -260,6 +277,7 @@ impl ProcNode {
             args.push("--bootstrap".into());
             args.push(bootstrap.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
         }
+        args.extend(extra.iter().map(ToString::to_string));
         let log = data_dir.with_extension("log");
         let process = Process::spawn(name, program, &args, log)?;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;

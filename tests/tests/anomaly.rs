@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use druse_management::anomaly::Watch;
+use druse_node::weather::Current;
 use druse_node::{Config, Role};
 use druse_protocol::body::Body;
 use druse_tests::swarm::{Cluster, Sniffer, TestNode, connect, listing, mesh_ready, mgmt_key};
@@ -22,14 +23,28 @@ fn no_warmup(config: &mut Config) {
 /// Time for the detector to act on what it has counted: two of its one-second ticks.
 const SETTLE: Duration = Duration::from_secs(2);
 
-/// Starts the detector on the cluster's management node and waits until it knows the edges.
-async fn watch(cluster: &Cluster) -> Arc<Watch> {
+/// Starts a cluster with `edges` and the detector (without warm-up) on its management node, and
+/// waits until the detector knows the edges.
+async fn watched(edges: &[(&str, u8)]) -> (Cluster, Arc<Watch>) {
+    let cluster = Cluster::start(edges, no_warmup).await.unwrap();
     let watch = cluster.management.spawn_anomaly().expect("the detector is on by default");
-    let edges = cluster.edges.len();
-    eventually(WAIT, "the detector to learn the peers already there", async || watch.snapshot().known_peers >= edges)
+    let known = cluster.edges.len();
+    eventually(WAIT, "the detector to learn the peers already there", async || watch.snapshot().known_peers >= known)
         .await
         .unwrap();
-    watch
+    (cluster, watch)
+}
+
+/// Waits until `node` halts on the detector's weather: signed by the management key, at the
+/// seed's level 0.9. Returns that weather.
+async fn halted_by_detector(node: &TestNode) -> Current {
+    eventually(WAIT, format_args!("{} to halt on the detector's weather", node.name), async || node.halted())
+        .await
+        .unwrap();
+    let weather = node.weather().active.unwrap();
+    assert_eq!(weather.signer, mgmt_key().public(), "{}", node.name);
+    assert_eq!(weather.level, 0.9, "{}", node.name);
+    weather
 }
 
 fn raised(node: &TestNode, trigger: &str) -> f64 {
@@ -38,8 +53,7 @@ fn raised(node: &TestNode, trigger: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_of_new_peers_makes_the_management_node_halt_every_edge() {
-    let cluster = Cluster::start(&[("a", 1), ("b", 2)], no_warmup).await.unwrap();
-    let watch = watch(&cluster).await;
+    let (cluster, watch) = watched(&[("a", 1), ("b", 2)]).await;
     let threshold = cluster.mgmt.config.management.anomaly.new_peers;
     assert_eq!(threshold, 20, "this scenario runs at the default threshold");
     for node in cluster.nodes() {
@@ -55,12 +69,7 @@ async fn a_flood_of_new_peers_makes_the_management_node_halt_every_edge() {
     }
 
     for node in cluster.nodes() {
-        eventually(WAIT, format_args!("{} to halt on the detector's weather", node.name), async || node.halted())
-            .await
-            .unwrap();
-        let weather = node.weather().active.unwrap();
-        assert_eq!(weather.signer, mgmt_key().public(), "{}", node.name);
-        assert_eq!(weather.level, 0.9, "{}", node.name);
+        let weather = halted_by_detector(node).await;
         assert_eq!(weather.expires_at - weather.issued_at, 300_000, "{}: the seed's 5 minutes", node.name);
         assert!(weather.reason.contains("20 new peers first seen within 1m"), "{}: {}", node.name, weather.reason);
     }
@@ -76,8 +85,7 @@ async fn a_flood_of_new_peers_makes_the_management_node_halt_every_edge() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_listing_burst_from_one_peer_makes_the_management_node_halt_every_edge_once() {
-    let cluster = Cluster::start(&[("b", 2), ("c", 3)], no_warmup).await.unwrap();
-    let watch = watch(&cluster).await;
+    let (cluster, watch) = watched(&[("b", 2), ("c", 3)]).await;
     let threshold = cluster.mgmt.config.management.anomaly.listings_per_peer;
     assert_eq!(threshold, 30, "this scenario runs at the default threshold");
 
@@ -100,12 +108,7 @@ async fn a_listing_burst_from_one_peer_makes_the_management_node_halt_every_edge
         flooder.publish(&Body::Crystal(listing(&format!("flood-{i}")))).await.unwrap();
     }
     for node in &all {
-        eventually(WAIT, format_args!("{} to halt on the detector's weather", node.name), async || node.halted())
-            .await
-            .unwrap();
-        let weather = node.weather().active.unwrap();
-        assert_eq!(weather.signer, mgmt_key().public(), "{}", node.name);
-        assert_eq!(weather.level, 0.9, "{}", node.name);
+        let weather = halted_by_detector(node).await;
         assert!(weather.reason.starts_with("suspicious skill burst from peer cluster"), "{}", weather.reason);
         assert!(weather.reason.contains(&flooder.peer_id().to_string()), "{} names the flooder", weather.reason);
     }
@@ -134,8 +137,7 @@ async fn a_listing_burst_from_one_peer_makes_the_management_node_halt_every_edge
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ordinary_churn_and_a_few_listings_raise_no_weather() {
-    let cluster = Cluster::start(&[("a", 1), ("b", 2), ("c", 3)], no_warmup).await.unwrap();
-    let watch = watch(&cluster).await;
+    let (cluster, watch) = watched(&[("a", 1), ("b", 2), ("c", 3)]).await;
 
     // Four newcomers join; two leave and come back with the same identity.
     let mut peers = Vec::new();

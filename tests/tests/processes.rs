@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use druse_tests::metrics;
-use druse_tests::process::{ProcNode, Process, binaries, free_port, run_cli};
+use druse_tests::process::{ProcNode, binaries, run_cli};
 use druse_tests::swarm::{MESH_SETTLE, key, mgmt_key};
 use druse_tests::{WAIT, eventually, wait_for};
 
@@ -181,13 +181,10 @@ fn edge_dir(root: &Path) -> (PathBuf, PathBuf) {
     (dir, trust_list)
 }
 
-/// The id a JSON answer gives a memory crystal, as the CLI takes it.
+/// The id (a number) a JSON answer gives a memory crystal, as the CLI takes it.
 fn crystal_id(added: &serde_json::Value) -> String {
-    match &added["crystal"]["id"] {
-        serde_json::Value::Number(n) => n.to_string(),
-        serde_json::Value::String(s) => s.clone(),
-        other => panic!("the answer has no crystal id ({other}): {added}"),
-    }
+    let id = &added["crystal"]["id"];
+    id.as_u64().unwrap_or_else(|| panic!("the answer has no crystal id ({id}): {added}")).to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -245,42 +242,26 @@ async fn json_logs_are_one_object_per_line_and_the_startup_line_names_every_addr
     let bins = tokio::task::spawn_blocking(binaries).await.unwrap().unwrap();
     let root = tempfile::tempdir().unwrap();
     let (dir, trust_list) = edge_dir(root.path());
-    let (api, metrics) = (format!("127.0.0.1:{}", free_port().unwrap()), format!("127.0.0.1:{}", free_port().unwrap()));
-    let args: Vec<String> = [
-        "run",
-        "--data-dir",
-        &dir.display().to_string(),
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--api-listen",
-        &api,
-        "--metrics-listen",
-        &metrics,
-        "--trust-list",
-        &trust_list.display().to_string(),
-        "--mdns",
-        "false",
-        "--log-format",
-        "json",
-    ]
-    .iter()
-    .map(ToString::to_string)
-    .collect();
-    let log = root.path().join("edge.log");
-    let mut process = Process::spawn("druse-node --log-format json", &bins.node, &args, log.clone()).unwrap();
-    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut node = ProcNode::start_with(
+        "druse-node --log-format json",
+        &bins.node,
+        &dir,
+        &trust_list,
+        &[],
+        &["--log-format", "json"],
+    )
+    .await
+    .unwrap();
     let startup = wait_for(WAIT, "the startup line", async || {
-        read_log().lines().find(|l| l.contains(" started: ")).map(str::to_owned)
+        node.process.log().lines().find(|l| l.contains(" started: ")).map(str::to_owned)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", process.log_tail()));
-    let http = reqwest::Client::new();
-    let status: serde_json::Value =
-        http.get(format!("http://{api}/v1/status")).send().await.unwrap().json().await.unwrap();
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.process.log_tail()));
+    let status = node.status().await.unwrap();
 
-    let stopped = process.terminate().await.unwrap();
-    assert!(stopped.success(), "exited with {stopped} after SIGTERM\n{}", process.log_tail());
-    let text = read_log();
+    let stopped = node.process.terminate().await.unwrap();
+    assert!(stopped.success(), "exited with {stopped} after SIGTERM\n{}", node.process.log_tail());
+    let text = node.process.log();
     let lines: Vec<serde_json::Value> = text
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -300,8 +281,8 @@ async fn json_logs_are_one_object_per_line_and_the_startup_line_names_every_addr
     for addr in listen {
         assert!(message.contains(addr.as_str().unwrap()), "the startup line misses {addr}: {message}");
     }
-    assert!(message.contains(&format!("API http://{api}")), "{message}");
-    assert!(message.contains(&format!("metrics http://{metrics}/metrics")), "{message}");
+    assert!(message.contains(&format!("API {}", node.api)), "{message}");
+    assert!(message.contains(&format!("metrics {}/metrics", node.metrics)), "{message}");
     let embedder = status["embedder"].as_str().unwrap();
     assert!(message.contains(&format!("embedder {embedder}")), "{message}");
 }
