@@ -60,17 +60,10 @@ fn load_set() -> Set {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Unix milliseconds of `YYYY-MM-DD HH:MM` (UTC), by Howard Hinnant's days-from-civil.
+/// Unix milliseconds of `YYYY-MM-DD HH:MM` (UTC).
 fn parse_time(s: &str) -> u64 {
-    let n = |range: std::ops::Range<usize>| s[range].parse::<i64>().unwrap();
-    let (y, m, d, hh, mm) = (n(0..4), n(5..7), n(8..10), n(11..13), n(14..16));
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    ((days * 86_400 + hh * 3600 + mm * 60) * 1000) as u64
+    let at = humantime::parse_rfc3339_weak(&format!("{s}:00")).unwrap();
+    at.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
 /// A turn to store: where it sits in the set, who said it to whom, when, and what.

@@ -259,6 +259,19 @@ fn p50_p99(mut timings: Vec<Duration>) -> (f64, f64) {
     (percentile(&timings, 0.50), percentile(&timings, 0.99))
 }
 
+/// Runs `f`, adding how long it took to `timings`.
+fn timed<T>(timings: &mut Vec<Duration>, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let out = f();
+    timings.push(t.elapsed());
+    out
+}
+
+/// The ids of some hits, in order.
+fn ids(hits: &[(u64, f32)]) -> Vec<u64> {
+    hits.iter().map(|h| h.0).collect()
+}
+
 /// The fraction of `truth` that `found` holds.
 fn recall<T: PartialEq>(found: &[T], truth: &[T]) -> f64 {
     found.iter().filter(|f| truth.contains(f)).count() as f64 / truth.len().max(1) as f64
@@ -266,6 +279,12 @@ fn recall<T: PartialEq>(found: &[T], truth: &[T]) -> f64 {
 
 fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+/// The index's segment sizes and its tail, described.
+fn describe_shape(stats: &vector::Stats) -> String {
+    let sizes: Vec<String> = stats.segments.iter().map(|s| s.len.to_string()).collect();
+    format!("segments [{}] + tail {}", sizes.join(", "), stats.tail)
 }
 
 /// Seals (tail → segment) and merges among the index's recent builds, described.
@@ -409,9 +428,7 @@ fn time_adds(memory: &Memory, turns: &[String], count: usize, start: u64) -> any
     for i in 0..count {
         let at = start + i as u64 * 60_000;
         let new = turn(&turns[i % turns.len()], &format!("bench-{}", i / 12), at)?;
-        let t = Instant::now();
-        memory.add(new, "agent", at)?;
-        timings.push(t.elapsed());
+        timed(&mut timings, || memory.add(new, "agent", at))?;
         progress();
     }
     Ok(p50_p99(timings))
@@ -483,7 +500,6 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
     }
     progress();
     let stats = memory.vector_stats();
-    let sizes: Vec<String> = stats.segments.iter().map(|s| s.len.to_string()).collect();
     println!(
         "  n={n}: stored in {:.1} s ({:.0} µs per crystal through add_many), index built {:.1} s after the start",
         load.as_secs_f64(),
@@ -491,7 +507,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
         started.elapsed().as_secs_f64()
     );
     println!("  n={n}: segment builds: {}", describe_builds(&stats.recent_builds));
-    println!("  n={n}: segments [{}] + tail {}", sizes.join(", "), stats.tail);
+    println!("  n={n}: {}", describe_shape(&stats));
 
     let now = START_MS + args.days * DAY_MS + 3_600_000;
     let k = args.data.k;
@@ -503,16 +519,9 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
     let (mut search, mut vector, mut exact, mut recalls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for j in 0..embedder.queries.len() {
         let query = Query { q: query_text(j, &mut rng), k, ..Query::default() };
-        let t = Instant::now();
-        memory.search(&query, Caller::LocalAgent, now)?;
-        search.push(t.elapsed());
-        let t = Instant::now();
-        let found = memory.vector_hits(&query.q, k)?;
-        vector.push(t.elapsed());
-        let t = Instant::now();
-        let truth = memory.vector_hits_exact(&query.q, k)?;
-        exact.push(t.elapsed());
-        let ids = |hits: &[(u64, f32)]| hits.iter().map(|h| h.0).collect::<Vec<_>>();
+        timed(&mut search, || memory.search(&query, Caller::LocalAgent, now))?;
+        let found = timed(&mut vector, || memory.vector_hits(&query.q, k))?;
+        let truth = timed(&mut exact, || memory.vector_hits_exact(&query.q, k))?;
         recalls.push(recall(&ids(&found), &ids(&truth)));
         progress();
     }
@@ -675,22 +684,19 @@ fn index_run(args: &IndexArgs, n: usize) -> anyhow::Result<String> {
         if !index.stats().building {
             break;
         }
-        let t = Instant::now();
-        index.search(q, k)?;
-        during.push(t.elapsed());
+        timed(&mut during, || index.search(q, k))?;
     }
     if !index.wait_idle(Duration::from_secs(3600)) {
         bail!("builder still busy after an hour");
     }
     let stats = index.stats();
-    let sizes: Vec<String> = stats.segments.iter().map(|s| s.len.to_string()).collect();
     println!(
         "  n={n}: load {:.2} s, builds done {:.1} s after start; {}",
         load.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         describe_builds(&stats.recent_builds)
     );
-    println!("  n={n}: segments [{}] + tail {}", sizes.join(", "), stats.tail);
+    println!("  n={n}: {}", describe_shape(&stats));
     if !during.is_empty() {
         let (p50, p99) = p50_p99(during.clone());
         println!("  n={n}: {} searches during builds: p50 {p50:.3} ms, p99 {p99:.3} ms", during.len());
@@ -701,14 +707,9 @@ fn index_run(args: &IndexArgs, n: usize) -> anyhow::Result<String> {
     let (mut latencies, mut exact_latencies) = (Vec::new(), Vec::new());
     let (mut copies, mut fresh, mut vs_f32) = (Vec::new(), Vec::new(), Vec::new());
     for (copy, q) in &data.queries {
-        let t = Instant::now();
-        let found = index.search(q, k)?;
-        latencies.push(t.elapsed());
-        let t = Instant::now();
-        let truth = index.exact(q, k)?;
-        exact_latencies.push(t.elapsed());
-        let ids: Vec<u64> = found.iter().map(|h| h.0).collect();
-        let r = recall(&ids, &truth.iter().map(|h| h.0).collect::<Vec<_>>());
+        let found = ids(&timed(&mut latencies, || index.search(q, k))?);
+        let truth = ids(&timed(&mut exact_latencies, || index.exact(q, k))?);
+        let r = recall(&found, &truth);
         if *copy {
             copies.push(r)
         } else {
@@ -716,7 +717,7 @@ fn index_run(args: &IndexArgs, n: usize) -> anyhow::Result<String> {
         }
         // Against the f32 originals, so Q14 storage is measured too.
         let f32_truth: Vec<u64> = exact_f32(&data.vectors, q, k).into_iter().map(|i| i as u64).collect();
-        vs_f32.push(recall(&ids, &f32_truth));
+        vs_f32.push(recall(&found, &f32_truth));
         progress();
     }
     let (p50, p99) = p50_p99(latencies);

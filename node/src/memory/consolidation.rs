@@ -12,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use druse_protocol::UnixMillis;
 use serde::{Deserialize, Serialize};
 
-use crate::memory::crystal::{Crystal, CrystalId, Lifecycle, Namespace, Status};
-use crate::memory::engine::{AuditEntry, Changes, Error, Memory, audit, lock};
+use crate::memory::crystal::{Crystal, CrystalId, Lifecycle, Namespace};
+use crate::memory::engine::{AuditEntry, Changes, Error, Memory, audit, is_live, lock, read};
 use crate::memory::vector::kernel::dot;
 
 /// Seed 004's thresholds; `Default` holds them.
@@ -65,12 +65,7 @@ impl Memory {
     /// 2 s, nearly all of it sled writes.
     pub fn consolidate(&self, now: UnixMillis) -> Result<Report, Error> {
         let _writer = lock(&self.write);
-        let modulation = self.hormone_state().consolidation(
-            &self.config.hormones,
-            self.network_cortisol(),
-            self.config.consolidation.merge_threshold,
-            now,
-        );
+        let modulation = self.consolidation_modulation(now);
         let cfg = &self.config.consolidation;
         let mut report = Report { merge_threshold: modulation.merge_threshold, ..Report::default() };
         let mut changes = Changes::default();
@@ -80,7 +75,7 @@ impl Memory {
         let mut refreshed: HashMap<CrystalId, f64> = HashMap::new();
         let mut promoted: Vec<Promoted> = Vec::new();
         {
-            let crystals = self.crystals.read().unwrap_or_else(|p| p.into_inner());
+            let crystals = read(&self.crystals);
             for c in crystals.values() {
                 if c.lifecycle == Lifecycle::Expired {
                     changes.purge.push(c.id);
@@ -94,7 +89,7 @@ impl Memory {
                     ));
                     continue;
                 }
-                if c.status == Status::Superseded || c.lifecycle == Lifecycle::Archived {
+                if !is_live(c) {
                     continue;
                 }
                 report.scored += 1;

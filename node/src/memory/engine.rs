@@ -261,7 +261,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -336,10 +336,7 @@ impl Memory {
 
     fn load(&self, now: UnixMillis) -> Result<(), Error> {
         let indexed_up_to = self.text.indexed_up_to();
-        let resistance = self
-            .hormone_state()
-            .consolidation(&self.config.hormones, 0.0, self.config.consolidation.merge_threshold, now)
-            .decay_resistance;
+        let resistance = self.consolidation_modulation(now).decay_resistance;
         let mut max_id = 0;
         let mut map = HashMap::new();
         for entry in self.tree.scan_prefix([CRYSTAL]) {
@@ -347,9 +344,7 @@ impl Memory {
             let mut crystal: Crystal =
                 serde_json::from_slice(&v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e))?;
             max_id = max_id.max(crystal.id);
-            if crystal.status == Status::Active
-                && !matches!(crystal.lifecycle, Lifecycle::Expired | Lifecycle::Archived)
-            {
+            if is_live(&crystal) {
                 crystal.importance = self.importance(&crystal, now, resistance);
             }
             map.insert(crystal.id, crystal);
@@ -365,11 +360,13 @@ impl Memory {
         for crystal in &lagging {
             self.text.upsert(crystal.id, &self.document(crystal))?;
         }
+        let crystals = read(&self.crystals);
         for prefix in [EMBEDDING, CONTEXT] {
             for entry in self.tree.scan_prefix([prefix]) {
                 let (k, v) = entry?;
                 let Some(id) = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
-                if self.get(id).is_some_and(|c| c.status == Status::Active) {
+                // As `index` keeps it: only live crystals have vectors in the index.
+                if crystals.get(&id).is_some_and(is_live) {
                     let vkey = if prefix == CONTEXT { id | CONTEXT_BIT } else { id };
                     self.vectors.insert(vkey, &decode_vector(&v))?;
                 }
@@ -414,6 +411,16 @@ impl Memory {
 
     pub(crate) fn hormone_state(&self) -> hormones::State {
         lock(&self.hormones).clone()
+    }
+
+    /// How hormones (and weather's cortisol) shape a consolidation pass at `now`.
+    pub(crate) fn consolidation_modulation(&self, now: UnixMillis) -> hormones::ConsolidationModulation {
+        self.hormone_state().consolidation(
+            &self.config.hormones,
+            self.network_cortisol(),
+            self.config.consolidation.merge_threshold,
+            now,
+        )
     }
 
     /// One crystal.
@@ -498,7 +505,7 @@ impl Memory {
                 }
             }
             for crystal in crystals {
-                if crystal.status == Status::Superseded || !crystal.lifecycle.is_recallable() {
+                if !is_live(&crystal) {
                     unrecallable.push(crystal.id);
                 }
                 turns.update(map.get(&crystal.id), &crystal);
@@ -540,6 +547,44 @@ impl Memory {
             self.text.commit(self.text.indexed_up_to().unwrap_or(0))?;
         }
         Ok(())
+    }
+
+    /// Each of `ids` still stored, read as it is now and passed through `edit` (`None` leaves
+    /// it out), with what no edit may change put back: its id, text, lifecycle and status. Its
+    /// importance is kept in [0, 1].
+    pub(crate) fn edited(&self, ids: &[CrystalId], mut edit: impl FnMut(Crystal) -> Option<Crystal>) -> Vec<Crystal> {
+        ids.iter()
+            .filter_map(|&id| {
+                let original = self.get(id)?;
+                let (text, lifecycle, status) = (original.text.clone(), original.lifecycle, original.status);
+                let edited = edit(original)?;
+                Some(Crystal { id, text, lifecycle, status, importance: edited.importance.clamp(0.0, 1.0), ..edited })
+            })
+            .collect()
+    }
+
+    /// [`Memory::edited`], written back: under the writer lock, so each edit starts from what
+    /// is stored and no write lands in between, audited (by `actor`, because `why`) as a
+    /// change that keeps the crystal's state, and committed in one durable batch. `edit` runs
+    /// under that lock, so it must not write to memory itself.
+    pub(crate) fn rewrite(
+        &self,
+        ids: &[CrystalId],
+        actor: &str,
+        why: &str,
+        now: UnixMillis,
+        edit: impl FnMut(Crystal) -> Option<Crystal>,
+    ) -> Result<Vec<Crystal>, Error> {
+        let _writer = lock(&self.write);
+        let crystals = self.edited(ids, edit);
+        if !crystals.is_empty() {
+            let audit = crystals
+                .iter()
+                .map(|c| audit(c, actor, now, c.lifecycle.as_str(), c.lifecycle.as_str(), why))
+                .collect();
+            self.commit(Changes { crystals: crystals.clone(), audit, ..Changes::default() }, true)?;
+        }
+        Ok(crystals)
     }
 
     /// What a crystal is indexed as: its text, and as context the text it superseded (a
@@ -621,6 +666,13 @@ impl Memory {
     pub(crate) fn embedding(&self, id: CrystalId) -> Option<Vec<f32>> {
         self.tree.get(key(EMBEDDING, id)).ok().flatten().map(|b| decode_vector(&b))
     }
+}
+
+/// Whether `c` is active and in a lifecycle that can be recalled (not archived or expired):
+/// what consolidation scores, what has an importance to keep current, and what the vector
+/// index holds.
+pub(crate) fn is_live(c: &Crystal) -> bool {
+    c.status == Status::Active && c.lifecycle.is_recallable()
 }
 
 /// The decay view of a crystal.

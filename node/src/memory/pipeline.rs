@@ -13,8 +13,8 @@
 use druse_protocol::UnixMillis;
 
 use crate::governance::Caller;
-use crate::memory::crystal::Crystal;
-use crate::memory::engine::{Changes, Error, Memory, Query, audit, lock};
+use crate::memory::crystal::{Crystal, CrystalId};
+use crate::memory::engine::{Error, Memory, Query};
 
 type Filter<'a> = Box<dyn Fn(&Crystal) -> bool + 'a>;
 type Augment<'a> = Box<dyn Fn(Crystal) -> Crystal + 'a>;
@@ -70,35 +70,23 @@ impl<'a> Pipeline<'a> {
     }
 
     /// Runs the steps and returns the resulting crystals. Augments may change only a
-    /// crystal's scores and boosts: its id, text and lifecycle are kept as they were.
+    /// crystal's scores and boosts: its id, text, lifecycle and status are kept as they were.
+    /// Filters and augments see each crystal as stored after the recall counted as access;
+    /// with `store`, they run under the engine's writer lock (see `Memory::rewrite`).
     pub fn execute(self, caller: Caller, now: UnixMillis) -> Result<Vec<Crystal>, Error> {
         let Some(query) = &self.query else { return Ok(Vec::new()) };
-        let hits = self.memory.search(query, caller, now)?;
-        let mut out = Vec::new();
-        for hit in hits {
-            // The stored crystal, which counts this recall as an access; the hit was copied
-            // before it did, and storing a change to the copy would undo that.
-            let original = self.memory.get(hit.crystal.id).unwrap_or(hit.crystal);
-            if !self.filters.iter().all(|keep| keep(&original)) {
-                continue;
-            }
-            let mut changed = self.augments.iter().fold(original.clone(), |c, change| change(c));
-            changed.id = original.id;
-            changed.text = original.text.clone();
-            changed.lifecycle = original.lifecycle;
-            changed.status = original.status;
-            changed.importance = changed.importance.clamp(0.0, 1.0);
-            out.push(changed);
+        let ids: Vec<CrystalId> =
+            self.memory.search(query, caller, now)?.into_iter().map(|hit| hit.crystal.id).collect();
+        let steps = |original: Crystal| {
+            self.filters
+                .iter()
+                .all(|keep| keep(&original))
+                .then(|| self.augments.iter().fold(original, |c, change| change(c)))
+        };
+        if self.store {
+            self.memory.rewrite(&ids, "pipeline", "augmented", now, steps)
+        } else {
+            Ok(self.memory.edited(&ids, steps))
         }
-        if self.store && !out.is_empty() {
-            let _writer = lock(&self.memory.write);
-            let mut changes = Changes::default();
-            for c in &out {
-                changes.audit.push(audit(c, "pipeline", now, c.lifecycle.as_str(), c.lifecycle.as_str(), "augmented"));
-                changes.crystals.push(c.clone());
-            }
-            self.memory.commit(changes, true)?;
-        }
-        Ok(out)
     }
 }

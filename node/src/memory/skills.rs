@@ -8,7 +8,7 @@ use druse_protocol::body::SemanticType;
 use crate::governance::Scope;
 use crate::memory::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Namespace, Origin, Status};
 use crate::memory::decay::DecayClass;
-use crate::memory::engine::{Changes, Error, Memory, NewMemory, audit};
+use crate::memory::engine::{Error, Memory, NewMemory, read};
 
 /// A skill to remember.
 #[derive(Debug, Clone)]
@@ -45,36 +45,23 @@ impl Memory {
             session: None,
             turn_at: None,
         };
-        let added = self.add(new, &actor, now)?;
-        if skill.peer.is_some() {
-            let peer = skill.peer.clone();
-            self.change(added.crystal.id, &actor, now, "peer origin recorded", |c| c.governance.peer_origin = peer)?;
-        }
-        Ok(added.crystal.id)
+        Ok(self.add_from(new, skill.peer, &actor, now)?.crystal.id)
     }
 
-    /// Rewrites one crystal through `edit` (its id, text and lifecycle stay), audited.
+    /// Rewrites one crystal through `edit` (its id, text, lifecycle and status stay), audited.
     pub fn change(
         &self,
         id: CrystalId,
         actor: &str,
         now: UnixMillis,
         why: &str,
-        edit: impl FnOnce(&mut Crystal),
+        mut edit: impl FnMut(&mut Crystal),
     ) -> Result<Crystal, Error> {
-        let _writer = crate::memory::engine::lock(&self.write);
-        let original = self.get(id).ok_or(Error::NotFound(id))?;
-        let mut changed = original.clone();
-        edit(&mut changed);
-        changed.id = original.id;
-        changed.text = original.text;
-        changed.lifecycle = original.lifecycle;
-        let state = changed.lifecycle.as_str();
-        let mut changes = Changes::default();
-        changes.audit.push(audit(&changed, actor, now, state, state, why));
-        changes.crystals.push(changed.clone());
-        self.commit(changes, true)?;
-        Ok(changed)
+        let changed = self.rewrite(&[id], actor, why, now, |mut c| {
+            edit(&mut c);
+            Some(c)
+        })?;
+        changed.into_iter().next().ok_or(Error::NotFound(id))
     }
 
     /// Active crystals of one of `types` whose embedding is at least `min_cosine` similar to
@@ -89,7 +76,7 @@ impl Memory {
     ) -> Result<Vec<(CrystalId, f32)>, Error> {
         let Some(embedding) = self.embedding(id) else { return Ok(Vec::new()) };
         let nearest = self.nearest(&embedding, k + 1 + except.len())?;
-        let crystals = self.crystals.read().unwrap_or_else(|p| p.into_inner());
+        let crystals = read(&self.crystals);
         Ok(nearest
             .into_iter()
             .filter(|(other, cosine)| *other != id && !except.contains(other) && *cosine >= min_cosine)

@@ -11,7 +11,7 @@ use crate::memory::crystal::{
 };
 use crate::memory::decay::DecayClass;
 use crate::memory::embed::Hashing;
-use crate::memory::engine::{Config, Memory, NewMemory, Query};
+use crate::memory::engine::{Config, Error, Memory, NewMemory, Query};
 use crate::memory::hormones::Influence;
 
 const NOW: u64 = 1_795_305_600_000;
@@ -71,6 +71,14 @@ fn memory(text: &str) -> NewMemory {
 fn search(m: &Memory, q: &str) -> Vec<String> {
     let query = Query { q: q.into(), k: 5, ..Query::default() };
     m.search(&query, Caller::LocalAgent, NOW + 1000).unwrap().into_iter().map(|h| h.crystal.text).collect()
+}
+
+/// Sets the access counts of crystals in memory, as if they had been recalled that often.
+fn accessed(m: &Memory, counts: &[(CrystalId, u64)]) {
+    let mut map = m.crystals.write().unwrap();
+    for &(id, accesses) in counts {
+        map.get_mut(&id).unwrap().access_count = accesses;
+    }
 }
 
 #[test]
@@ -180,12 +188,7 @@ fn overlapping_promoted_crystals_merge_into_the_more_important_one() {
     let a = m.add(kind("deploy the api with blue green switching"), "user", NOW).unwrap().crystal.id;
     let b = m.add(kind("deploy the api with blue green switching!"), "user", NOW).unwrap().crystal.id;
     let c = m.add(kind("crows remember faces"), "user", NOW).unwrap().crystal.id;
-    {
-        let mut map = m.crystals.write().unwrap();
-        for (id, accesses) in [(a, 40), (b, 20), (c, 40)] {
-            map.get_mut(&id).unwrap().access_count = accesses;
-        }
-    }
+    accessed(&m, &[(a, 40), (b, 20), (c, 40)]);
     let report = m.consolidate(NOW).unwrap();
     assert_eq!(report.merged, 1);
     assert_eq!(m.get(a).unwrap().lifecycle, Lifecycle::Consolidated);
@@ -207,12 +210,7 @@ fn overlapping_promoted_crystals_of_different_users_never_merge() {
     };
     let a = m.add(of("alice"), "user", NOW).unwrap().crystal.id;
     let b = m.add(of("bob"), "user", NOW).unwrap().crystal.id;
-    {
-        let mut map = m.crystals.write().unwrap();
-        for id in [a, b] {
-            map.get_mut(&id).unwrap().access_count = 40;
-        }
-    }
+    accessed(&m, &[(a, 40), (b, 40)]);
     assert_eq!(m.consolidate(NOW).unwrap().merged, 0);
     assert!([a, b].iter().all(|id| m.get(*id).unwrap().lifecycle != Lifecycle::Archived));
 }
@@ -397,4 +395,88 @@ fn add_many_stores_nothing_when_one_memory_is_invalid() {
     let m = open(dir.path());
     assert!(m.add_many(vec![memory("Alice likes crows"), memory("  ")], "user", NOW).is_err());
     assert!(m.counts().is_empty());
+}
+
+#[test]
+fn an_archived_crystal_stays_out_of_the_vector_index_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "deploy the api with blue green switching";
+    let loser = {
+        let m = open(dir.path());
+        let kind = |text: &str| NewMemory { kind: MemoryKind::Interaction, ..memory(text) };
+        let a = m.add(kind(text), "user", NOW).unwrap().crystal.id;
+        let b = m.add(kind("deploy the api with blue green switching!"), "user", NOW).unwrap().crystal.id;
+        accessed(&m, &[(a, 40), (b, 20)]);
+        assert_eq!(m.consolidate(NOW).unwrap().merged, 1);
+        assert!(!m.vector_hits(text, 10).unwrap().iter().any(|(id, _)| *id == b));
+        b
+    };
+    let m = open(dir.path());
+    assert_eq!(m.get(loser).unwrap().lifecycle, Lifecycle::Archived);
+    assert!(!m.vector_hits(text, 10).unwrap().iter().any(|(id, _)| *id == loser));
+}
+
+#[test]
+fn a_skill_from_a_peer_is_stored_with_its_peer_in_one_audited_write() {
+    use crate::memory::skills::SkillMemory;
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let skill = SkillMemory {
+        name: "backoff",
+        text: "retry failed calls with exponential backoff",
+        semantic_type: druse_protocol::body::SemanticType::Skill,
+        peer: Some("12D3KooWpeer".into()),
+    };
+    let id = m.add_skill(skill, NOW).unwrap();
+    let c = m.get(id).unwrap();
+    assert_eq!((c.origin, c.governance.peer_origin.as_deref()), (Origin::Peer, Some("12D3KooWpeer")));
+    assert_eq!(c.text, "backoff: retry failed calls with exponential backoff");
+    let audit = m.history(id).unwrap().audit;
+    assert_eq!(
+        audit.iter().map(|e| (e.who.as_str(), e.why.as_str())).collect::<Vec<_>>(),
+        [("peer:12D3KooWpeer", "created")]
+    );
+}
+
+#[test]
+fn change_keeps_a_crystals_identity_and_state_and_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let id = m.add(memory("Alice likes crows"), "user", NOW).unwrap().crystal.id;
+    let changed = m
+        .change(id, "market", NOW + 1, "bounty match: curiosity boost", |c| {
+            c.curiosity_boost = 0.5;
+            c.text = "cannot be rewritten".into();
+            c.lifecycle = Lifecycle::Archived;
+            c.status = Status::Superseded;
+        })
+        .unwrap();
+    let stored = m.get(id).unwrap();
+    assert_eq!(changed.curiosity_boost, 0.5);
+    assert_eq!(
+        (stored.curiosity_boost, stored.text.as_str(), stored.lifecycle, stored.status),
+        (0.5, "Alice likes crows", Lifecycle::Generated, Status::Active)
+    );
+    let audit = m.history(id).unwrap().audit;
+    assert!(audit.iter().any(|e| e.who == "market" && e.why == "bounty match: curiosity boost" && e.from == e.to));
+    assert!(matches!(m.change(id + 1000, "market", NOW, "none", |_| {}), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn a_pipeline_without_store_returns_its_augments_and_writes_nothing() {
+    use crate::memory::pipeline::Pipeline;
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let crows = m.add(memory("Alice likes crows"), "user", NOW).unwrap().crystal.id;
+    let out = Pipeline::new(&m)
+        .retrieve(Query { q: "crows".into(), k: 10, ..Query::default() })
+        .augment(|mut c| {
+            c.curiosity_boost = 0.75;
+            c
+        })
+        .execute(Caller::LocalAgent, NOW)
+        .unwrap();
+    assert_eq!(out.iter().map(|c| (c.id, c.curiosity_boost)).collect::<Vec<_>>(), vec![(crows, 0.75)]);
+    assert_eq!(m.get(crows).unwrap().curiosity_boost, 0.0);
+    assert!(!m.history(crows).unwrap().audit.iter().any(|e| e.why == "augmented"));
 }

@@ -311,17 +311,32 @@ mod tests {
         Document { text: text.into(), context: Vec::new() }
     }
 
-    #[test]
-    fn bm25_finds_the_document_that_shares_rare_words() {
+    /// An index in a fresh directory holding `docs`, committed.
+    fn indexed(docs: &[(CrystalId, Document)]) -> (tempfile::TempDir, TextIndex) {
         let dir = tempfile::tempdir().unwrap();
         let index = TextIndex::open(dir.path()).unwrap();
-        index.upsert(1, &doc("Dad's surgery is on March 15")).unwrap();
-        index.upsert(2, &doc("Alice likes crows and ravens")).unwrap();
-        index.upsert(3, &doc("The team shipped the release")).unwrap();
-        index.commit(3).unwrap();
+        for (id, document) in docs {
+            index.upsert(*id, document).unwrap();
+        }
+        index.commit(docs.iter().map(|(id, _)| *id).max().unwrap_or(0)).unwrap();
+        (dir, index)
+    }
+
+    /// The ids `query` finds, best first.
+    fn ids(index: &TextIndex, query: &str) -> Vec<CrystalId> {
+        index.search(query, 5).unwrap().into_iter().map(|h| h.0).collect()
+    }
+
+    #[test]
+    fn bm25_finds_the_document_that_shares_rare_words() {
+        let (_dir, index) = indexed(&[
+            (1, doc("Dad's surgery is on March 15")),
+            (2, doc("Alice likes crows and ravens")),
+            (3, doc("The team shipped the release")),
+        ]);
         let hits = index.search("when is the surgery?", 2).unwrap();
         assert_eq!(hits.first().map(|h| h.0), Some(1));
-        assert_eq!(index.search("crows", 5).unwrap().first().map(|h| h.0), Some(2));
+        assert_eq!(ids(&index, "crows").first(), Some(&2));
     }
 
     #[test]
@@ -337,7 +352,7 @@ mod tests {
         let index = TextIndex::open(dir.path()).unwrap();
         assert_eq!(index.indexed_up_to(), Some(7));
         assert!(index.search("old", 5).unwrap().is_empty());
-        assert_eq!(index.search("new", 5).unwrap().first().map(|h| h.0), Some(7));
+        assert_eq!(ids(&index, "new").first(), Some(&7));
     }
 
     #[test]
@@ -352,35 +367,24 @@ mod tests {
 
     #[test]
     fn questions_match_on_topic_words_and_their_stems_not_on_question_words() {
-        let dir = tempfile::tempdir().unwrap();
-        let index = TextIndex::open(dir.path()).unwrap();
-        index.upsert(1, &doc("What do you think? I'd like that.")).unwrap();
-        index.upsert(2, &doc("italki tutors start at about £15 an hour")).unwrap();
-        index.commit(2).unwrap();
-        let hits: Vec<CrystalId> =
-            index.search("What's my tutor's name?", 5).unwrap().into_iter().map(|h| h.0).collect();
-        assert_eq!(hits, vec![2]);
+        let (_dir, index) = indexed(&[
+            (1, doc("What do you think? I'd like that.")),
+            (2, doc("italki tutors start at about £15 an hour")),
+        ]);
+        assert_eq!(ids(&index, "What's my tutor's name?"), vec![2]);
     }
 
     #[test]
     fn a_match_on_its_own_text_outranks_a_match_on_context() {
-        let dir = tempfile::tempdir().unwrap();
-        let index = TextIndex::open(dir.path()).unwrap();
         let with_context =
             Document { text: "Casa do Largo, eight minutes away".into(), context: vec!["which hotel".into()] };
-        index.upsert(1, &with_context).unwrap();
-        index.upsert(2, &doc("which hotel should we book")).unwrap();
-        index.commit(2).unwrap();
-        let hits: Vec<CrystalId> = index.search("hotel", 5).unwrap().into_iter().map(|h| h.0).collect();
-        assert_eq!(hits, vec![2, 1]);
+        let (_dir, index) = indexed(&[(1, with_context), (2, doc("which hotel should we book"))]);
+        assert_eq!(ids(&index, "hotel"), vec![2, 1]);
     }
 
     #[test]
     fn malformed_query_syntax_does_not_fail() {
-        let dir = tempfile::tempdir().unwrap();
-        let index = TextIndex::open(dir.path()).unwrap();
-        index.upsert(1, &doc("rust parsing")).unwrap();
-        index.commit(1).unwrap();
+        let (_dir, index) = indexed(&[(1, doc("rust parsing"))]);
         assert!(index.search("rust AND (OR \"unbalanced", 5).is_ok());
         assert!(index.search("", 5).is_ok());
     }

@@ -4,9 +4,7 @@
 use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
 
-use super::{
-    Added, CONTEXT, CONTEXT_BIT, Changes, EMBEDDING, Error, MAX_TEXT, Memory, NewMemory, TextPending, audit, lock, read,
-};
+use super::{Added, CONTEXT, Changes, EMBEDDING, Error, MAX_TEXT, Memory, NewMemory, TextPending, audit, lock, read};
 use crate::governance;
 use crate::memory::correction::{self, Candidate, Decision};
 use crate::memory::crystal::{
@@ -40,10 +38,22 @@ impl Memory {
     /// most similar active observations, and commits it, any supersession and their audit
     /// entries in one batch, made durable before returning.
     pub fn add(&self, new: NewMemory, actor: &str, now: UnixMillis) -> Result<Added, Error> {
+        self.add_from(new, None, actor, now)
+    }
+
+    /// [`Memory::add`], with `peer` the peer a memory from the swarm came from, recorded in
+    /// its governance.
+    pub(crate) fn add_from(
+        &self,
+        new: NewMemory,
+        peer: Option<String>,
+        actor: &str,
+        now: UnixMillis,
+    ) -> Result<Added, Error> {
         check(&new)?;
         let embedding = self.embed_one(&new.text)?;
         let _writer = lock(&self.write);
-        let (added, changes) = self.prepare(new, embedding, actor, now)?;
+        let (added, changes) = self.prepare(&new, peer, embedding, actor, now)?;
         self.commit(changes, true)?;
         self.persist_hormones()?;
         Ok(added)
@@ -61,48 +71,55 @@ impl Memory {
         }
         let mut added = Vec::with_capacity(news.len());
         let mut pending = TextPending::default();
-        let outcome = (|| -> Result<(), Error> {
-            let mut rest = news;
-            while !rest.is_empty() {
-                let tail = rest.split_off(rest.len().min(EMBED_BATCH));
-                let chunk = std::mem::replace(&mut rest, tail);
-                let texts: Vec<&str> = chunk.iter().map(|n| n.text.as_str()).collect();
-                let embeddings = self.embedder.embed(&texts)?;
-                if embeddings.len() != chunk.len() {
-                    return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
-                }
-                // Each memory is indexed at once, so the next is reconciled against it; the
-                // chunk goes to sled in one batch, whatever happens to the memories after.
-                let _writer = lock(&self.write);
-                let mut batch = sled::Batch::default();
-                let indexed = (|| -> Result<(), Error> {
-                    for (new, embedding) in chunk.into_iter().zip(embeddings) {
-                        let (one, changes) = self.prepare(new, embedding, actor, now)?;
-                        self.add_to_batch(&changes, &mut batch)?;
-                        pending = pending.and(self.index(changes)?);
-                        added.push(one);
-                    }
-                    Ok(())
-                })();
-                self.tree.apply_batch(batch)?;
-                indexed?;
-            }
-            Ok(())
-        })();
-        let settled = (|| -> Result<(), Error> {
-            let _writer = lock(&self.write);
-            self.db.flush()?;
-            self.commit_text(pending)?;
-            self.persist_hormones()
-        })();
-        outcome.and(settled).map(|()| added)
+        let outcome =
+            news.chunks(EMBED_BATCH).try_for_each(|chunk| self.add_chunk(chunk, actor, now, &mut added, &mut pending));
+        outcome.and(self.settle(pending)).map(|()| added)
     }
 
-    /// Decides what storing `new` (embedded as `embedding`) changes. The caller holds the
-    /// writer lock and commits the changes before releasing it.
+    /// Makes what [`Memory::add_many`] stored durable and searchable by text.
+    fn settle(&self, pending: TextPending) -> Result<(), Error> {
+        let _writer = lock(&self.write);
+        self.db.flush()?;
+        self.commit_text(pending)?;
+        self.persist_hormones()
+    }
+
+    /// One chunk of [`Memory::add_many`]: embedded in one call, each memory prepared and
+    /// indexed at once (so the next is reconciled against it), and the chunk written to sled
+    /// in one batch, whatever happens to the memories after the first that fails.
+    fn add_chunk(
+        &self,
+        chunk: &[NewMemory],
+        actor: &str,
+        now: UnixMillis,
+        added: &mut Vec<Added>,
+        pending: &mut TextPending,
+    ) -> Result<(), Error> {
+        let texts: Vec<&str> = chunk.iter().map(|n| n.text.as_str()).collect();
+        let embeddings = self.embedder.embed(&texts)?;
+        if embeddings.len() != chunk.len() {
+            return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
+        }
+        let _writer = lock(&self.write);
+        let mut batch = sled::Batch::default();
+        let indexed = chunk.iter().zip(embeddings).try_for_each(|(new, embedding)| {
+            let (one, changes) = self.prepare(new, None, embedding, actor, now)?;
+            self.add_to_batch(&changes, &mut batch)?;
+            *pending = pending.and(self.index(changes)?);
+            added.push(one);
+            Ok(())
+        });
+        self.tree.apply_batch(batch)?;
+        indexed
+    }
+
+    /// Decides what storing `new` (embedded as `embedding`, from `peer` if it came from the
+    /// swarm) changes. The caller holds the writer lock and commits the changes before
+    /// releasing it.
     fn prepare(
         &self,
-        new: NewMemory,
+        new: &NewMemory,
+        peer: Option<String>,
         embedding: Vec<f32>,
         actor: &str,
         now: UnixMillis,
@@ -115,7 +132,7 @@ impl Memory {
             state.crystal_influence(&self.config.hormones, &new.text, new.origin == Origin::Session, now)
         };
         let decision = if new.kind == MemoryKind::Observation {
-            let candidates = self.candidates(&new, &embedding)?;
+            let candidates = self.candidates(new, &embedding)?;
             self.reconciler.reconcile(&new.text, new.subject.as_deref(), new.attribute.as_deref(), &candidates)
         } else {
             Decision::Add
@@ -147,7 +164,7 @@ impl Memory {
             }
             Decision::Add | Decision::Update { .. } => {
                 let id = self.db.generate_id()? + 1;
-                let mut crystal = self.new_crystal(id, &new, influence, actor, now)?;
+                let mut crystal = self.new_crystal(id, new, peer, influence, actor, now)?;
                 if let Decision::Update { target, confidence } = decision {
                     let mut old = self.get(target).ok_or(Error::NotFound(target))?;
                     crystal.confidence = confidence;
@@ -197,6 +214,7 @@ impl Memory {
         &self,
         id: CrystalId,
         new: &NewMemory,
+        peer: Option<String>,
         influence: hormones::Influence,
         actor: &str,
         now: UnixMillis,
@@ -232,7 +250,7 @@ impl Memory {
                     timestamp: now,
                     parent_ids: Vec::new(),
                 }],
-                peer_origin: None,
+                peer_origin: peer,
             },
             hormones: influence,
             emotional_valence: influence.valence(),
@@ -274,11 +292,11 @@ impl Memory {
                     .map(|c| to_candidate(c, 1.0)),
             );
         }
-        for (key, similarity) in self.vectors.search(embedding, self.vector_depth(64))? {
-            if key & CONTEXT_BIT != 0 || out.len() >= self.config.correction.candidates {
-                continue;
+        for (id, similarity) in self.nearest(embedding, 64)? {
+            if out.len() >= self.config.correction.candidates {
+                break;
             }
-            if let Some(c) = crystals.get(&key).filter(|c| usable(c) && !out.iter().any(|o| o.id == c.id)) {
+            if let Some(c) = crystals.get(&id).filter(|c| usable(c) && !out.iter().any(|o| o.id == c.id)) {
                 out.push(to_candidate(c, similarity));
             }
         }

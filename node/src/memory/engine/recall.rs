@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use druse_protocol::UnixMillis;
 
-use super::{CONTEXT_BIT, CRYSTAL, Error, Hit, MAX_TEXT, Memory, Query, decay_inputs, key, read, write};
+use super::{CONTEXT_BIT, CRYSTAL, Error, Hit, MAX_TEXT, Memory, Query, key, read, write};
 use crate::governance::Caller;
 use crate::memory::crystal::CrystalId;
 use crate::memory::vector;
@@ -118,7 +118,7 @@ impl Memory {
                 {
                     return None;
                 }
-                let importance = self.config.decay.importance(&decay_inputs(c), now, 0.0);
+                let importance = self.importance(c, now, 0.0);
                 let days = now.saturating_sub(c.last_access) as f64 / 86_400_000.0;
                 let recency = (-days / 7.0).exp();
                 let score = rrf

@@ -93,7 +93,13 @@ fn index_can_be_shared_across_threads() {
 fn dropping_the_index_stops_its_builder() {
     let index = index_with(config(16, 500, 16), &Rng(14).vectors(500, 16));
     // The last insert woke the builder; drop stops and joins it, so returning proves it ended.
-    drop(index);
+    // The drop runs on its own thread so a builder that never stops fails the test, not hangs it.
+    let (done, dropped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(index);
+        let _ = done.send(());
+    });
+    assert!(dropped.recv_timeout(IDLE).is_ok(), "dropping the index did not stop its builder within {IDLE:?}");
 }
 
 #[test]
