@@ -18,8 +18,25 @@ const NOW: u64 = 1_795_305_600_000;
 const DAY: u64 = 86_400_000;
 
 fn open(dir: &std::path::Path) -> Memory {
-    let db = sled::open(dir.join("db")).unwrap();
-    Memory::open(&db, &dir.join("index"), Config::default(), Arc::new(Hashing::new(384)), NOW).unwrap()
+    open_at(dir, NOW)
+}
+
+/// Opens the engine in `dir` as of `now`. A handle dropped just before may still hold sled's
+/// file lock for a moment (its flusher thread winds down on its own), so a reopen retries.
+fn open_at(dir: &std::path::Path, now: druse_protocol::UnixMillis) -> Memory {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let db = loop {
+        match sled::open(dir.join("db")) {
+            Ok(db) => break db,
+            Err(sled::Error::Io(e))
+                if e.kind() == std::io::ErrorKind::Other && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("opening sled in {}: {e}", dir.display()),
+        }
+    };
+    Memory::open(&db, &dir.join("index"), Config::default(), Arc::new(Hashing::new(384)), now).unwrap()
 }
 
 /// A plain stored crystal, for tests of the parts around the engine.
@@ -227,9 +244,7 @@ fn importance_is_refreshed_by_a_pass_and_recomputed_when_the_engine_opens() {
         (id, before, m.get(id).unwrap().importance)
     };
     assert!(before - refreshed > 0.01, "ten days of decay: {before} → {refreshed}");
-    let db = sled::open(dir.path().join("db")).unwrap();
-    let m =
-        Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), later).unwrap();
+    let m = open_at(dir.path(), later);
     assert!((m.get(id).unwrap().importance - refreshed).abs() < 1e-9);
 }
 
