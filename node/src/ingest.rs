@@ -815,8 +815,8 @@ mod tests {
         assert_eq!(restored.view.last_seqs().collect::<Vec<_>>(), vec![(f.mgmt.public(), 7)]);
     }
 
-    fn report(id: ContentId, event: ReportEvent) -> Body {
-        Body::Report(Report { issued_at: NOW, content_id: id, event })
+    fn report(by: &Keypair, id: ContentId, event: ReportEvent) -> Body {
+        Body::Report(Report { issued_at: NOW, reporter: by.public(), content_id: id, event })
     }
 
     fn stats(f: &Fixture, id: &ContentId) -> market::Stats {
@@ -830,7 +830,7 @@ mod tests {
         let user = Keypair::from_seed([3; 32]);
         let body = listing("a", "retry with backoff");
         let id = ContentId::of(&body.encode().unwrap());
-        let run = report(id, ReportEvent::Execution { success: true, reward: 0.5 });
+        let run = report(&user, id, ReportEvent::Execution { success: true, reward: 0.5 });
         assert_eq!(f.ingest(&user, &run), Outcome::Accepted);
         assert_eq!(f.pipeline.pending_reports.len(), 1);
         assert!(stats(&f, &id).executions.is_empty());
@@ -879,7 +879,7 @@ mod tests {
         let boosts = f.pipeline.take_effects().into_iter().filter(|e| matches!(e, Effect::Boost(..))).count();
         assert_eq!(boosts, 2);
 
-        let claim = report(ids[1], ReportEvent::Claim { bounty_id: "b1".into() });
+        let claim = report(&author, ids[1], ReportEvent::Claim { bounty_id: "b1".into() });
         assert_eq!(f.ingest(&author, &claim), Outcome::Accepted);
         let record: BountyRecord = f.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
         assert_eq!(record.claims.len(), 1);
@@ -896,11 +896,15 @@ mod tests {
         let body = Body::Crystal(CrystalListing { asking_price: 700, ..skill_listing("mine") });
         let id = ContentId::of(&body.encode().unwrap());
         assert_eq!(f.ingest(&me, &body), Outcome::Accepted);
-        assert_eq!(f.ingest(&adopter, &report(id, ReportEvent::Adoption { price_paid: 5_000 })), Outcome::Accepted);
+        assert_eq!(
+            f.ingest(&adopter, &report(&adopter, id, ReportEvent::Adoption { price_paid: 5_000 })),
+            Outcome::Accepted
+        );
         let totals = market::totals(&f.pipeline.store).unwrap();
         assert_eq!((totals.earned, totals.spent, totals.entries), (700, 0, 1));
         let twice = Body::Report(Report {
             issued_at: NOW + 1,
+            reporter: adopter.public(),
             content_id: id,
             event: ReportEvent::Adoption { price_paid: 700 },
         });

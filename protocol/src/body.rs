@@ -193,6 +193,9 @@ pub enum ReportEvent {
 #[serde(deny_unknown_fields)]
 pub struct Report {
     pub issued_at: UnixMillis,
+    /// The signer. Naming it in the body gives two reporters' identical statements two
+    /// content ids, so neither is deduplicated away as the other.
+    pub reporter: PublicKey,
     pub content_id: ContentId,
     pub event: ReportEvent,
 }
@@ -413,6 +416,14 @@ impl Body {
             Body::Ban(b) => Some(b.seq),
             Body::Attest(b) => Some(b.seq),
             Body::Crystal(_) | Body::Report(_) => None,
+        }
+    }
+
+    /// The key the body says signed it, where the body names one: it must be the signer.
+    pub fn named_signer(&self) -> Option<PublicKey> {
+        match self {
+            Body::Report(b) => Some(b.reporter),
+            _ => None,
         }
     }
 

@@ -254,6 +254,7 @@ pub async fn mesh_ready(nodes: &[&TestNode]) -> Result<()> {
     for node in nodes {
         let probe = Body::Report(Report {
             issued_at: now_ms(),
+            reporter: node.public_key(),
             content_id: ContentId::of(format!("mesh probe from {} at {}", node.name, now_ms()).as_bytes()),
             event: ReportEvent::Execution { success: true, reward: 0.0 },
         });

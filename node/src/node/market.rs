@@ -137,7 +137,13 @@ impl Node {
     /// Signs and publishes a report about a skill this node holds.
     pub async fn report(&self, id: ContentId, event: ReportEvent) -> Result<ContentId, Error> {
         self.skill(&id)?.ok_or(Error::NoSkill(id))?;
-        self.publish(&Body::Report(Report { issued_at: now_ms(), content_id: id, event })).await
+        self.publish(&Body::Report(Report {
+            issued_at: now_ms(),
+            reporter: self.inner.key.public(),
+            content_id: id,
+            event,
+        }))
+        .await
     }
 
     /// Adopts a skill: pays what the node's own computation supports (the asking price, or the
@@ -165,6 +171,7 @@ impl Node {
         let report = self
             .publish(&Body::Report(Report {
                 issued_at: now_ms(),
+                reporter: self.inner.key.public(),
                 content_id: id,
                 event: ReportEvent::Adoption { price_paid: settlement.paid },
             }))

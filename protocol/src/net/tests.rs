@@ -61,6 +61,7 @@ async fn start(seed: u8, config: Config) -> Node {
 fn envelope(key: &Keypair, n: u8) -> Vec<u8> {
     let body = Body::Report(Report {
         issued_at: 1_700_000_000_000 + u64::from(n),
+        reporter: key.public(),
         content_id: ContentId::of(&[n]),
         event: ReportEvent::Execution { success: true, reward: 0.5 },
     });

@@ -37,7 +37,8 @@ pub enum Reason {
     NotPublishable,
     /// A management kind signed by a key that is not on the trust list.
     UntrustedSigner,
-    /// A crystal or report whose signer is not the gossip peer that originated it.
+    /// A crystal or report whose signer is not the gossip peer that originated it, or a
+    /// report naming another reporter than its signer.
     AuthorMismatch,
     /// Issued further in the future than the window allows.
     FutureDated,
@@ -380,7 +381,7 @@ fn validate_inner(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut Tru
         if !view.trust.contains(&signer) {
             return Err(Reason::UntrustedSigner);
         }
-    } else if signer.peer_id() != *source {
+    } else if signer.peer_id() != *source || body.named_signer().is_some_and(|named| named != signer) {
         return Err(Reason::AuthorMismatch);
     }
     let content_id = envelope.content_id();

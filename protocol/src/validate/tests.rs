@@ -86,9 +86,10 @@ fn attest(seq: u64) -> Attest {
     }
 }
 
-fn report() -> Report {
+fn report(by: &Keypair) -> Report {
     Report {
         issued_at: NOW,
+        reporter: by.public(),
         content_id: ContentId::of(b"skill"),
         event: ReportEvent::Execution { success: true, reward: 0.7 },
     }
@@ -107,7 +108,7 @@ fn one_of_each() -> Vec<(Vec<u8>, PeerId)> {
         (seal(&m, Body::Endorsement(endorsement(1))), e.peer_id()),
         (seal(&m, Body::Weather(weather(2, 0.9))), e.peer_id()),
         (seal(&m, Body::Bounty(bounty(3))), e.peer_id()),
-        (seal(&e, Body::Report(report())), e.peer_id()),
+        (seal(&e, Body::Report(report(&e))), e.peer_id()),
         (seal(&m, Body::Ban(ban(4))), e.peer_id()),
         (seal(&m, Body::Attest(attest(5))), e.peer_id()),
     ]
@@ -354,8 +355,26 @@ fn listing_whose_signer_is_not_the_gossip_source_is_rejected() {
 
 #[test]
 fn report_whose_signer_is_not_the_gossip_source_is_rejected() {
-    let bytes = seal(&edge(), Body::Report(report()));
+    let bytes = seal(&edge(), Body::Report(report(&edge())));
     assert_rejected(check(&bytes, &outsider().peer_id(), &mut view()), Reason::AuthorMismatch);
+}
+
+#[test]
+fn report_naming_another_reporter_than_its_signer_is_rejected() {
+    let e = edge();
+    let bytes = seal(&e, Body::Report(report(&outsider())));
+    assert_rejected(check(&bytes, &e.peer_id(), &mut view()), Reason::AuthorMismatch);
+}
+
+#[test]
+fn identical_reports_from_two_reporters_in_one_millisecond_are_both_accepted() {
+    let (e, o) = (edge(), outsider());
+    let mut view = view();
+    let first = seal(&e, Body::Report(report(&e)));
+    let second = seal(&o, Body::Report(report(&o)));
+    assert!(matches!(check(&first, &e.peer_id(), &mut view), Verdict::Accept(_)));
+    assert!(matches!(check(&second, &o.peer_id(), &mut view), Verdict::Accept(_)), "deduplicated as the first");
+    assert_ignored(check(&second, &o.peer_id(), &mut view), Reason::Duplicate);
 }
 
 #[test]
@@ -380,7 +399,7 @@ fn weather_level_outside_the_unit_interval_is_rejected() {
 #[test]
 fn report_reward_outside_minus_one_to_one_is_rejected() {
     let e = edge();
-    let bad = Report { event: ReportEvent::Execution { success: true, reward: -1.5 }, ..report() };
+    let bad = Report { event: ReportEvent::Execution { success: true, reward: -1.5 }, ..report(&e) };
     let bytes = Envelope::seal(&e, Kind::Report, &serde_ipld_dagcbor::to_vec(&bad).unwrap());
     assert_rejected(check(&bytes, &e.peer_id(), &mut view()), Reason::InvalidField);
 }
@@ -517,6 +536,7 @@ fn arb_body() -> impl Strategy<Value = Body> {
         (any::<u64>(), any::<bool>(), -1.0f64..=1.0, any::<u64>()).prop_map(|(seq, success, reward, paid)| {
             Body::Report(Report {
                 issued_at: NOW,
+                reporter: mgmt().public(),
                 content_id: ContentId::of(&seq.to_le_bytes()),
                 event: if success && reward > 0.5 {
                     ReportEvent::Adoption { price_paid: paid }
