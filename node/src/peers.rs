@@ -1,7 +1,7 @@
 //! Live peer trust (DESIGN §7): what this node has seen of each peer, the reputation that
 //! evidence earns, management attestations and bans, and operator pins.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use druse_protocol::body::TrustLevel;
 use druse_protocol::net::PeerId;
@@ -50,7 +50,8 @@ impl Record {
 pub struct Book {
     records: HashMap<PeerId, Record>,
     pins: HashMap<PeerId, TrustLevel>,
-    management: TrustList,
+    /// The PeerIds of the management keys, so a lookup by PeerId needs no key decoding.
+    management_peers: HashSet<PeerId>,
     thresholds: Thresholds,
     capacity: usize,
 }
@@ -58,7 +59,14 @@ pub struct Book {
 impl Book {
     /// A book that knows the management keys and the operator's pins.
     pub fn new(management: TrustList, pins: HashMap<PeerId, TrustLevel>, capacity: usize) -> Self {
-        Self { records: HashMap::new(), pins, management, thresholds: Thresholds::default(), capacity: capacity.max(1) }
+        let management_peers = management.iter().map(PublicKey::peer_id).collect();
+        Self {
+            records: HashMap::new(),
+            pins,
+            management_peers,
+            thresholds: Thresholds::default(),
+            capacity: capacity.max(1),
+        }
     }
 
     /// Loads a persisted record (at start-up).
@@ -109,7 +117,7 @@ impl Book {
     }
 
     fn is_management(&self, peer: &PeerId) -> bool {
-        PublicKey::from_peer_id(peer).is_some_and(|k| self.management.contains(&k))
+        self.management_peers.contains(peer)
     }
 
     /// The peer's trust level: an unexpired ban, then an operator pin, then management keys

@@ -174,6 +174,12 @@ impl Envelope {
 
     /// Opens wire bytes: size cap, strict decode, canonical form, then `verify_strict`.
     pub fn open(bytes: &[u8]) -> Result<Self, Error> {
+        Self::open_with(bytes, |_| None)
+    }
+
+    /// Like [`Envelope::open`], asking `known` first for a signer key decoded before, which
+    /// saves decompressing its curve point again.
+    pub(crate) fn open_with(bytes: &[u8], known: impl FnOnce(&[u8; 32]) -> Option<PublicKey>) -> Result<Self, Error> {
         if bytes.len() > MAX_ENVELOPE_LEN {
             return Err(Error::TooLarge { len: bytes.len(), max: MAX_ENVELOPE_LEN });
         }
@@ -186,7 +192,7 @@ impl Envelope {
             return Err(Error::BodyTooLarge { kind, len: wire.body.len(), max: kind.max_body_len() });
         }
         let signer: &[u8; 32] = wire.signer.try_into().map_err(|_| Error::BadSigner)?;
-        let signer = PublicKey::from_bytes(signer).ok_or(Error::BadSigner)?;
+        let signer = known(signer).or_else(|| PublicKey::from_bytes(signer)).ok_or(Error::BadSigner)?;
         let sig: [u8; 64] = wire.sig.try_into().map_err(|_| Error::BadSignatureLength)?;
         // One byte string per envelope: re-encoding must give back exactly what was received.
         if encode_wire(&wire) != bytes {

@@ -4,7 +4,7 @@
 //! envelope decode, signature, body decode, timestamp window, authority, dedupe, seq and
 //! per-peer rate. It does no IO; `TrustView` carries the state it needs and is bounded.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use libp2p_identity::PeerId;
 
@@ -184,6 +184,7 @@ pub struct Config {
     /// Reports one peer may originate (60 per 60 s).
     pub report_rate: Rate,
     /// Peers whose rates are tracked at once; the least recently seen are forgotten first.
+    /// As many signer keys are kept decoded.
     pub rate_peers: usize,
 }
 
@@ -235,31 +236,35 @@ impl SeqWindow {
     }
 }
 
-/// A set of recent ids with a fixed capacity; the oldest is forgotten first.
+/// A map of recent entries with a fixed capacity; the oldest is forgotten first.
 #[derive(Debug, Clone)]
-struct Bounded<T: std::hash::Hash + Eq + Copy> {
-    set: HashSet<T>,
-    order: VecDeque<T>,
+struct Bounded<K: std::hash::Hash + Eq + Copy, V = ()> {
+    map: HashMap<K, V>,
+    order: VecDeque<K>,
     capacity: usize,
 }
 
-impl<T: std::hash::Hash + Eq + Copy> Bounded<T> {
+impl<K: std::hash::Hash + Eq + Copy, V> Bounded<K, V> {
     fn new(capacity: usize) -> Self {
-        Self { set: HashSet::new(), order: VecDeque::new(), capacity: capacity.max(1) }
+        Self { map: HashMap::new(), order: VecDeque::new(), capacity: capacity.max(1) }
     }
 
-    fn contains(&self, item: &T) -> bool {
-        self.set.contains(item)
+    fn contains(&self, key: &K) -> bool {
+        self.map.contains_key(key)
     }
 
-    fn insert(&mut self, item: T) {
-        if !self.set.insert(item) {
+    fn get(&self, key: &K) -> Option<&V> {
+        self.map.get(key)
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        if self.map.insert(key, value).is_some() {
             return;
         }
-        self.order.push_back(item);
+        self.order.push_back(key);
         while self.order.len() > self.capacity {
             if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
+                self.map.remove(&old);
             }
         }
     }
@@ -280,14 +285,16 @@ pub struct TrustView {
     trust: TrustList,
     seqs: HashMap<PublicKey, SeqWindow>,
     seen: Bounded<ContentId>,
+    /// Signer keys whose signatures verified, decoded once (as many as `rate_peers`).
+    signers: Bounded<[u8; 32], PublicKey>,
     rates: HashMap<(PublicKey, Kind), Window>,
 }
 
 impl TrustView {
     /// A view trusting `trust` for management kinds.
     pub fn new(config: Config, trust: TrustList) -> Self {
-        let seen = Bounded::new(config.seen_capacity);
-        Self { config, trust, seqs: HashMap::new(), seen, rates: HashMap::new() }
+        let (seen, signers) = (Bounded::new(config.seen_capacity), Bounded::new(config.rate_peers));
+        Self { config, trust, seqs: HashMap::new(), seen, signers, rates: HashMap::new() }
     }
 
     /// The trust list in force.
@@ -320,7 +327,7 @@ impl TrustView {
 
     /// Marks a body as seen, e.g. one this node published itself.
     pub fn mark_seen(&mut self, id: ContentId) {
-        self.seen.insert(id);
+        self.seen.insert(id, ());
     }
 
     fn rate_for(&self, kind: Kind) -> Option<Rate> {
@@ -372,7 +379,10 @@ pub fn validate(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut Trust
 }
 
 fn validate_inner(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut TrustView) -> Result<Accepted, Reason> {
-    let envelope = Envelope::open(bytes)?;
+    let envelope = Envelope::open_with(bytes, |key| view.signers.get(key).copied())?;
+    // A cache, not a rule: a key whose signature verified is worth keeping decoded whatever
+    // the later rules say about this message.
+    view.signers.insert(envelope.signer().to_bytes(), envelope.signer());
     let kind = envelope.kind();
     let body = Body::decode(kind, envelope.body())?;
     view.check_time(body.issued_at(), now)?;
@@ -396,7 +406,7 @@ fn validate_inner(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut Tru
     if let Some(seq) = body.seq() {
         view.seqs.entry(signer).or_insert(SeqWindow { last: 0, mask: 0 }).record(seq);
     }
-    view.seen.insert(content_id);
+    view.seen.insert(content_id, ());
     Ok(Accepted { envelope, body, content_id })
 }
 

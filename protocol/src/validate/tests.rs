@@ -172,6 +172,18 @@ fn forged_signature_is_rejected() {
 }
 
 #[test]
+fn forged_signature_is_rejected_after_the_signer_was_heard_from() {
+    // The first message leaves the management key decoded in the view; a forgery naming the
+    // same key must still have its signature checked.
+    let mut view = view();
+    let genuine = seal(&mgmt(), Body::Weather(weather(1, 0.5)));
+    assert!(check(&genuine, &edge().peer_id(), &mut view).is_accept());
+    let body = Body::Weather(weather(2, 0.9)).encode().unwrap();
+    let bytes = raw("weather", &body, &mgmt().public(), &domain_sig(&outsider(), "weather", &body));
+    assert_rejected(check(&bytes, &edge().peer_id(), &mut view), Reason::BadSignature);
+}
+
+#[test]
 fn signature_made_for_another_kind_is_rejected() {
     // A genuine management signature over an endorsement body, replayed as if it were weather.
     let body = Body::Endorsement(endorsement(1)).encode().unwrap();
