@@ -4,7 +4,9 @@
 
 use std::collections::HashSet;
 
-use druse_protocol::body::{Body, Bounty, CrystalListing, Endorsement, Report, ReportEvent, TrustLevel};
+use druse_protocol::body::{
+    Body, Bounty, CrystalListing, Endorsement, EndorsementVerdict, Report, ReportEvent, TrustLevel,
+};
 use druse_protocol::net::{Acceptance, PeerId};
 use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{self, Accepted, Reason, TrustView, Verdict};
@@ -261,9 +263,26 @@ impl Pipeline {
                 {
                     return Ok(Outcome::Confidential);
                 }
-                let skill = Skill::new(accepted.content_id, listing.clone(), signer, origin, now);
-                if self.store.insert_skill(&accepted.content_id, &skill)? {
-                    self.on_new_skill(accepted.content_id, listing, signer, now, metrics)?;
+                // Endorsements that waited for the skill are applied before it is stored, so no
+                // reader ever sees it without them.
+                let id = accepted.content_id;
+                let mut skill = Skill::new(id, listing.clone(), signer, origin, now);
+                let waiting = self.pending.take(&id, now);
+                let applied: Vec<EndorsementVerdict> = waiting
+                    .iter()
+                    .filter(|(by, endorsement)| skill.apply_endorsement(*by, endorsement))
+                    .map(|(_, endorsement)| endorsement.verdict)
+                    .collect();
+                if self.store.insert_skill(&id, &skill)? {
+                    for verdict in applied {
+                        self.count_endorsement(&skill, verdict, now, metrics);
+                    }
+                    self.on_new_skill(id, listing, signer, now, metrics)?;
+                } else {
+                    // Already stored (nothing waits for a stored skill, but lose nothing).
+                    for (by, endorsement) in waiting {
+                        self.apply_endorsement(by, &endorsement, now, metrics)?;
+                    }
                 }
             }
             Body::Endorsement(endorsement) => {
@@ -302,7 +321,7 @@ impl Pipeline {
     fn apply_endorsement(
         &mut self,
         signer: PublicKey,
-        endorsement: &druse_protocol::body::Endorsement,
+        endorsement: &Endorsement,
         now: UnixMillis,
         metrics: &Metrics,
     ) -> Result<bool, store::Error> {
@@ -314,20 +333,25 @@ impl Pipeline {
             return Ok(false);
         };
         if changed {
-            let verdict = match endorsement.verdict {
-                druse_protocol::body::EndorsementVerdict::Endorse => "endorse",
-                druse_protocol::body::EndorsementVerdict::Revoke => "revoke",
-            };
-            metrics.endorsements_applied.get_or_create(&VerdictLabel { verdict }).inc();
-            if skill.is_verified {
-                self.note_peer(&skill.author.peer_id(), now, |r| r.endorsed_skills += 1);
-            }
+            self.count_endorsement(&skill, endorsement.verdict, now, metrics);
         }
         Ok(true)
     }
 
-    /// A skill stored for the first time: endorsements and reports that waited for it, its
-    /// place among its versions, the bounties it matches, and its memory crystal.
+    /// Counts an endorsement that changed `skill` (now in its new state).
+    fn count_endorsement(&mut self, skill: &Skill, verdict: EndorsementVerdict, now: UnixMillis, metrics: &Metrics) {
+        let verdict = match verdict {
+            EndorsementVerdict::Endorse => "endorse",
+            EndorsementVerdict::Revoke => "revoke",
+        };
+        metrics.endorsements_applied.get_or_create(&VerdictLabel { verdict }).inc();
+        if skill.is_verified {
+            self.note_peer(&skill.author.peer_id(), now, |r| r.endorsed_skills += 1);
+        }
+    }
+
+    /// A skill stored for the first time: reports that waited for it, its place among its
+    /// versions, the bounties it matches, and its memory crystal.
     fn on_new_skill(
         &mut self,
         id: ContentId,
@@ -337,9 +361,6 @@ impl Pipeline {
         metrics: &Metrics,
     ) -> Result<(), store::Error> {
         metrics.listing_price.observe(listing.asking_price as f64 / 1e6);
-        for (by, endorsement) in self.pending.take(&id, now) {
-            self.apply_endorsement(by, &endorsement, now, metrics)?;
-        }
         self.place_version(id, listing, author)?;
         let overlap = self.me.market.bounty_text_overlap;
         let matching: Vec<Bounty> = self

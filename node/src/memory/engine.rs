@@ -26,6 +26,8 @@ use crate::memory::{consolidation, dates};
 mod add;
 mod recall;
 
+pub(crate) use add::Incoming;
+
 /// Why the memory engine failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

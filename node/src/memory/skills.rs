@@ -8,7 +8,7 @@ use druse_protocol::body::SemanticType;
 use crate::governance::Scope;
 use crate::memory::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Namespace, Origin, Status};
 use crate::memory::decay::DecayClass;
-use crate::memory::engine::{Error, Memory, NewMemory, read};
+use crate::memory::engine::{Error, Incoming, Memory, NewMemory, read};
 
 /// A skill to remember.
 #[derive(Debug, Clone)]
@@ -20,32 +20,72 @@ pub struct SkillMemory<'a> {
     pub peer: Option<String>,
 }
 
+/// The memory a skill becomes.
+fn incoming(skill: SkillMemory<'_>) -> Incoming {
+    let (origin, actor) = match &skill.peer {
+        Some(peer) => (Origin::Peer, format!("peer:{peer}")),
+        None => (Origin::Skill, "local_agent".to_owned()),
+    };
+    let new = NewMemory {
+        text: format!("{}: {}", skill.name, skill.text),
+        namespace: Namespace::Episodic,
+        kind: MemoryKind::ExplorationNote,
+        semantic_type: skill.semantic_type,
+        origin,
+        subject: None,
+        attribute: None,
+        decay_class: DecayClass::default(),
+        event_at: None,
+        emotional_weight: 0.0,
+        scope: Scope::Public,
+        lifespan: Lifespan::Permanent,
+        ttl_ms: None,
+        session: None,
+        turn_at: None,
+    };
+    Incoming { new, peer: skill.peer, actor }
+}
+
 impl Memory {
     /// Stores a skill as a crystal (origin `peer` with the peer recorded, or `skill` for this
     /// node's own) and returns its id.
     pub fn add_skill(&self, skill: SkillMemory<'_>, now: UnixMillis) -> Result<CrystalId, Error> {
-        let (origin, actor) = match &skill.peer {
-            Some(peer) => (Origin::Peer, format!("peer:{peer}")),
-            None => (Origin::Skill, "local_agent".to_owned()),
-        };
-        let new = NewMemory {
-            text: format!("{}: {}", skill.name, skill.text),
-            namespace: Namespace::Episodic,
-            kind: MemoryKind::ExplorationNote,
-            semantic_type: skill.semantic_type,
-            origin,
-            subject: None,
-            attribute: None,
-            decay_class: DecayClass::default(),
-            event_at: None,
-            emotional_weight: 0.0,
-            scope: Scope::Public,
-            lifespan: Lifespan::Permanent,
-            ttl_ms: None,
-            session: None,
-            turn_at: None,
-        };
-        Ok(self.add_from(new, skill.peer, &actor, now)?.crystal.id)
+        let mut results = self.add_skills(vec![skill], now);
+        results.pop().unwrap_or_else(|| Err(Error::Invalid("no skill was stored".into())))
+    }
+
+    /// Stores skills as crystals in one batch: embedded together, written in one durable batch
+    /// and made searchable by one text commit. Returns one result per skill, in order. A skill
+    /// the engine refuses (its text too long, say) gets its own error and holds up no other;
+    /// after a failure of the embedder or the disk, the skills stored before it keep their ids
+    /// and the rest get the error.
+    pub fn add_skills(&self, skills: Vec<SkillMemory<'_>>, now: UnixMillis) -> Vec<Result<CrystalId, Error>> {
+        let mut results: Vec<Result<CrystalId, Error>> = Vec::with_capacity(skills.len());
+        let mut items = Vec::new();
+        let mut slots = Vec::new();
+        for skill in skills {
+            let item = incoming(skill);
+            match Memory::check(&item.new) {
+                Ok(()) => {
+                    slots.push(results.len());
+                    items.push(item);
+                    results.push(Err(Error::Invalid("not stored".into())));
+                }
+                Err(error) => results.push(Err(error)),
+            }
+        }
+        let (added, outcome) = self.add_incoming(items, now);
+        let stored = added.len();
+        for (slot, one) in slots.iter().zip(added) {
+            results[*slot] = Ok(one.crystal.id);
+        }
+        if let Err(error) = outcome {
+            let message = error.to_string();
+            for slot in &slots[stored..] {
+                results[*slot] = Err(Error::Invalid(format!("not stored: {message}")));
+            }
+        }
+        results
     }
 
     /// Rewrites one crystal through `edit` (its id, text, lifecycle and status stay), audited.

@@ -454,6 +454,42 @@ fn a_skill_from_a_peer_is_stored_with_its_peer_in_one_audited_write() {
 }
 
 #[test]
+fn skills_added_in_one_batch_are_each_stored_and_one_refused_skill_holds_up_none() {
+    use crate::memory::skills::SkillMemory;
+    let dir = tempfile::tempdir().unwrap();
+    let too_long = "x".repeat(crate::memory::engine::MAX_TEXT + 1);
+    let texts = ["retry failed calls with exponential backoff", too_long.as_str(), "parse ISO dates in any zone"];
+    let skills = texts
+        .iter()
+        .enumerate()
+        .map(|(n, text)| SkillMemory {
+            name: ["backoff", "huge", "dates"][n],
+            text,
+            semantic_type: druse_protocol::body::SemanticType::Skill,
+            peer: (n != 2).then(|| format!("12D3KooWpeer{n}")),
+        })
+        .collect();
+    let ids = {
+        let m = open(dir.path());
+        let results = m.add_skills(skills, NOW);
+        assert_eq!(results.len(), 3);
+        assert!(matches!(results[1], Err(Error::Invalid(_))), "{:?}", results[1]);
+        let ids: Vec<CrystalId> = [&results[0], &results[2]].iter().map(|r| *r.as_ref().unwrap()).collect();
+        let first = m.get(ids[0]).unwrap();
+        assert_eq!((first.origin, first.governance.peer_origin.as_deref()), (Origin::Peer, Some("12D3KooWpeer0")));
+        assert_eq!(m.get(ids[1]).unwrap().origin, Origin::Skill);
+        ids
+    };
+    // Durable and searchable by text after a reopen.
+    let m = open(dir.path());
+    let expected = ["backoff: retry failed calls with exponential backoff", "dates: parse ISO dates in any zone"];
+    for ((id, words), text) in ids.iter().zip(["exponential backoff", "ISO dates"]).zip(expected) {
+        assert_eq!(m.get(*id).unwrap().text, text);
+        assert!(search(&m, words).iter().any(|t| t == text), "{words} did not recall {text}");
+    }
+}
+
+#[test]
 fn change_keeps_a_crystals_identity_and_state_and_is_audited() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());

@@ -1,6 +1,7 @@
 //! The node's side of the marketplace: listings with computed prices, reports, adoptions,
 //! versions, bounties and the ledger; and the worker that puts skills into memory.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use druse_protocol::ContentId;
@@ -16,7 +17,11 @@ use crate::memory::skills::SkillMemory;
 use crate::skill::{Origin, Skill};
 
 /// How often, at most, skills missed by a full effects queue are swept into memory.
-const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Skills indexed in memory together: the effects waiting at once, up to this many, share one
+/// embedding call, one durable write and one text commit.
+const INDEX_BATCH: usize = 256;
 
 /// Similar skills looked at when pricing scarcity; more than the uncommon bound is common.
 const SIMILAR_LOOKED_AT: usize = 16;
@@ -228,11 +233,18 @@ impl Node {
         }
         let node = self.clone();
         let observed = blocking(move || -> Result<(), Error> {
+            let gate = lock(&node.inner.pipeline).market().gate;
             for id in changed {
-                if let Some(skill) = node.skill(&id)? {
-                    let listing = node.price_listing(skill)?;
-                    node.inner.metrics.computed_price.observe(listing.computed_price.usdc);
-                }
+                let Some(skill) = node.skill(&id)? else { continue };
+                // Below the quality gate the price is 0 whatever the other factors are, so
+                // the similarity search behind scarcity is skipped: a burst of new listings
+                // would otherwise cost one vector search each.
+                let stats: Stats = node.inner.store.market.get(id.digest())?.unwrap_or_default();
+                let price = match stats.summary(&skill.author).passes(&gate) {
+                    true => node.price_listing(skill)?.computed_price.usdc,
+                    false => 0.0,
+                };
+                node.inner.metrics.computed_price.observe(price);
             }
             let starting = lock(&node.inner.pipeline).market().starting_credits;
             let balance = market::totals(&node.inner.store)?.balance(starting);
@@ -257,11 +269,20 @@ impl Node {
 
     /// Puts skills into memory and applies bounty boosts, one at a time.
     pub(super) async fn effects_loop(self, mut effects: mpsc::Receiver<Effect>) {
-        while let Some(effect) = effects.recv().await {
+        let mut batch = Vec::with_capacity(INDEX_BATCH);
+        while effects.recv_many(&mut batch, INDEX_BATCH).await > 0 {
             let node = self.clone();
-            let done = blocking(move || match effect {
-                Effect::NewSkill(id) => node.index_skill(id).map(drop),
-                Effect::Boost(id, amount) => node.boost(id, amount),
+            let work = std::mem::take(&mut batch);
+            let done = blocking(move || -> Result<(), Error> {
+                let new: Vec<ContentId> =
+                    work.iter().filter_map(|e| if let Effect::NewSkill(id) = e { Some(*id) } else { None }).collect();
+                node.index_skills(&new)?;
+                for effect in work {
+                    if let Effect::Boost(id, amount) = effect {
+                        node.boost(id, amount)?;
+                    }
+                }
+                Ok(())
             })
             .await;
             if let Err(error) = done.and_then(|r| r) {
@@ -292,8 +313,8 @@ impl Node {
         let swept = blocking(move || -> Result<usize, Error> {
             let waiting: Vec<ContentId> =
                 node.skills()?.into_iter().filter(|s| s.crystal.is_none()).map(|s| s.id).collect();
-            for id in &waiting {
-                node.index_skill(*id)?;
+            for chunk in waiting.chunks(INDEX_BATCH) {
+                node.index_skills(chunk)?;
             }
             Ok(waiting.len())
         })
@@ -308,21 +329,43 @@ impl Node {
     /// Stores a skill as a memory crystal (origin `peer` with the peer, or `skill` for this
     /// node's own), records which crystal it is, and returns it (`None`: no such skill).
     fn index_skill(&self, id: ContentId) -> Result<Option<CrystalId>, Error> {
+        let mut one = self.index_skills(&[id])?;
+        Ok(one.pop().flatten())
+    }
+
+    /// [`Node::index_skill`] for many skills at once: one embedding call, one durable write
+    /// and one text commit for all that have no crystal yet. A skill the memory refuses is
+    /// logged and left out (`None`); the others are indexed.
+    fn index_skills(&self, ids: &[ContentId]) -> Result<Vec<Option<CrystalId>>, Error> {
         let _one_at_a_time = lock(&self.inner.indexing);
-        let Some(skill) = self.skill(&id)? else { return Ok(None) };
-        if skill.crystal.is_some() {
-            return Ok(skill.crystal);
+        let skills: Vec<Option<Skill>> = ids.iter().map(|id| self.skill(id)).collect::<Result<_, _>>()?;
+        let mut once = HashSet::new();
+        let waiting: Vec<&Skill> =
+            skills.iter().flatten().filter(|s| s.crystal.is_none() && once.insert(s.id)).collect();
+        let memories = waiting
+            .iter()
+            .map(|skill| SkillMemory {
+                name: &skill.listing.name,
+                text: &skill.listing.text,
+                semantic_type: skill.listing.semantic_type,
+                peer: (skill.origin == Origin::Peer).then(|| skill.author_peer.clone()),
+            })
+            .collect();
+        let stored = self.inner.memory.add_skills(memories, now_ms());
+        let mut crystals: HashMap<ContentId, CrystalId> = HashMap::with_capacity(stored.len());
+        for (skill, result) in waiting.iter().zip(stored) {
+            match result {
+                Ok(crystal) => {
+                    self.inner.store.update_skill::<Skill, _>(&skill.id, |s| s.crystal = Some(crystal))?;
+                    crystals.insert(skill.id, crystal);
+                }
+                Err(error) => tracing::warn!(%error, skill = %skill.id, "could not index a skill in memory"),
+            }
         }
-        let peer = (skill.origin == Origin::Peer).then(|| skill.author_peer.clone());
-        let memory = SkillMemory {
-            name: &skill.listing.name,
-            text: &skill.listing.text,
-            semantic_type: skill.listing.semantic_type,
-            peer,
-        };
-        let crystal = self.inner.memory.add_skill(memory, now_ms())?;
-        self.inner.store.update_skill::<Skill, _>(&id, |s| s.crystal = Some(crystal))?;
-        Ok(Some(crystal))
+        Ok(skills
+            .iter()
+            .map(|skill| skill.as_ref().and_then(|s| s.crystal.or_else(|| crystals.get(&s.id).copied())))
+            .collect())
     }
 
     /// Raises the curiosity of a skill's crystal after a bounty match (indexing it first if

@@ -3,8 +3,9 @@
 //!
 //! - publish → stored on every node, p50 and p99 (target: p99 ≤ 1 s);
 //! - weather broadcast → every node halted, p50 and p99 (target: p99 ≤ 1 s);
-//! - signed listings ingested per second by one node (decode, verify, validate, gate, store),
-//!   against the raw single-core `verify_strict` rate of the same run (target: ≥ 70%).
+//! - signed listings ingested per second by one node (decode, verify, validate, gate, store,
+//!   then index in memory), against the raw single-core `verify_strict` rate of the same run,
+//!   measured first while nothing else runs (target: ≥ 70%).
 //!
 //! Run it with `cargo run --release -p druse-tests --bin swarm-bench -- --nodes 10`.
 
@@ -99,15 +100,23 @@ async fn main() -> Result<()> {
     println!();
     println!("| ingest on one node                         | value            | target      |");
     println!("|--------------------------------------------|------------------|-------------|");
+    println!("| {:<42} | {:>10.0} sig/s | {:<11} |", "raw verify_strict, one core", ingest.raw_rate, "");
     println!(
         "| {:<42} | {:>10.0} msg/s | {:<11} |",
-        format!("{} signed 1 KiB listings, {} authors", ingest.count, args.authors),
+        format!("{} signed 1 KiB listings, {} authors: stored", ingest.count, args.authors),
         ingest.ingest_rate,
         ""
     );
-    println!("| {:<42} | {:>10.0} sig/s | {:<11} |", "raw verify_strict, one core", ingest.raw_rate, "");
-    let ratio = ingest.ingest_rate / ingest.raw_rate;
-    println!("| {:<42} | {:>14.1} % | {:<11} |", "ingest / raw verify", ratio * 100.0, verdict(ratio >= 0.7, ">= 70%"));
+    println!("| {:<42} | {:>10.0} msg/s | {:<11} |", "  ... and indexed in memory", ingest.indexed_rate, "");
+    let stored_ratio = ingest.ingest_rate / ingest.raw_rate;
+    println!("| {:<42} | {:>14.1} % | {:<11} |", "stored / raw verify", stored_ratio * 100.0, "");
+    let ratio = ingest.indexed_rate / ingest.raw_rate;
+    println!(
+        "| {:<42} | {:>14.1} % | {:<11} |",
+        "stored and indexed / raw verify",
+        ratio * 100.0,
+        verdict(ratio >= 0.7, ">= 70%")
+    );
     println!("| {:<42} | {:>16} | {:<11} |", "stored after ingest", format!("{}/{}", ingest.stored, ingest.count), "");
     Ok(())
 }
@@ -224,7 +233,10 @@ async fn wait_all(nodes: &[TestNode], halted: bool, started: Instant) -> Result<
 struct Ingest {
     count: usize,
     stored: usize,
+    /// Decoded, verified, validated and stored.
     ingest_rate: f64,
+    /// Also indexed in memory (embedded, written, searchable by vector and text).
+    indexed_rate: f64,
     raw_rate: f64,
 }
 
@@ -255,10 +267,10 @@ fn bench_listing(n: usize, rng: &mut StdRng) -> CrystalListing {
     }
 }
 
-/// Feeds pre-signed listings from many authors through one fresh node's pipeline, then
-/// verifies as many raw signatures of the same size on one core.
+/// Verifies raw signatures of the listings' size on one core while nothing else runs, then
+/// feeds the pre-signed listings from many authors through one fresh node's pipeline, and
+/// waits until every one is also indexed in the node's memory.
 async fn measure_ingest(args: &Args, rng: &mut StdRng) -> Result<Ingest> {
-    let node = TestNode::start("ingest", 1, Role::Edge, &[mgmt_key().public()], unlimited).await?;
     let authors: Vec<(Keypair, PeerId)> = (0..args.authors)
         .map(|_| {
             let key = Keypair::from_seed(rng.random());
@@ -287,9 +299,20 @@ async fn measure_ingest(args: &Args, rng: &mut StdRng) -> Result<Ingest> {
         messages.first().map_or(0, |m| m.0.len())
     );
 
-    let node_ref = node.node.clone();
-    let (elapsed, refused) = tokio::task::spawn_blocking(move || {
+    // The raw rate first, before any node runs: nothing else competes for the cores.
+    let (raw_elapsed, valid) = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
+        let valid =
+            raw.iter().filter(|(key, message, signature)| key.verify_strict(message, signature).is_ok()).count();
+        (started.elapsed(), valid)
+    })
+    .await?;
+    ensure!(valid == args.listings, "only {valid} of {} raw signatures verified", args.listings);
+
+    let node = TestNode::start("ingest", 1, Role::Edge, &[mgmt_key().public()], unlimited).await?;
+    let node_ref = node.node.clone();
+    let started = Instant::now();
+    let (elapsed, refused) = tokio::task::spawn_blocking(move || {
         let mut refused = Vec::new();
         for (bytes, peer) in &messages {
             let outcome = node_ref.ingest_bytes(bytes, peer, topic::CRYSTALS);
@@ -302,21 +325,18 @@ async fn measure_ingest(args: &Args, rng: &mut StdRng) -> Result<Ingest> {
     .await?;
     ensure!(refused.is_empty(), "{} listings were refused, first: {:?}", refused.len(), refused.first());
     let stored = node.store().skill_count();
-    node.stop().await;
-
-    let raw_elapsed = tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        let valid =
-            raw.iter().filter(|(key, message, signature)| key.verify_strict(message, signature).is_ok()).count();
-        (started.elapsed(), valid)
+    let indexed = || node.memory().counts().values().sum::<usize>();
+    druse_tests::eventually(Duration::from_secs(300), "every listing to be indexed in memory", async || {
+        indexed() >= args.listings
     })
     .await?;
-    let (raw_elapsed, valid) = raw_elapsed;
-    ensure!(valid == args.listings, "only {valid} of {} raw signatures verified", args.listings);
+    let indexed_elapsed = started.elapsed();
+    node.stop().await;
     Ok(Ingest {
         count: args.listings,
         stored,
         ingest_rate: args.listings as f64 / elapsed.as_secs_f64(),
+        indexed_rate: args.listings as f64 / indexed_elapsed.as_secs_f64(),
         raw_rate: args.listings as f64 / raw_elapsed.as_secs_f64(),
     })
 }

@@ -33,6 +33,14 @@ fn check(new: &NewMemory) -> Result<(), Error> {
 /// How many texts [`Memory::add_many`] embeds in one call.
 const EMBED_BATCH: usize = 256;
 
+/// One memory of a batch, with the peer it came from (if from the swarm) and who stores it.
+#[derive(Debug, Clone)]
+pub(crate) struct Incoming {
+    pub new: NewMemory,
+    pub peer: Option<String>,
+    pub actor: String,
+}
+
 impl Memory {
     /// Stores a memory: tags its sensitivity, stamps its hormones, reconciles it against the
     /// most similar active observations, and commits it, any supersession and their audit
@@ -66,14 +74,29 @@ impl Memory {
     /// Nothing is stored unless every memory is valid. If one fails later (the embedder, the
     /// disk), those before it stay stored and durable, and the error is returned.
     pub fn add_many(&self, news: Vec<NewMemory>, actor: &str, now: UnixMillis) -> Result<Vec<Added>, Error> {
-        for new in &news {
-            check(new)?;
+        let items = news.into_iter().map(|new| Incoming { new, peer: None, actor: actor.to_owned() }).collect();
+        let (added, outcome) = self.add_incoming(items, now);
+        outcome.map(|()| added)
+    }
+
+    /// [`Memory::add_many`] for memories that each name their peer and actor. Returns what
+    /// was stored, in order, beside whether everything was: after a failure, the memories
+    /// before it are stored and returned.
+    pub(crate) fn add_incoming(&self, items: Vec<Incoming>, now: UnixMillis) -> (Vec<Added>, Result<(), Error>) {
+        if let Err(error) = items.iter().try_for_each(|item| check(&item.new)) {
+            return (Vec::new(), Err(error));
         }
-        let mut added = Vec::with_capacity(news.len());
+        let mut added = Vec::with_capacity(items.len());
         let mut pending = TextPending::default();
         let outcome =
-            news.chunks(EMBED_BATCH).try_for_each(|chunk| self.add_chunk(chunk, actor, now, &mut added, &mut pending));
-        outcome.and(self.settle(pending)).map(|()| added)
+            items.chunks(EMBED_BATCH).try_for_each(|chunk| self.add_chunk(chunk, now, &mut added, &mut pending));
+        let outcome = outcome.and(self.settle(pending));
+        (added, outcome)
+    }
+
+    /// Whether the engine would store `new`, and if not, why.
+    pub(crate) fn check(new: &NewMemory) -> Result<(), Error> {
+        check(new)
     }
 
     /// Makes what [`Memory::add_many`] stored durable and searchable by text.
@@ -89,21 +112,20 @@ impl Memory {
     /// in one batch, whatever happens to the memories after the first that fails.
     fn add_chunk(
         &self,
-        chunk: &[NewMemory],
-        actor: &str,
+        chunk: &[Incoming],
         now: UnixMillis,
         added: &mut Vec<Added>,
         pending: &mut TextPending,
     ) -> Result<(), Error> {
-        let texts: Vec<&str> = chunk.iter().map(|n| n.text.as_str()).collect();
+        let texts: Vec<&str> = chunk.iter().map(|i| i.new.text.as_str()).collect();
         let embeddings = self.embedder.embed(&texts)?;
         if embeddings.len() != chunk.len() {
             return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
         }
         let _writer = lock(&self.write);
         let mut batch = sled::Batch::default();
-        let indexed = chunk.iter().zip(embeddings).try_for_each(|(new, embedding)| {
-            let (one, changes) = self.prepare(new, None, embedding, actor, now)?;
+        let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, embedding)| {
+            let (one, changes) = self.prepare(&item.new, item.peer.clone(), embedding, &item.actor, now)?;
             self.add_to_batch(&changes, &mut batch)?;
             *pending = pending.and(self.index(changes)?);
             added.push(one);
