@@ -103,7 +103,7 @@ async fn main() -> Result<()> {
     println!("| {:<42} | {:>10.0} sig/s | {:<11} |", "raw verify_strict, one core", ingest.raw_rate, "");
     println!(
         "| {:<42} | {:>10.0} msg/s | {:<11} |",
-        format!("{} signed 1 KiB listings, {} authors: stored", ingest.count, args.authors),
+        format!("{} listings of 1 KiB, {} authors: stored", ingest.count, args.authors),
         ingest.ingest_rate,
         ""
     );
