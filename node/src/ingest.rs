@@ -268,14 +268,16 @@ impl Pipeline {
                 let id = accepted.content_id;
                 let mut skill = Skill::new(id, listing.clone(), signer, origin, now);
                 let waiting = self.pending.take(&id, now);
-                let applied: Vec<EndorsementVerdict> = waiting
-                    .iter()
-                    .filter(|(by, endorsement)| skill.apply_endorsement(*by, endorsement))
-                    .map(|(_, endorsement)| endorsement.verdict)
-                    .collect();
+                // Each with whether the skill was verified right after it, as if applied one by one.
+                let mut applied: Vec<(EndorsementVerdict, bool)> = Vec::new();
+                for (by, endorsement) in &waiting {
+                    if skill.apply_endorsement(*by, endorsement) {
+                        applied.push((endorsement.verdict, skill.is_verified));
+                    }
+                }
                 if self.store.insert_skill(&id, &skill)? {
-                    for verdict in applied {
-                        self.count_endorsement(&skill, verdict, now, metrics);
+                    for (verdict, verified) in applied {
+                        self.count_endorsement(&skill.author, verdict, verified, now, metrics);
                     }
                     self.on_new_skill(id, listing, signer, now, metrics)?;
                 } else {
@@ -333,20 +335,27 @@ impl Pipeline {
             return Ok(false);
         };
         if changed {
-            self.count_endorsement(&skill, endorsement.verdict, now, metrics);
+            self.count_endorsement(&skill.author, endorsement.verdict, skill.is_verified, now, metrics);
         }
         Ok(true)
     }
 
-    /// Counts an endorsement that changed `skill` (now in its new state).
-    fn count_endorsement(&mut self, skill: &Skill, verdict: EndorsementVerdict, now: UnixMillis, metrics: &Metrics) {
+    /// Counts an endorsement that changed a skill by `author`, which it left `verified` or not.
+    fn count_endorsement(
+        &mut self,
+        author: &PublicKey,
+        verdict: EndorsementVerdict,
+        verified: bool,
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) {
         let verdict = match verdict {
             EndorsementVerdict::Endorse => "endorse",
             EndorsementVerdict::Revoke => "revoke",
         };
         metrics.endorsements_applied.get_or_create(&VerdictLabel { verdict }).inc();
-        if skill.is_verified {
-            self.note_peer(&skill.author.peer_id(), now, |r| r.endorsed_skills += 1);
+        if verified {
+            self.note_peer(&author.peer_id(), now, |r| r.endorsed_skills += 1);
         }
     }
 
@@ -801,6 +810,9 @@ mod tests {
         assert!(skill.is_verified);
         assert_eq!(skill.verified_by, Some(mgmt.public()));
         assert!(f.pipeline.pending.is_empty());
+        assert_eq!(f.pipeline.book.record(&author.peer_id()).map(|r| r.endorsed_skills), Some(1));
+        let text = f.metrics.render();
+        assert!(text.contains("druse_endorsements_applied_total{verdict=\"endorse\"} 1"), "{text}");
     }
 
     #[test]
