@@ -267,26 +267,30 @@ impl Node {
         }
     }
 
-    /// Puts skills into memory and applies bounty boosts, one at a time.
+    /// Puts skills into memory and applies bounty boosts, taking whatever waits (up to
+    /// `INDEX_BATCH`) as one batch.
     pub(super) async fn effects_loop(self, mut effects: mpsc::Receiver<Effect>) {
         let mut batch = Vec::with_capacity(INDEX_BATCH);
         while effects.recv_many(&mut batch, INDEX_BATCH).await > 0 {
             let node = self.clone();
             let work = std::mem::take(&mut batch);
-            let done = blocking(move || -> Result<(), Error> {
+            let done = blocking(move || {
                 let new: Vec<ContentId> =
                     work.iter().filter_map(|e| if let Effect::NewSkill(id) = e { Some(*id) } else { None }).collect();
-                node.index_skills(&new)?;
+                if let Err(error) = node.index_skills(&new) {
+                    tracing::warn!(%error, skills = new.len(), "could not index skills in memory");
+                }
                 for effect in work {
-                    if let Effect::Boost(id, amount) = effect {
-                        node.boost(id, amount)?;
+                    if let Effect::Boost(id, amount) = effect
+                        && let Err(error) = node.boost(id, amount)
+                    {
+                        tracing::warn!(%error, skill = %id, "could not boost a skill's crystal");
                     }
                 }
-                Ok(())
             })
             .await;
-            if let Err(error) = done.and_then(|r| r) {
-                tracing::warn!(%error, "could not index a skill in memory");
+            if let Err(error) = done {
+                tracing::warn!(%error, "the memory worker failed");
             }
         }
     }
