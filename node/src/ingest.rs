@@ -78,8 +78,9 @@ impl Outcome {
 pub enum Effect {
     /// A new skill to index in the memory engine.
     NewSkill(ContentId),
-    /// A bounty matched this skill: its crystal gains this much curiosity.
-    Boost(ContentId, f64),
+    /// A bounty matched this skill: its crystal is owed a curiosity boost (the skill's stats
+    /// say which bounties it has not had yet).
+    Boost(ContentId),
 }
 
 /// Skills whose price changed since the node last looked, at most.
@@ -435,7 +436,7 @@ impl Pipeline {
         self.store.market.upsert(skill.digest(), |s: &mut Stats| {
             s.bounty_matches.insert(bounty.id.clone());
         })?;
-        self.effects.push(Effect::Boost(skill, self.me.market.bounty_curiosity_boost));
+        self.effects.push(Effect::Boost(skill));
         self.reprice(skill);
         Ok(())
     }

@@ -103,6 +103,16 @@ pub struct Stats {
     pub bounty_matches: BTreeSet<String>,
     /// Ids of the bounties claimed with the skill.
     pub claims: BTreeSet<String>,
+    /// Ids of the matched bounties whose curiosity boost this node's memory has applied.
+    #[serde(default)]
+    pub boosted: BTreeSet<String>,
+}
+
+impl Stats {
+    /// Matched bounties whose curiosity boost the skill's crystal has not had yet.
+    pub fn boosts_owed(&self) -> Vec<String> {
+        self.bounty_matches.difference(&self.boosted).cloned().collect()
+    }
 }
 
 /// What a report did to a skill's stats.

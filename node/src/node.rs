@@ -136,6 +136,8 @@ struct Inner {
     adopting: tokio::sync::Mutex<()>,
     /// Skills are put into memory one at a time, so none is indexed twice.
     indexing: Mutex<()>,
+    /// Bounty boosts are applied one skill at a time, so none is applied twice.
+    boosting: Mutex<()>,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
     activity: broadcast::Sender<Activity>,
     /// Skills whose market evidence changed, a batch per maintenance tick, for observers.
@@ -293,6 +295,7 @@ impl Node {
                 effects_dropped: AtomicBool::new(false),
                 adopting: tokio::sync::Mutex::new(()),
                 indexing: Mutex::new(()),
+                boosting: Mutex::new(()),
                 activity: broadcast::channel(ACTIVITY_BUFFER).0,
                 evidence: broadcast::channel(EVIDENCE_BATCHES).0,
             }),

@@ -6,12 +6,14 @@
 
 use std::time::Duration;
 
-use druse_node::market::Listing;
+use druse_node::ingest::Outcome;
+use druse_node::market::{Listing, Stats};
 use druse_node::node::{self, market_error};
 use druse_protocol::ContentId;
 use druse_protocol::body::{Body, Bounty, CrystalListing, ReportEvent};
 use druse_protocol::reputation::{self, Evidence};
-use druse_tests::swarm::{Cluster, TestNode, listing};
+use druse_protocol::topic;
+use druse_tests::swarm::{Cluster, TestNode, listing, mgmt_key, seal};
 use druse_tests::{WAIT, eventually, wait_for};
 
 const EDGES: [(&str, u8); 4] = [("a", 1), ("b", 2), ("c", 3), ("d", 4)];
@@ -227,6 +229,45 @@ async fn bounty_is_matched_claimed_and_seen_by_the_management_node() {
     .await
     .unwrap();
     assert!(b.bounties().unwrap().iter().all(|r| r.bounty.id != "short"));
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bounty_boost_that_never_reached_memory_is_applied_once_by_the_sweep() {
+    let mut cluster = Cluster::start(&EDGES[..1], |_| {}).await.unwrap();
+    let id = publish_everywhere(&cluster, cluster.edge("a"), priced("retry-backoff", 0, &["net"])).await;
+    let a = cluster.edge("a");
+    let crystal =
+        wait_for(WAIT, "the skill to reach a's memory", async || a.stored(&id).unwrap()?.crystal).await.unwrap();
+    // What a full memory queue leaves behind: the match is recorded, its boost was dropped.
+    a.store()
+        .market
+        .upsert(id.digest(), |s: &mut Stats| {
+            s.bounty_matches.insert("lost".into());
+        })
+        .unwrap();
+    assert_eq!(a.memory().get(crystal).unwrap().curiosity_boost, 0.0);
+
+    // The sweep at startup finds the boost owed and applies it.
+    cluster.restart_edge("a").await.unwrap();
+    let a = cluster.edge("a");
+    let boosted_by = async |bounty: &str| {
+        wait_for(WAIT, format_args!("a's crystal to have the boost of {bounty}"), async || {
+            let stats: Stats = a.store().market.get(id.digest()).unwrap()?;
+            stats.boosted.contains(bounty).then(|| a.memory().get(crystal)).flatten()
+        })
+        .await
+        .unwrap()
+        .curiosity_boost
+    };
+    assert!((boosted_by("lost").await - 0.2).abs() < 1e-9);
+
+    // A real match later adds its own boost and only its own: the one the sweep applied is
+    // not applied again.
+    let matching = Bounty { seq: 1, ..bounty("flaky-http", "make flaky HTTP calls reliable", "net", WAIT) };
+    let bytes = seal(&mgmt_key(), &Body::Bounty(matching)).unwrap();
+    assert_eq!(a.ingest_bytes(&bytes, &cluster.mgmt.peer_id(), topic::BOUNTIES), Outcome::Accepted);
+    assert!((boosted_by("flaky-http").await - 0.4).abs() < 1e-9);
     cluster.stop().await;
 }
 

@@ -257,8 +257,8 @@ impl Node {
         }
     }
 
-    /// Hands ingestion's leftover work to the memory worker; a full queue drops it (a new
-    /// skill dropped here is picked up by the next sweep; a dropped boost is lost).
+    /// Hands ingestion's leftover work to the memory worker; a full queue drops it, and the
+    /// next sweep picks up the skills and boosts dropped.
     pub(super) fn dispatch(&self, effects: Vec<Effect>) {
         for effect in effects {
             if self.inner.effects.try_send(effect).is_err() {
@@ -281,8 +281,8 @@ impl Node {
                     tracing::warn!(%error, skills = new.len(), "could not index skills in memory");
                 }
                 for effect in work {
-                    if let Effect::Boost(id, amount) = effect
-                        && let Err(error) = node.boost(id, amount)
+                    if let Effect::Boost(id) = effect
+                        && let Err(error) = node.boost(id)
                     {
                         tracing::warn!(%error, skill = %id, "could not boost a skill's crystal");
                     }
@@ -311,21 +311,21 @@ impl Node {
         }
     }
 
-    /// Indexes every skill that has no crystal yet.
+    /// Indexes every skill that has no crystal yet, then applies every bounty boost owed.
     async fn sweep(&self) {
         let node = self.clone();
-        let swept = blocking(move || -> Result<usize, Error> {
+        let swept = blocking(move || -> Result<(usize, usize), Error> {
             let waiting: Vec<ContentId> =
                 node.skills()?.into_iter().filter(|s| s.crystal.is_none()).map(|s| s.id).collect();
             for chunk in waiting.chunks(INDEX_BATCH) {
                 node.index_skills(chunk)?;
             }
-            Ok(waiting.len())
+            Ok((waiting.len(), node.boost_owed()?))
         })
         .await;
         match swept.and_then(|r| r) {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(skills = n, "indexed skills in memory"),
+            Ok((0, 0)) => {}
+            Ok((skills, boosted)) => tracing::info!(skills, boosted, "swept skills and bounty boosts into memory"),
             Err(error) => tracing::warn!(%error, "could not sweep skills into memory"),
         }
     }
@@ -372,14 +372,42 @@ impl Node {
             .collect())
     }
 
-    /// Raises the curiosity of a skill's crystal after a bounty match (indexing it first if
-    /// the match came before the skill reached memory).
-    fn boost(&self, id: ContentId, amount: f64) -> Result<(), Error> {
+    /// Raises the curiosity of a skill's crystal by the boost of each matched bounty it has
+    /// not had yet (indexing it first if the match came before the skill reached memory), and
+    /// records them as had, so a boost is applied once even when the worker's queue dropped it
+    /// and a sweep finds it owed.
+    fn boost(&self, id: ContentId) -> Result<(), Error> {
+        let _one_at_a_time = lock(&self.inner.boosting);
+        let stats: Stats = self.inner.store.market.get(id.digest())?.unwrap_or_default();
+        let owed = stats.boosts_owed();
+        if owed.is_empty() {
+            return Ok(());
+        }
         let Some(crystal) = self.index_skill(id)? else { return Ok(()) };
-        self.inner.memory.change(crystal, "market", now_ms(), "bounty match: curiosity boost", |c| {
+        let amount = lock(&self.inner.pipeline).market().bounty_curiosity_boost * owed.len() as f64;
+        let why = format!("bounty match ({}): curiosity boost", owed.join(", "));
+        self.inner.memory.change(crystal, "market", now_ms(), &why, |c| {
             c.curiosity_boost = (c.curiosity_boost + amount).clamp(0.0, 1.0);
         })?;
+        self.inner.store.market.upsert(id.digest(), |s: &mut Stats| s.boosted.extend(owed.iter().cloned()))?;
         Ok(())
+    }
+
+    /// Applies every boost owed to a skill's crystal: the sweep's half for dropped boosts.
+    fn boost_owed(&self) -> Result<usize, Error> {
+        let mut owed = Vec::new();
+        for entry in self.inner.store.market.iter::<Stats>() {
+            let (key, stats) = entry?;
+            if !stats.boosts_owed().is_empty()
+                && let Ok(digest) = <[u8; 32]>::try_from(key.as_slice())
+            {
+                owed.push(ContentId::from_digest(digest));
+            }
+        }
+        for id in &owed {
+            self.boost(*id)?;
+        }
+        Ok(owed.len())
     }
 }
 
