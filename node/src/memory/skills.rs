@@ -80,6 +80,9 @@ impl Memory {
             results[*slot] = Ok(one.crystal.id);
         }
         if let Err(error) = outcome {
+            // Past the last skill (making them durable and searchable) the stored ones keep
+            // their ids; the failure is still worth an operator's attention.
+            tracing::warn!(%error, stored, of = slots.len(), "storing skills in memory failed");
             let message = error.to_string();
             for slot in &slots[stored..] {
                 results[*slot] = Err(Error::Invalid(format!("not stored: {message}")));
