@@ -132,7 +132,7 @@ impl Memory {
         report.purged = changes.purge.len();
         changes.importance = refreshed.into_iter().filter(|(id, _)| !changed.contains_key(id)).collect();
         changes.crystals = changed.into_values().collect();
-        self.commit(changes, true)?;
+        self.commit(changes)?;
         Ok(report)
     }
 

@@ -453,13 +453,11 @@ impl Memory {
         self.get(id)
     }
 
-    /// Writes a set of changes in one sled batch (one atomic commit), then updates the
-    /// in-memory map and the derived indexes.
-    pub(crate) fn commit(&self, changes: Changes, durable: bool) -> Result<(), Error> {
+    /// Writes a set of changes in one sled batch (one atomic commit) and makes it durable,
+    /// then updates the in-memory map and the derived indexes.
+    pub(crate) fn commit(&self, changes: Changes) -> Result<(), Error> {
         self.store(&changes)?;
-        if durable {
-            self.db.flush()?;
-        }
+        self.db.flush()?;
         let pending = self.index(changes)?;
         self.commit_text(pending)
     }
@@ -584,7 +582,7 @@ impl Memory {
                 .iter()
                 .map(|c| audit(c, actor, now, c.lifecycle.as_str(), c.lifecycle.as_str(), why))
                 .collect();
-            self.commit(Changes { crystals: crystals.clone(), audit, ..Changes::default() }, true)?;
+            self.commit(Changes { crystals: crystals.clone(), audit, ..Changes::default() })?;
         }
         Ok(crystals)
     }

@@ -47,14 +47,8 @@ fn incoming(skill: SkillMemory<'_>) -> Incoming {
 }
 
 impl Memory {
-    /// Stores a skill as a crystal (origin `peer` with the peer recorded, or `skill` for this
-    /// node's own) and returns its id.
-    pub fn add_skill(&self, skill: SkillMemory<'_>, now: UnixMillis) -> Result<CrystalId, Error> {
-        let mut results = self.add_skills(vec![skill], now);
-        results.pop().unwrap_or_else(|| Err(Error::Invalid("no skill was stored".into())))
-    }
-
-    /// Stores skills as crystals in one batch: embedded together, written in one durable batch
+    /// Stores skills as crystals (origin `peer` with the peer recorded, or `skill` for this
+    /// node's own) in one batch: embedded together, written in one durable batch
     /// and made searchable by one text commit. Returns one result per skill, in order. A skill
     /// the engine refuses (its text too long, say) gets its own error and holds up no other;
     /// after a failure of the embedder or the disk, the skills stored before it keep their ids

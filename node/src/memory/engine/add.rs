@@ -46,25 +46,9 @@ impl Memory {
     /// most similar active observations, and commits it, any supersession and their audit
     /// entries in one batch, made durable before returning.
     pub fn add(&self, new: NewMemory, actor: &str, now: UnixMillis) -> Result<Added, Error> {
-        self.add_from(new, None, actor, now)
-    }
-
-    /// [`Memory::add`], with `peer` the peer a memory from the swarm came from, recorded in
-    /// its governance.
-    pub(crate) fn add_from(
-        &self,
-        new: NewMemory,
-        peer: Option<String>,
-        actor: &str,
-        now: UnixMillis,
-    ) -> Result<Added, Error> {
-        check(&new)?;
-        let embedding = self.embed_one(&new.text)?;
-        let _writer = lock(&self.write);
-        let (added, changes) = self.prepare(&new, peer, embedding, actor, now)?;
-        self.commit(changes, true)?;
-        self.persist_hormones()?;
-        Ok(added)
+        let (mut added, outcome) = self.add_incoming(vec![Incoming { new, peer: None, actor: actor.to_owned() }], now);
+        outcome?;
+        added.pop().ok_or_else(|| Error::Invalid("the memory was not stored".into()))
     }
 
     /// Stores many memories exactly as [`Memory::add`] would, one after another (each is
@@ -83,6 +67,10 @@ impl Memory {
     /// was stored, in order, beside whether everything was: after a failure, the memories
     /// before it are stored and returned.
     pub(crate) fn add_incoming(&self, items: Vec<Incoming>, now: UnixMillis) -> (Vec<Added>, Result<(), Error>) {
+        if items.is_empty() {
+            // Nothing to make durable or searchable: no flush, no commit.
+            return (Vec::new(), Ok(()));
+        }
         if let Err(error) = items.iter().try_for_each(|item| check(&item.new)) {
             return (Vec::new(), Err(error));
         }
