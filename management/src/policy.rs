@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use druse_node::market::Stats;
 use druse_node::metrics::PolicyLabel;
 use druse_protocol::ContentId;
 use druse_protocol::body::EndorsementVerdict;
@@ -18,13 +17,7 @@ impl Management {
     /// One pass of the policy over every skill with market evidence: endorses each that
     /// qualifies now; returns their ids.
     pub async fn auto_endorse_pass(&self) -> Result<Vec<ContentId>, Error> {
-        let mut ids = Vec::new();
-        for entry in self.node().store().market.iter::<Stats>() {
-            let (key, _) = entry?;
-            if let Ok(digest) = <[u8; 32]>::try_from(key.as_slice()) {
-                ids.push(ContentId::from_digest(digest));
-            }
-        }
+        let ids = self.node().skills_with_evidence(|_| true)?;
         self.auto_endorse(ids).await
     }
 
@@ -40,7 +33,7 @@ impl Management {
             if skill.deprecated || skill.endorsement.as_ref().is_some_and(|e| e.by == me) {
                 continue;
             }
-            let stats: Stats = self.node().store().market.get(id.digest())?.unwrap_or_default();
+            let stats = self.node().stats(&id)?;
             let summary = stats.summary(&skill.author);
             if !summary.passes_independently(&gate, policy.min_independent_reporters) {
                 continue;

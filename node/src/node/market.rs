@@ -98,13 +98,37 @@ impl Node {
         .await?
     }
 
+    /// What signed reports say about skill `id` (empty stats if nothing yet).
+    pub fn stats(&self, id: &ContentId) -> Result<Stats, Error> {
+        Ok(self.inner.store.market.get(id.digest())?.unwrap_or_default())
+    }
+
+    /// The skills with market evidence whose stats satisfy `keep`.
+    pub fn skills_with_evidence(&self, keep: impl Fn(&Stats) -> bool) -> Result<Vec<ContentId>, Error> {
+        let mut ids = Vec::new();
+        for entry in self.inner.store.market.iter::<Stats>() {
+            let (key, stats) = entry?;
+            if keep(&stats)
+                && let Ok(digest) = <[u8; 32]>::try_from(key.as_slice())
+            {
+                ids.push(ContentId::from_digest(digest));
+            }
+        }
+        Ok(ids)
+    }
+
     /// Prices one skill (blocking: it reads the vector index).
     fn price_listing(&self, skill: Skill) -> Result<Listing, Error> {
+        let stats = self.stats(&skill.id)?;
+        self.price_with(skill, stats)
+    }
+
+    /// Prices one skill whose stats are `stats`.
+    fn price_with(&self, skill: Skill, stats: Stats) -> Result<Listing, Error> {
         let (config, reputation) = {
             let pipeline = lock(&self.inner.pipeline);
             (pipeline.market().clone(), pipeline.book.market_reputation(&skill.author.peer_id()))
         };
-        let stats: Stats = self.inner.store.market.get(skill.id.digest())?.unwrap_or_default();
         let summary = stats.summary(&skill.author);
         let similar = self.similar_skills(&skill, &config)?;
         let price = market::price(&config, &summary, reputation, similar);
@@ -239,9 +263,9 @@ impl Node {
                 // Below the quality gate the price is 0 whatever the other factors are, so
                 // the similarity search behind scarcity is skipped: a burst of new listings
                 // would otherwise cost one vector search each.
-                let stats: Stats = node.inner.store.market.get(id.digest())?.unwrap_or_default();
+                let stats = node.stats(&id)?;
                 let price = match stats.summary(&skill.author).passes(&gate) {
-                    true => node.price_listing(skill)?.computed_price.usdc,
+                    true => node.price_with(skill, stats)?.computed_price.usdc,
                     false => 0.0,
                 };
                 node.inner.metrics.computed_price.observe(price);
@@ -378,8 +402,7 @@ impl Node {
     /// and a sweep finds it owed.
     fn boost(&self, id: ContentId) -> Result<(), Error> {
         let _one_at_a_time = lock(&self.inner.boosting);
-        let stats: Stats = self.inner.store.market.get(id.digest())?.unwrap_or_default();
-        let owed = stats.boosts_owed();
+        let owed = self.stats(&id)?.boosts_owed();
         if owed.is_empty() {
             return Ok(());
         }
@@ -395,15 +418,7 @@ impl Node {
 
     /// Applies every boost owed to a skill's crystal: the sweep's half for dropped boosts.
     fn boost_owed(&self) -> Result<usize, Error> {
-        let mut owed = Vec::new();
-        for entry in self.inner.store.market.iter::<Stats>() {
-            let (key, stats) = entry?;
-            if !stats.boosts_owed().is_empty()
-                && let Ok(digest) = <[u8; 32]>::try_from(key.as_slice())
-            {
-                owed.push(ContentId::from_digest(digest));
-            }
-        }
+        let owed = self.skills_with_evidence(|stats| !stats.boosts_owed().is_empty())?;
         for id in &owed {
             self.boost(*id)?;
         }
