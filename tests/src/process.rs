@@ -186,6 +186,14 @@ impl Process {
         }
     }
 
+    /// Kills the child with SIGKILL, so no shutdown path runs, and waits for it to go.
+    pub async fn kill9(&mut self) -> Result<()> {
+        tokio::time::timeout(WAIT, self.child.kill())
+            .await
+            .with_context(|| format!("{} did not go within {WAIT:?} of SIGKILL", self.name))?
+            .with_context(|| format!("killing {}", self.name))
+    }
+
     /// Asks the child to stop with SIGTERM and waits for it to exit.
     pub async fn terminate(&mut self) -> Result<ExitStatus> {
         let pid = self.child.id().with_context(|| format!("{} has already exited", self.name))?;
