@@ -150,6 +150,7 @@ async fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
+            let signals = daemon::Signals::listen().context("catching SIGTERM and Ctrl-C")?;
             cli::init_logging(args.log_format);
             // The management node's own defaults sit under the file and the flags, so it can
             // run beside an edge node on one machine.
@@ -160,7 +161,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             base.p2p.listen = vec!["/ip4/0.0.0.0/tcp/4010".parse()?, "/ip4/0.0.0.0/udp/4010/quic-v1".parse()?];
             let config = args.load_over(base).context("loading the config")?;
             let every = config.management.weather_reannounce;
-            daemon::run(config, Role::Management, |node| match Management::new(node.clone()) {
+            daemon::run(config, Role::Management, signals, |node| match Management::new(node.clone()) {
                 Ok(management) => {
                     management.spawn_reannounce(every);
                     management.spawn_anomaly();

@@ -135,8 +135,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The node's routes, with state applied; the management role merges its own.
-pub fn router(node: Node) -> Router {
+/// The node's routes with `extra` (the management role's) merged in, every one of them under
+/// the `api.max_body_bytes` cap.
+pub fn router(node: Node, extra: Router) -> Router {
     let max_body = node.config().api.max_body_bytes;
     let writes = require_token(
         Router::new()
@@ -162,9 +163,27 @@ pub fn router(node: Node) -> Router {
         .route("/v1/peers", get(peers))
         .route("/v1/weather", get(weather))
         .merge(writes)
+        .with_state(node)
+        .merge(extra)
         .fallback(|| async { Error::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body))
-        .with_state(node)
+        .layer(middleware::from_fn(move |request: Request, next: Next| refuse_declared_over(max_body, request, next)))
+}
+
+/// Answers 413 to a request that declares a body over `max` bytes, before any route reads it;
+/// a body that does not declare its length is cut at `max` by the extractors
+/// (`DefaultBodyLimit`).
+async fn refuse_declared_over(max: usize, request: Request, next: Next) -> Response {
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Error::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is over the {max}-byte cap (api.max_body_bytes)"),
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// The metrics listener's routes: `/metrics` and `/healthz` only.

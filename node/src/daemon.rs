@@ -37,7 +37,7 @@ pub async fn start(config: Config, role: Role, extra: impl FnOnce(&Node) -> Rout
     let api_addr = api.local_addr()?;
     let metrics_addr = metrics.local_addr()?;
     let (stop, stopped) = watch::channel(false);
-    let app = crate::api::router(node.clone()).merge(extra(&node));
+    let app = crate::api::router(node.clone(), extra(&node));
     let metrics_app = crate::api::metrics_router(node.clone());
     let servers = vec![spawn_server(api, app, stopped.clone()), spawn_server(metrics, metrics_app, stopped)];
     Ok(Running { node, api_addr, metrics_addr, stop, servers })
@@ -81,40 +81,72 @@ impl Running {
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM and Ctrl-C, caught from the moment [`Signals::listen`] returns.
+///
+/// A node listens before it does anything else, so a stop request that arrives while it is
+/// still starting is kept and honoured as soon as it can stop cleanly, never met by the
+/// default action that would kill it without a flush.
+#[derive(Debug)]
+pub struct Signals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Starts catching SIGTERM and SIGINT now (inside a Tokio runtime).
+    pub fn listen() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self { term: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// Resolves on the next SIGTERM or Ctrl-C, or at once if one came since the last call.
+    pub async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
-/// Runs a node until SIGTERM or Ctrl-C, then stops it cleanly.
-pub async fn run(config: Config, role: Role, extra: impl FnOnce(&Node) -> Router) -> Result<(), node::Error> {
+/// Runs a node until SIGTERM or Ctrl-C, then stops it cleanly. `signals` must have been caught
+/// before the caller started any work, so a stop request at any moment of start-up is honoured.
+pub async fn run(
+    config: Config,
+    role: Role,
+    mut signals: Signals,
+    extra: impl FnOnce(&Node) -> Router,
+) -> Result<(), node::Error> {
     let running = start(config, role, extra).await?;
-    // Give the swarm a moment to bind its listeners so the startup line names them.
-    for _ in 0..20 {
-        if !running.node.net().listen_addrs().await.unwrap_or_default().is_empty() {
-            break;
+    // Give the swarm a moment to bind its listeners so the startup line names them; a stop
+    // request cuts the wait short.
+    let listening = async {
+        for _ in 0..20 {
+            if !running.node.net().listen_addrs().await.unwrap_or_default().is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    };
+    let stop_early = tokio::select! {
+        () = listening => false,
+        () = signals.recv() => true,
+    };
     tracing::info!("{}", running.startup_line().await);
-    shutdown_signal().await;
+    if !stop_early {
+        signals.recv().await;
+    }
     tracing::info!("stopping: leaving the swarm and flushing the store");
     running.stop().await;
     tracing::info!("stopped");

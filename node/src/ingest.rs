@@ -9,7 +9,7 @@ use druse_protocol::body::{
 };
 use druse_protocol::net::{Acceptance, PeerId};
 use druse_protocol::trust::TrustList;
-use druse_protocol::validate::{self, Accepted, Reason, TrustView, Verdict};
+use druse_protocol::validate::{self, Accepted, Reason, TrustView};
 use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, topic};
 
 use crate::governance::{self, Sensitivity};
@@ -27,8 +27,6 @@ pub enum Outcome {
     Accepted,
     /// Refused by a protocol rule.
     Protocol(Reason),
-    /// A valid message on a topic that does not carry its kind.
-    WrongTopic,
     /// A crystal or report from a peer below `trusted` while weather is active.
     Halted,
     /// From a peer a management node banned.
@@ -45,7 +43,6 @@ impl Outcome {
         match self {
             Outcome::Accepted => "accepted",
             Outcome::Protocol(reason) => reason.as_str(),
-            Outcome::WrongTopic => "wrong_topic",
             Outcome::Halted => "halted",
             Outcome::Banned => "banned",
             Outcome::Confidential => "confidential",
@@ -58,7 +55,6 @@ impl Outcome {
         match self {
             Outcome::Accepted => Acceptance::Accept,
             Outcome::Protocol(reason) if reason.is_reject() => Acceptance::Reject,
-            Outcome::WrongTopic => Acceptance::Reject,
             _ => Acceptance::Ignore,
         }
     }
@@ -192,19 +188,16 @@ impl Pipeline {
         now: UnixMillis,
         metrics: &Metrics,
     ) -> (Option<Kind>, Outcome) {
-        let accepted = match validate::validate(bytes, source, now, &mut self.view) {
-            Verdict::Accept(accepted) => accepted,
-            Verdict::Reject(reason) => {
-                self.note_peer(propagation_source, now, |r| r.rejected += 1);
+        let accepted = match validate::check(bytes, source, topic, now, &mut self.view) {
+            Ok(accepted) => accepted,
+            Err(reason) => {
+                if reason.is_reject() {
+                    self.note_peer(propagation_source, now, |r| r.rejected += 1);
+                }
                 return (Envelope::peek_kind(bytes), Outcome::Protocol(reason));
             }
-            Verdict::Ignore(reason) => return (Envelope::peek_kind(bytes), Outcome::Protocol(reason)),
         };
         let kind = accepted.body.kind();
-        if !topic::carries(topic, kind) {
-            self.note_peer(propagation_source, now, |r| r.rejected += 1);
-            return (Some(kind), Outcome::WrongTopic);
-        }
         if let Some(refusal) = self.gate(&accepted, source, now) {
             return (Some(kind), refusal);
         }
@@ -230,15 +223,24 @@ impl Pipeline {
         None
     }
 
-    /// Validates a message this node signed itself, then applies it; the caller gossips it.
-    pub fn admit_local(&mut self, bytes: &[u8], me: &PeerId, now: UnixMillis, metrics: &Metrics) -> Outcome {
-        match validate::validate(bytes, me, now, &mut self.view) {
-            Verdict::Accept(accepted) => self.apply(&accepted, Origin::Local, now, metrics),
-            Verdict::Ignore(reason) | Verdict::Reject(reason) => Outcome::Protocol(reason),
+    /// Validates a message this node signed itself for `topic`, then applies it; the caller
+    /// gossips it.
+    pub fn admit_local(
+        &mut self,
+        bytes: &[u8],
+        me: &PeerId,
+        topic: &str,
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) -> Outcome {
+        match validate::check(bytes, me, topic, now, &mut self.view) {
+            Ok(accepted) => self.apply(&accepted, Origin::Local, now, metrics),
+            Err(reason) => Outcome::Protocol(reason),
         }
     }
 
-    /// Step 9: stores or applies an accepted message.
+    /// Step 9: stores or applies an accepted message. Only a message applied in full is
+    /// committed to the validator's view: one refused here blocks no later copy.
     fn apply(&mut self, accepted: &Accepted, origin: Origin, now: UnixMillis, metrics: &Metrics) -> Outcome {
         match self.apply_inner(accepted, origin, now, metrics) {
             Ok(outcome) => outcome,
@@ -312,6 +314,7 @@ impl Pipeline {
             },
             Body::Bounty(bounty) => self.apply_bounty(signer, bounty, now, metrics)?,
         }
+        self.view.commit(accepted, now);
         if accepted.body.seq().is_some() {
             let seqs: Vec<(PublicKey, u64)> = self.view.last_seqs().collect();
             self.store.put_state(SEQS_KEY, &seqs)?;
@@ -661,311 +664,4 @@ fn topic_label(topic: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use druse_protocol::body::{Attest, CrystalListing, Endorsement, EndorsementVerdict, Weather};
-    use druse_protocol::validate::Config;
-    use druse_protocol::{Envelope, Keypair};
-
-    use super::*;
-
-    const NOW: UnixMillis = 1_700_000_000_000;
-
-    struct Fixture {
-        pipeline: Pipeline,
-        metrics: Metrics,
-        mgmt: Keypair,
-        _dir: tempfile::TempDir,
-    }
-
-    fn fixture() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
-        let mgmt = Keypair::from_seed([1; 32]);
-        let pipeline = pipeline_on(store, &mgmt);
-        Fixture { pipeline, metrics: Metrics::new("test", "edge"), mgmt, _dir: dir }
-    }
-
-    /// The pipeline a node trusting `mgmt` restores from `store`.
-    fn pipeline_on(store: Store, mgmt: &Keypair) -> Pipeline {
-        let trust = TrustList::new([mgmt.public()]);
-        let view = TrustView::new(Config::default(), trust.clone());
-        let book = Book::new(trust, HashMap::new(), 100);
-        let me = Me { key: Keypair::from_seed([9; 32]).public(), market: market::Config::default() };
-        Pipeline::restore(store, view, book, Pending::new(16, 60_000), me).unwrap()
-    }
-
-    fn listing(name: &str, text: &str) -> Body {
-        Body::Crystal(crate::skill::sample_listing(name, text, NOW))
-    }
-
-    fn seal(key: &Keypair, body: &Body) -> Vec<u8> {
-        Envelope::seal(key, body.kind(), &body.encode().unwrap())
-    }
-
-    impl Fixture {
-        fn ingest(&mut self, key: &Keypair, body: &Body) -> Outcome {
-            let source = key.peer_id();
-            let topic = body.kind().topic();
-            self.pipeline.ingest(&seal(key, body), &source, &source, topic, NOW, &self.metrics).1
-        }
-
-        fn ban(&mut self, peer: &Keypair) {
-            let mgmt = self.mgmt.clone();
-            let ban = Body::Ban(druse_protocol::body::Ban {
-                issued_at: NOW,
-                seq: 1,
-                peer: peer.public(),
-                reason: "spam".into(),
-                expires_at: NOW + 60_000,
-            });
-            assert_eq!(self.ingest(&mgmt, &ban), Outcome::Accepted);
-        }
-
-        fn bounty(&mut self, id: &str, tags: &[&str]) {
-            let mgmt = self.mgmt.clone();
-            let bounty = Body::Bounty(Bounty {
-                issued_at: NOW,
-                seq: 1,
-                id: id.into(),
-                description: "networking".into(),
-                tags: tags.iter().map(|t| (*t).to_owned()).collect(),
-                priority: 0.5,
-                reward_multiplier: 2.0,
-                expires_at: NOW + 60_000,
-            });
-            assert_eq!(self.ingest(&mgmt, &bounty), Outcome::Accepted);
-        }
-
-        fn weather(&mut self, seq: u64) {
-            let mgmt = self.mgmt.clone();
-            let body =
-                Body::Weather(Weather { issued_at: NOW, seq, level: 0.9, duration_ms: 60_000, reason: "x".into() });
-            assert_eq!(self.ingest(&mgmt, &body), Outcome::Accepted);
-        }
-    }
-
-    #[test]
-    fn weather_halts_listings_from_provisional_peers_but_not_trusted_ones() {
-        let mut f = fixture();
-        let provisional = Keypair::from_seed([2; 32]);
-        let trusted = Keypair::from_seed([3; 32]);
-        let mgmt = f.mgmt.clone();
-        let attest = Body::Attest(Attest {
-            issued_at: NOW,
-            seq: 1,
-            peer: trusted.public(),
-            level: TrustLevel::Trusted,
-            reason: "known".into(),
-            expires_at: NOW + 3_600_000,
-        });
-        assert_eq!(f.ingest(&mgmt, &attest), Outcome::Accepted);
-        f.weather(2);
-        assert!(f.pipeline.weather.halted(NOW));
-        assert_eq!(f.ingest(&provisional, &listing("a", "retry with backoff")), Outcome::Halted);
-        assert_eq!(f.ingest(&trusted, &listing("b", "retry with jitter")), Outcome::Accepted);
-        assert_eq!(f.pipeline.store.skill_count(), 1);
-    }
-
-    #[test]
-    fn listing_that_carries_a_secret_is_refused_and_not_stored() {
-        let mut f = fixture();
-        let author = Keypair::from_seed([2; 32]);
-        assert_eq!(f.ingest(&author, &listing("leak", "the password: hunter2")), Outcome::Confidential);
-        assert_eq!(f.pipeline.store.skill_count(), 0);
-    }
-
-    #[test]
-    fn message_on_the_wrong_topic_is_rejected_and_blamed() {
-        let mut f = fixture();
-        let author = Keypair::from_seed([2; 32]);
-        let bytes = seal(&author, &listing("a", "text"));
-        let source = author.peer_id();
-        let (_, outcome) = f.pipeline.ingest(&bytes, &source, &source, topic::WEATHER, NOW, &f.metrics);
-        assert_eq!(outcome, Outcome::WrongTopic);
-        assert_eq!(outcome.acceptance(), Acceptance::Reject);
-        assert_eq!(f.pipeline.book.record(&source).map(|r| r.rejected), Some(1));
-    }
-
-    #[test]
-    fn endorsement_before_its_skill_is_applied_when_the_skill_arrives() {
-        let mut f = fixture();
-        let author = Keypair::from_seed([2; 32]);
-        let body = listing("a", "retry with backoff");
-        let id = ContentId::of(&body.encode().unwrap());
-        let mgmt = f.mgmt.clone();
-        let endorsement = Body::Endorsement(Endorsement {
-            issued_at: NOW,
-            seq: 1,
-            content_id: id,
-            skill_id: "a".into(),
-            version: 1,
-            verdict: EndorsementVerdict::Endorse,
-            note: String::new(),
-        });
-        assert_eq!(f.ingest(&mgmt, &endorsement), Outcome::Accepted);
-        assert_eq!(f.pipeline.pending.len(), 1);
-        assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
-        let skill: Skill = f.pipeline.store.skill(&id).unwrap().unwrap();
-        assert!(skill.is_verified);
-        assert_eq!(skill.verified_by, Some(mgmt.public()));
-        assert!(f.pipeline.pending.is_empty());
-        assert_eq!(f.pipeline.book.record(&author.peer_id()).map(|r| r.endorsed_skills), Some(1));
-        let text = f.metrics.render();
-        assert!(text.contains("druse_endorsements_applied_total{verdict=\"endorse\"} 1"), "{text}");
-    }
-
-    #[test]
-    fn counters_are_written_at_persist_but_a_ban_at_once() {
-        let mut f = fixture();
-        let author = Keypair::from_seed([2; 32]);
-        let spammer = Keypair::from_seed([3; 32]);
-        let stored =
-            |f: &Fixture, k: &Keypair| f.pipeline.store.peer::<peers::Record>(&k.peer_id().to_bytes()).unwrap();
-        assert_eq!(f.ingest(&author, &listing("a", "retry with backoff")), Outcome::Accepted);
-        assert!(stored(&f, &author).is_none(), "the per-message path does not write");
-        f.pipeline.persist_peers();
-        assert_eq!(stored(&f, &author).map(|r| r.accepted), Some(1));
-        f.ban(&spammer);
-        assert_eq!(stored(&f, &spammer).and_then(|r| r.ruling).map(|r| r.level), Some(TrustLevel::Banned));
-    }
-
-    #[test]
-    fn banned_peer_listings_are_ignored() {
-        let mut f = fixture();
-        let spammer = Keypair::from_seed([2; 32]);
-        f.ban(&spammer);
-        assert_eq!(f.ingest(&spammer, &listing("a", "x")), Outcome::Banned);
-    }
-
-    #[test]
-    fn weather_and_seqs_survive_a_restore_from_the_store() {
-        let mut f = fixture();
-        f.weather(7);
-        let store = f.pipeline.store.clone();
-        let restored = pipeline_on(store, &f.mgmt);
-        assert!(restored.weather.halted(NOW));
-        assert_eq!(restored.view.last_seqs().collect::<Vec<_>>(), vec![(f.mgmt.public(), 7)]);
-    }
-
-    fn report(by: &Keypair, id: ContentId, event: ReportEvent) -> Body {
-        Body::Report(Report { issued_at: NOW, reporter: by.public(), content_id: id, event })
-    }
-
-    fn stats(f: &Fixture, id: &ContentId) -> market::Stats {
-        f.pipeline.store.market.get(id.digest()).unwrap().unwrap_or_default()
-    }
-
-    #[test]
-    fn report_that_arrives_before_its_skill_is_counted_when_the_skill_arrives() {
-        let mut f = fixture();
-        let author = Keypair::from_seed([2; 32]);
-        let user = Keypair::from_seed([3; 32]);
-        let body = listing("a", "retry with backoff");
-        let id = ContentId::of(&body.encode().unwrap());
-        let run = report(&user, id, ReportEvent::Execution { success: true, reward: 0.5 });
-        assert_eq!(f.ingest(&user, &run), Outcome::Accepted);
-        assert_eq!(f.pipeline.pending_reports.len(), 1);
-        assert!(stats(&f, &id).executions.is_empty());
-        assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
-        let summary = stats(&f, &id).summary(&author.public());
-        assert_eq!((summary.executions, summary.independent_reporters), (1, 1));
-        assert_eq!(f.pipeline.book.record(&author.peer_id()).map(|r| r.report_successes), Some(1));
-        assert!(f.pipeline.take_effects().contains(&Effect::NewSkill(id)));
-    }
-
-    #[test]
-    fn an_older_version_arriving_late_is_stored_deprecated() {
-        let mut f = fixture();
-        let author = Keypair::from_seed([2; 32]);
-        let versioned = |version: u32, text: &str| {
-            let Body::Crystal(mut l) = listing("a", text) else { unreachable!() };
-            l.version = version;
-            Body::Crystal(l)
-        };
-        let (v1, v2) = (versioned(1, "first"), versioned(2, "second"));
-        let (id1, id2) = (ContentId::of(&v1.encode().unwrap()), ContentId::of(&v2.encode().unwrap()));
-        assert_eq!(f.ingest(&author, &v2), Outcome::Accepted);
-        assert_eq!(f.ingest(&author, &v1), Outcome::Accepted);
-        let old: Skill = f.pipeline.store.skill(&id1).unwrap().unwrap();
-        let new: Skill = f.pipeline.store.skill(&id2).unwrap().unwrap();
-        assert!(old.deprecated && old.deprecated_by == Some(id2));
-        assert!(!new.deprecated);
-    }
-
-    #[test]
-    fn bounty_matches_skills_before_and_after_it_and_records_claims() {
-        let mut f = fixture();
-        let author = Keypair::from_seed([2; 32]);
-        let early = Body::Crystal(CrystalListing { tags: vec!["net".into()], ..skill_listing("early") });
-        let late = Body::Crystal(CrystalListing { tags: vec!["NET".into()], ..skill_listing("late") });
-        let unrelated = Body::Crystal(CrystalListing { tags: vec!["law".into()], ..skill_listing("contracts") });
-        let ids: Vec<ContentId> =
-            [&early, &late, &unrelated].iter().map(|b| ContentId::of(&b.encode().unwrap())).collect();
-        assert_eq!(f.ingest(&author, &early), Outcome::Accepted);
-        assert_eq!(f.ingest(&author, &unrelated), Outcome::Accepted);
-        f.bounty("b1", &["net"]);
-        assert_eq!(f.ingest(&author, &late), Outcome::Accepted);
-        let record: BountyRecord = f.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
-        assert_eq!(record.matches, vec![ids[0], ids[1]]);
-        assert!(stats(&f, &ids[2]).bounty_matches.is_empty());
-        let boosts = f.pipeline.take_effects().into_iter().filter(|e| matches!(e, Effect::Boost(..))).count();
-        assert_eq!(boosts, 2);
-
-        let claim = report(&author, ids[1], ReportEvent::Claim { bounty_id: "b1".into() });
-        assert_eq!(f.ingest(&author, &claim), Outcome::Accepted);
-        let record: BountyRecord = f.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
-        assert_eq!(record.claims.len(), 1);
-        assert!(record.claims[0].matched && record.claims[0].claimant == author.peer_id().to_string());
-        assert_eq!(f.pipeline.expire_bounties(NOW + 60_000).unwrap(), 0, "expired at expires_at");
-        assert!(f.pipeline.store.bounties.is_empty());
-    }
-
-    #[test]
-    fn adoption_of_this_nodes_skill_is_earned_at_most_at_the_asking_price() {
-        let mut f = fixture();
-        let me = Keypair::from_seed([9; 32]);
-        let adopter = Keypair::from_seed([3; 32]);
-        let body = Body::Crystal(CrystalListing { asking_price: 700, ..skill_listing("mine") });
-        let id = ContentId::of(&body.encode().unwrap());
-        assert_eq!(f.ingest(&me, &body), Outcome::Accepted);
-        assert_eq!(
-            f.ingest(&adopter, &report(&adopter, id, ReportEvent::Adoption { price_paid: 5_000 })),
-            Outcome::Accepted
-        );
-        let totals = market::totals(&f.pipeline.store).unwrap();
-        assert_eq!((totals.earned, totals.spent, totals.entries), (700, 0, 1));
-        let twice = Body::Report(Report {
-            issued_at: NOW + 1,
-            reporter: adopter.public(),
-            content_id: id,
-            event: ReportEvent::Adoption { price_paid: 700 },
-        });
-        assert_eq!(f.ingest(&adopter, &twice), Outcome::Accepted);
-        assert_eq!(market::totals(&f.pipeline.store).unwrap().earned, 700, "an adopter pays once");
-    }
-
-    #[test]
-    fn open_bounties_survive_a_restore_and_match_what_arrives_after_it() {
-        let mut f = fixture();
-        f.bounty("b1", &["net"]);
-        let author = Keypair::from_seed([2; 32]);
-        let mut restored = Fixture {
-            pipeline: pipeline_on(f.pipeline.store.clone(), &f.mgmt),
-            metrics: Metrics::new("test", "edge"),
-            mgmt: f.mgmt.clone(),
-            _dir: tempfile::tempdir().unwrap(),
-        };
-        let late = Body::Crystal(CrystalListing { tags: vec!["net".into()], ..skill_listing("late") });
-        assert_eq!(restored.ingest(&author, &late), Outcome::Accepted);
-        let record: BountyRecord = restored.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
-        assert_eq!(record.matches, vec![ContentId::of(&late.encode().unwrap())]);
-        assert_eq!(restored.pipeline.expire_bounties(NOW).unwrap(), 1);
-    }
-
-    fn skill_listing(name: &str) -> CrystalListing {
-        let Body::Crystal(l) = listing(name, &format!("how to {name}")) else { unreachable!() };
-        l
-    }
-}
+mod tests;

@@ -215,9 +215,10 @@ async fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
+            let signals = daemon::Signals::listen().context("catching SIGTERM and Ctrl-C")?;
             cli::init_logging(args.log_format);
             let config = args.load().context("loading the config")?;
-            daemon::run(config, Role::Edge, |_| axum::Router::new()).await.context("running the node")?;
+            daemon::run(config, Role::Edge, signals, |_| axum::Router::new()).await.context("running the node")?;
         }
         Command::Id { data_dir } => {
             let path = data_dir.join("node.key");

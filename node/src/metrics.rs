@@ -242,7 +242,7 @@ impl Metrics {
                 let _ = metrics.messages.get_or_create(&MessageLabels { topic: topic.to_owned(), verdict });
             }
         }
-        let outcomes = ["accepted", "wrong_topic", "halted", "banned", "confidential", "store_failed"]
+        let outcomes = ["accepted", "halted", "banned", "confidential", "store_failed"]
             .into_iter()
             .chain(druse_protocol::validate::Reason::ALL.map(|r| r.as_str()));
         for outcome in outcomes {

@@ -419,7 +419,8 @@ impl Node {
         let id = ContentId::of(&encoded);
         let bytes = Envelope::seal(&self.inner.key, body.kind(), &encoded);
         let me = self.peer_id();
-        let outcome = self.through_pipeline(|p| p.admit_local(&bytes, &me, now_ms(), &self.inner.metrics));
+        let outcome =
+            self.through_pipeline(|p| p.admit_local(&bytes, &me, body.kind().topic(), now_ms(), &self.inner.metrics));
         if outcome != Outcome::Accepted {
             return Err(Error::Refused(outcome));
         }

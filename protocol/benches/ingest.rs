@@ -76,7 +76,8 @@ fn main() {
         b.iter_batched(
             view,
             |mut view| {
-                let verdict = validate::validate(black_box(&message), &source, NOW, &mut view);
+                let verdict =
+                    validate::validate(black_box(&message), &source, druse_protocol::topic::CRYSTALS, NOW, &mut view);
                 assert!(verdict.is_accept());
                 (verdict, view)
             },

@@ -206,16 +206,6 @@ impl Envelope {
         Ok(Self { kind, body: wire.body.to_vec(), signer, sig })
     }
 
-    /// The content id of an envelope's body without verifying it: gossip's message id, which
-    /// must be cheap and must not depend on anything but the body. `None` if it does not decode.
-    pub fn peek_content_id(bytes: &[u8]) -> Option<ContentId> {
-        if bytes.len() > MAX_ENVELOPE_LEN {
-            return None;
-        }
-        let wire: Wire<'_> = serde_ipld_dagcbor::from_slice(bytes).ok()?;
-        Some(ContentId::of(wire.body))
-    }
-
     /// The kind an envelope claims, without verifying it: a metric label for refused messages.
     pub fn peek_kind(bytes: &[u8]) -> Option<Kind> {
         if bytes.len() > MAX_ENVELOPE_LEN {

@@ -250,8 +250,9 @@ impl ProcNode {
         Self::start_with(name, program, data_dir, trust_list, bootstrap, &[]).await
     }
 
-    /// [`ProcNode::start`] with `extra` flags appended to `program run`'s arguments.
-    pub async fn start_with(
+    /// Spawns `program run` as [`ProcNode::start`] does, with `extra` flags appended to its
+    /// arguments, and returns at once without waiting for the API.
+    pub fn spawn_with(
         name: &str,
         program: &Path,
         data_dir: &Path,
@@ -289,13 +290,25 @@ impl ProcNode {
         let log = data_dir.with_extension("log");
         let process = Process::spawn(name, program, &args, log)?;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
-        let mut node = Self {
+        Ok(Self {
             process,
             data_dir: data_dir.to_owned(),
             api: format!("http://{api}"),
             metrics: format!("http://{metrics}"),
             http,
-        };
+        })
+    }
+
+    /// [`ProcNode::spawn_with`], then waits until the API answers.
+    pub async fn start_with(
+        name: &str,
+        program: &Path,
+        data_dir: &Path,
+        trust_list: &Path,
+        bootstrap: &[Multiaddr],
+        extra: &[&str],
+    ) -> Result<Self> {
+        let mut node = Self::spawn_with(name, program, data_dir, trust_list, bootstrap, extra)?;
         node.wait_healthy().await?;
         Ok(node)
     }

@@ -237,6 +237,75 @@ async fn sigterm_stops_the_node_cleanly_and_a_restart_keeps_every_write() {
     assert!(node.process.terminate().await.unwrap().success());
 }
 
+/// Writes memories through the CLI (pointed by `flags`) until stopped; returns the writes the
+/// node acknowledged.
+async fn write_until_stopped(
+    program: PathBuf,
+    flags: Vec<String>,
+    round: usize,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<(String, String)> {
+    let mut acknowledged = Vec::new();
+    for i in 0.. {
+        if *stop.borrow_and_update() {
+            break;
+        }
+        let text = format!("round {round} write {i}: Sam keeps a notebook of every trip");
+        let mut args = vec!["memory", "add", text.as_str(), "--namespace", "user:sam"];
+        args.extend(flags.iter().map(String::as_str));
+        match run_cli(&program, &args).await {
+            Ok(out) => {
+                let added: serde_json::Value =
+                    serde_json::from_str(&out).unwrap_or_else(|e| panic!("an acknowledged write printed {out}: {e}"));
+                acknowledged.push((crystal_id(&added), text));
+            }
+            // Not up yet, or already stopping: nothing was acknowledged.
+            Err(_) => {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+    acknowledged
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_at_any_moment_after_start_exits_cleanly_and_keeps_every_acknowledged_write() {
+    use rand::{Rng, SeedableRng};
+    let bins = tokio::task::spawn_blocking(binaries).await.unwrap().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (dir, trust_list) = edge_dir(root.path());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(10);
+    let mut acknowledged = Vec::new();
+    // Moments from just after the process runs (an exec'd program that has not reached its
+    // first instruction can catch nothing) to well into its work, with writes arriving all along.
+    for round in 0..8 {
+        let after = Duration::from_millis(rng.random_range(20..2_500));
+        let name = format!("druse-node (SIGTERM {after:?} after start)");
+        let mut node = ProcNode::spawn_with(&name, &bins.node, &dir, &trust_list, &[], &[]).unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let writer = tokio::spawn(write_until_stopped(bins.node.clone(), node.cli_flags(), round, stopped));
+        tokio::time::sleep(after).await;
+        let status = node.process.terminate().await.unwrap();
+        stop.send(true).unwrap();
+        acknowledged.extend(writer.await.unwrap());
+        let log = node.process.log_tail();
+        assert!(status.success(), "{name} exited with {status}\n{log}");
+        let stopped_line = node.process.log().lines().any(|l| l.trim_end().ends_with(STOPPED));
+        assert!(stopped_line, "{name}: no `stopped` line\n{log}");
+    }
+    assert!(!acknowledged.is_empty(), "no write was acknowledged in any round");
+    let mut node = ProcNode::start("druse-node (after the stops)", &bins.node, &dir, &trust_list, &[]).await.unwrap();
+    for (id, text) in &acknowledged {
+        let crystal: serde_json::Value = serde_json::from_str(&cli(&bins.node, &["memory", "get", id], &node).await)
+            .unwrap_or_else(|e| panic!("acknowledged memory {id} after the stops: {e}"));
+        assert_eq!(crystal["text"], text.as_str(), "memory {id}");
+    }
+    assert!(node.process.terminate().await.unwrap().success());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn json_logs_are_one_object_per_line_and_the_startup_line_names_every_address() {
     let bins = tokio::task::spawn_blocking(binaries).await.unwrap().unwrap();

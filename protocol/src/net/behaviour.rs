@@ -13,7 +13,7 @@ use libp2p::{
 use sha2::{Digest, Sha256};
 
 use super::{Config, Error, Registry};
-use crate::envelope::{Envelope, MAX_ENVELOPE_LEN};
+use crate::envelope::MAX_ENVELOPE_LEN;
 use crate::topic;
 
 /// The identify protocol version druse nodes announce.
@@ -97,14 +97,23 @@ impl Behaviour {
     }
 }
 
-/// The gossip message id: the envelope's content id, so gossip dedupes on what the store
-/// dedupes on, whoever relays it. Bytes that are not an envelope get the sha256 of the bytes;
-/// they will be rejected, but still need an id to be rejected under.
+/// The gossip message id: sha256 of the topic, a zero byte and the whole message data.
+///
+/// It covers everything a receiver judges, so no refused copy can share the genuine message's
+/// id: a copy on the wrong topic, or one with a broken signature over the same body, gets an id
+/// of its own, and gossipsub's duplicate cache never drops the genuine message because of it.
+/// The store still dedupes on the body's content id. Other implementations compute the same:
+/// `sha256(topic_utf8 ‖ 0x00 ‖ data)`.
+fn message_id_of(topic: &str, data: &[u8]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(topic.as_bytes());
+    hash.update([0u8]);
+    hash.update(data);
+    hash.finalize().into()
+}
+
 fn message_id(message: &gossipsub::Message) -> MessageId {
-    match Envelope::peek_content_id(&message.data) {
-        Some(cid) => MessageId::new(cid.digest()),
-        None => MessageId::new(&Sha256::digest(&message.data)),
-    }
+    MessageId::new(&message_id_of(message.topic.as_str(), &message.data))
 }
 
 fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, BoxError> {
@@ -254,6 +263,7 @@ pub(super) fn build_swarm(
 #[cfg(test)]
 mod unit {
     use super::*;
+    use crate::envelope::Envelope;
 
     #[test]
     fn score_parameters_are_accepted_by_gossipsub() {
@@ -270,15 +280,25 @@ mod unit {
     }
 
     #[test]
-    fn message_id_is_the_envelope_content_id() {
+    fn message_id_covers_the_topic_and_every_byte() {
         let key = crate::Keypair::from_seed([1; 32]);
         let data = Envelope::seal(&key, crate::Kind::Weather, b"body");
-        let message = gossipsub::Message {
-            source: None,
-            data,
-            sequence_number: None,
-            topic: IdentTopic::new(topic::WEATHER).hash(),
+        let id = |topic: &str, data: &[u8]| {
+            message_id(&gossipsub::Message {
+                source: None,
+                data: data.to_vec(),
+                sequence_number: None,
+                topic: IdentTopic::new(topic).hash(),
+            })
         };
-        assert_eq!(message_id(&message).0, crate::ContentId::of(b"body").digest().to_vec());
+        let genuine = id(topic::WEATHER, &data);
+        assert_eq!(genuine.0, Sha256::digest([topic::WEATHER.as_bytes(), &[0], &data].concat()).to_vec());
+        // The same bytes on another topic, and the same body under another signature, differ.
+        assert_ne!(id(topic::CRYSTALS, &data), genuine);
+        let mut tampered = data.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert_ne!(id(topic::WEATHER, &tampered), genuine);
+        assert_eq!(id(topic::WEATHER, &data), genuine);
     }
 }

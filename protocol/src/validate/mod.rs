@@ -1,8 +1,12 @@
 //! The pure validator every gossip message passes before a node stores or forwards it.
 //!
-//! `validate(bytes, source, now, &mut view)` runs DESIGN §6 steps 1–6 in order: size cap,
-//! envelope decode, signature, body decode, timestamp window, authority, dedupe, seq and
-//! per-peer rate. It does no IO; `TrustView` carries the state it needs and is bounded.
+//! `check(bytes, source, topic, now, &view)` runs DESIGN §6 steps 1–6 in order: size cap,
+//! envelope decode, signature, topic, body decode, timestamp window, authority, dedupe, seq and
+//! per-peer rate. It changes nothing a later message is judged by: only `TrustView::commit`,
+//! called once the message is applied, records its content id, its seq and its rate slot, so a
+//! refused copy (wrong topic, tampered, halted, unstorable) can never block the genuine one.
+//! `validate` is both steps at once, for callers with no later gate. It does no IO; `TrustView`
+//! carries the state it needs and is bounded.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -13,6 +17,7 @@ use crate::body::{self, Body};
 use crate::cid::ContentId;
 use crate::envelope::{self, Envelope, Kind};
 use crate::keys::PublicKey;
+use crate::topic;
 use crate::trust::TrustList;
 
 /// Why a message was not accepted; one label per reason for metrics.
@@ -50,11 +55,13 @@ pub enum Reason {
     ReplayedSeq,
     /// The originating peer is over its message rate.
     RateLimited,
+    /// A valid envelope published on a topic that does not carry its kind.
+    WrongTopic,
 }
 
 impl Reason {
     /// Every reason, for pre-registering metric labels.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::TooLarge,
         Reason::Malformed,
         Reason::UnsupportedVersion,
@@ -70,6 +77,7 @@ impl Reason {
         Reason::Duplicate,
         Reason::ReplayedSeq,
         Reason::RateLimited,
+        Reason::WrongTopic,
     ];
 
     /// The metric label.
@@ -90,6 +98,7 @@ impl Reason {
             Reason::Duplicate => "duplicate",
             Reason::ReplayedSeq => "replayed_seq",
             Reason::RateLimited => "rate_limited",
+            Reason::WrongTopic => "wrong_topic",
         }
     }
 
@@ -338,9 +347,17 @@ impl TrustView {
         }
     }
 
-    /// Admits one message from `peer` against its budget, or refuses it.
-    fn admit_rate(&mut self, peer: PublicKey, kind: Kind, now: UnixMillis) -> Result<(), Reason> {
+    /// Whether `peer` may send one more message of `kind` now; records nothing.
+    fn check_rate(&self, peer: PublicKey, kind: Kind, now: UnixMillis) -> Result<(), Reason> {
         let Some(rate) = self.rate_for(kind) else { return Ok(()) };
+        let Some(window) = self.rates.get(&(peer, kind)) else { return Ok(()) };
+        let recent = window.times.iter().filter(|t| now.saturating_sub(**t) < rate.per_ms).count();
+        if recent >= rate.count as usize { Err(Reason::RateLimited) } else { Ok(()) }
+    }
+
+    /// Spends one of `peer`'s message slots for `kind`.
+    fn record_rate(&mut self, peer: PublicKey, kind: Kind, now: UnixMillis) {
+        let Some(rate) = self.rate_for(kind) else { return };
         if !self.rates.contains_key(&(peer, kind)) && self.rates.len() >= self.config.rate_peers {
             // Forget the peer heard from longest ago so the table stays bounded.
             if let Some(oldest) = self.rates.iter().min_by_key(|(_, w)| w.last_seen).map(|(k, _)| *k) {
@@ -352,11 +369,22 @@ impl TrustView {
         while window.times.front().is_some_and(|t| now.saturating_sub(*t) >= rate.per_ms) {
             window.times.pop_front();
         }
-        if window.times.len() >= rate.count as usize {
-            return Err(Reason::RateLimited);
+        // A window never holds more than its budget, whatever the caller committed.
+        while window.times.len() >= rate.count.max(1) as usize {
+            window.times.pop_front();
         }
         window.times.push_back(now);
-        Ok(())
+    }
+
+    /// Records an accepted message, so its body, its seq and its rate slot count against
+    /// later messages. Call it only once every later rule passed and the message was applied.
+    pub fn commit(&mut self, accepted: &Accepted, now: UnixMillis) {
+        let signer = accepted.envelope.signer();
+        if let Some(seq) = accepted.body.seq() {
+            self.seqs.entry(signer).or_insert(SeqWindow { last: 0, mask: 0 }).record(seq);
+        }
+        self.record_rate(signer, accepted.body.kind(), now);
+        self.seen.insert(accepted.content_id, ());
     }
 
     fn check_time(&self, issued_at: UnixMillis, now: UnixMillis) -> Result<(), Reason> {
@@ -370,20 +398,35 @@ impl TrustView {
     }
 }
 
-/// Runs every rule on `bytes`, received over gossip from `source` (the originating peer).
-pub fn validate(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut TrustView) -> Verdict {
-    match validate_inner(bytes, source, now, view) {
-        Ok(accepted) => Verdict::Accept(Box::new(accepted)),
+/// Runs every rule on `bytes`, received over gossip on `topic` from `source` (the originating
+/// peer), and commits an accepted message to `view` at once.
+pub fn validate(bytes: &[u8], source: &PeerId, topic: &str, now: UnixMillis, view: &mut TrustView) -> Verdict {
+    match check(bytes, source, topic, now, view) {
+        Ok(accepted) => {
+            view.commit(&accepted, now);
+            Verdict::Accept(Box::new(accepted))
+        }
         Err(reason) => Verdict::refuse(reason),
     }
 }
 
-fn validate_inner(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut TrustView) -> Result<Accepted, Reason> {
+/// Runs every rule on `bytes`, received over gossip on `topic` from `source`, without recording
+/// anything a later message is judged by (see [`TrustView::commit`]).
+pub fn check(
+    bytes: &[u8],
+    source: &PeerId,
+    topic: &str,
+    now: UnixMillis,
+    view: &mut TrustView,
+) -> Result<Accepted, Reason> {
     let envelope = Envelope::open_with(bytes, |key| view.signers.get(key).copied())?;
     // A cache, not a rule: a key whose signature verified is worth keeping decoded whatever
     // the later rules say about this message.
     view.signers.insert(envelope.signer().to_bytes(), envelope.signer());
     let kind = envelope.kind();
+    if !topic::carries(topic, kind) {
+        return Err(Reason::WrongTopic);
+    }
     let body = Body::decode(kind, envelope.body())?;
     view.check_time(body.issued_at(), now)?;
     let signer = envelope.signer();
@@ -401,12 +444,7 @@ fn validate_inner(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut Tru
     if let Some(seq) = body.seq() {
         view.seqs.get(&signer).map_or(Ok(()), |w| w.check(seq))?;
     }
-    view.admit_rate(signer, kind, now)?;
-    // Every rule passed: only now does the view change.
-    if let Some(seq) = body.seq() {
-        view.seqs.entry(signer).or_insert(SeqWindow { last: 0, mask: 0 }).record(seq);
-    }
-    view.seen.insert(content_id, ());
+    view.check_rate(signer, kind, now)?;
     Ok(Accepted { envelope, body, content_id })
 }
 

@@ -135,8 +135,18 @@ fn domain_sig(key: &Keypair, kind: &str, body: &[u8]) -> [u8; 64] {
     key.sign_raw(&[b"druse/v1/".as_slice(), kind.as_bytes(), &[0], body].concat())
 }
 
-fn check(bytes: &[u8], source: &PeerId, view: &mut TrustView) -> Verdict {
-    validate(bytes, source, NOW, view)
+/// The topic an envelope belongs on (garbage gets the crystal topic; it is refused anyway).
+fn topic_of(bytes: &[u8]) -> &'static str {
+    Envelope::peek_kind(bytes).map_or(topic::CRYSTALS, topic::for_kind)
+}
+
+/// Validates `bytes` arriving on their own topic at `NOW`.
+fn run(bytes: &[u8], source: &PeerId, view: &mut TrustView) -> Verdict {
+    run_at(bytes, source, NOW, view)
+}
+
+fn run_at(bytes: &[u8], source: &PeerId, now: UnixMillis, view: &mut TrustView) -> Verdict {
+    validate(bytes, source, topic_of(bytes), now, view)
 }
 
 fn assert_rejected(verdict: Verdict, reason: Reason) {
@@ -157,7 +167,7 @@ fn assert_ignored(verdict: Verdict, reason: Reason) {
 fn every_kind_signed_by_the_right_key_is_accepted() {
     let mut view = view();
     for (bytes, source) in one_of_each() {
-        let verdict = check(&bytes, &source, &mut view);
+        let verdict = run(&bytes, &source, &mut view);
         assert!(verdict.is_accept(), "{verdict:?}");
     }
 }
@@ -168,7 +178,7 @@ fn forged_signature_is_rejected() {
     // The outsider signs, but the envelope names the management key as signer.
     let sig = domain_sig(&outsider(), "weather", &body);
     let bytes = raw("weather", &body, &mgmt().public(), &sig);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::BadSignature);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::BadSignature);
 }
 
 #[test]
@@ -177,10 +187,10 @@ fn forged_signature_is_rejected_after_the_signer_was_heard_from() {
     // same key must still have its signature checked.
     let mut view = view();
     let genuine = seal(&mgmt(), Body::Weather(weather(1, 0.5)));
-    assert!(check(&genuine, &edge().peer_id(), &mut view).is_accept());
+    assert!(run(&genuine, &edge().peer_id(), &mut view).is_accept());
     let body = Body::Weather(weather(2, 0.9)).encode().unwrap();
     let bytes = raw("weather", &body, &mgmt().public(), &domain_sig(&outsider(), "weather", &body));
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view), Reason::BadSignature);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view), Reason::BadSignature);
 }
 
 #[test]
@@ -189,7 +199,7 @@ fn signature_made_for_another_kind_is_rejected() {
     let body = Body::Endorsement(endorsement(1)).encode().unwrap();
     let sig = domain_sig(&mgmt(), "endorsement", &body);
     let bytes = raw("weather", &body, &mgmt().public(), &sig);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::BadSignature);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::BadSignature);
 }
 
 #[test]
@@ -198,14 +208,14 @@ fn tampered_body_is_rejected() {
     let sig = domain_sig(&mgmt(), "weather", &body);
     let tampered = Body::Weather(weather(1, 0.9)).encode().unwrap();
     let bytes = raw("weather", &tampered, &mgmt().public(), &sig);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::BadSignature);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::BadSignature);
 }
 
 #[test]
 fn trailing_bytes_after_the_envelope_are_rejected() {
     let mut bytes = seal(&mgmt(), Body::Weather(weather(1, 0.9)));
     bytes.push(0);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::Malformed);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::Malformed);
 }
 
 #[test]
@@ -213,13 +223,13 @@ fn trailing_bytes_after_a_signed_body_are_rejected() {
     let mut body = Body::Weather(weather(1, 0.9)).encode().unwrap();
     body.push(0);
     let bytes = Envelope::seal(&mgmt(), Kind::Weather, &body);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::Malformed);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::Malformed);
 }
 
 #[test]
 fn oversize_envelope_is_rejected_before_decoding() {
     let bytes = vec![0u8; envelope::MAX_ENVELOPE_LEN + 1];
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::TooLarge);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::TooLarge);
 }
 
 #[test]
@@ -227,7 +237,7 @@ fn body_over_its_kind_cap_is_rejected() {
     // 3 KiB is fine for a crystal but over the 2 KiB weather cap.
     let body = vec![0u8; 3 * 1024];
     let bytes = Envelope::seal(&mgmt(), Kind::Weather, &body);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::TooLarge);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::TooLarge);
 }
 
 #[test]
@@ -235,37 +245,37 @@ fn future_dated_message_is_ignored() {
     let e = edge();
     let mut early = listing(NOW + 60_001, "from-the-future");
     let bytes = seal(&e, Body::Crystal(early.clone()));
-    assert_ignored(check(&bytes, &e.peer_id(), &mut view()), Reason::FutureDated);
+    assert_ignored(run(&bytes, &e.peer_id(), &mut view()), Reason::FutureDated);
     early.issued_at = NOW + 60_000;
     let bytes = seal(&e, Body::Crystal(early));
-    assert!(check(&bytes, &e.peer_id(), &mut view()).is_accept(), "60 s of skew is allowed");
+    assert!(run(&bytes, &e.peer_id(), &mut view()).is_accept(), "60 s of skew is allowed");
 }
 
 #[test]
 fn stale_message_is_ignored() {
     let e = edge();
     let bytes = seal(&e, Body::Crystal(listing(NOW - 300_001, "old")));
-    assert_ignored(check(&bytes, &e.peer_id(), &mut view()), Reason::Stale);
+    assert_ignored(run(&bytes, &e.peer_id(), &mut view()), Reason::Stale);
     let bytes = seal(&e, Body::Crystal(listing(NOW - 300_000, "just-in-time")));
-    assert!(check(&bytes, &e.peer_id(), &mut view()).is_accept(), "300 s of age is allowed");
+    assert!(run(&bytes, &e.peer_id(), &mut view()).is_accept(), "300 s of age is allowed");
 }
 
 #[test]
 fn replayed_seq_with_a_new_body_is_ignored() {
     let mut view = view();
     let source = edge().peer_id();
-    assert!(check(&seal(&mgmt(), Body::Weather(weather(5, 0.9))), &source, &mut view).is_accept());
+    assert!(run(&seal(&mgmt(), Body::Weather(weather(5, 0.9))), &source, &mut view).is_accept());
     let reused = seal(&mgmt(), Body::Weather(weather(5, 0.2)));
-    assert_ignored(check(&reused, &source, &mut view), Reason::ReplayedSeq);
+    assert_ignored(run(&reused, &source, &mut view), Reason::ReplayedSeq);
 }
 
 #[test]
 fn seq_older_than_the_window_is_ignored() {
     let mut view = view();
     let source = edge().peer_id();
-    assert!(check(&seal(&mgmt(), Body::Weather(weather(500, 0.9))), &source, &mut view).is_accept());
+    assert!(run(&seal(&mgmt(), Body::Weather(weather(500, 0.9))), &source, &mut view).is_accept());
     let old = seal(&mgmt(), Body::Weather(weather(500 - SEQ_WINDOW, 0.9)));
-    assert_ignored(check(&old, &source, &mut view), Reason::ReplayedSeq);
+    assert_ignored(run(&old, &source, &mut view), Reason::ReplayedSeq);
 }
 
 #[test]
@@ -273,18 +283,18 @@ fn equal_seq_redelivered_is_ignored_idempotently() {
     let mut view = view();
     let source = edge().peer_id();
     let bytes = seal(&mgmt(), Body::Weather(weather(7, 0.9)));
-    assert!(check(&bytes, &source, &mut view).is_accept());
-    assert_ignored(check(&bytes, &source, &mut view), Reason::Duplicate);
-    assert_ignored(check(&bytes, &source, &mut view), Reason::Duplicate);
+    assert!(run(&bytes, &source, &mut view).is_accept());
+    assert_ignored(run(&bytes, &source, &mut view), Reason::Duplicate);
+    assert_ignored(run(&bytes, &source, &mut view), Reason::Duplicate);
 }
 
 #[test]
 fn seqs_reordered_by_gossip_within_the_window_are_accepted() {
     let mut view = view();
     let source = edge().peer_id();
-    assert!(check(&seal(&mgmt(), Body::Weather(weather(10, 0.9))), &source, &mut view).is_accept());
-    assert!(check(&seal(&mgmt(), Body::Endorsement(endorsement(9))), &source, &mut view).is_accept());
-    assert_ignored(check(&seal(&mgmt(), Body::Bounty(bounty(9))), &source, &mut view), Reason::ReplayedSeq);
+    assert!(run(&seal(&mgmt(), Body::Weather(weather(10, 0.9))), &source, &mut view).is_accept());
+    assert!(run(&seal(&mgmt(), Body::Endorsement(endorsement(9))), &source, &mut view).is_accept());
+    assert_ignored(run(&seal(&mgmt(), Body::Bounty(bounty(9))), &source, &mut view), Reason::ReplayedSeq);
 }
 
 #[test]
@@ -292,9 +302,9 @@ fn restored_seq_refuses_everything_up_to_it_after_a_restart() {
     let mut view = view();
     view.restore_seq(mgmt().public(), 20);
     let source = edge().peer_id();
-    assert_ignored(check(&seal(&mgmt(), Body::Weather(weather(20, 0.9))), &source, &mut view), Reason::ReplayedSeq);
-    assert_ignored(check(&seal(&mgmt(), Body::Weather(weather(15, 0.9))), &source, &mut view), Reason::ReplayedSeq);
-    assert!(check(&seal(&mgmt(), Body::Weather(weather(21, 0.9))), &source, &mut view).is_accept());
+    assert_ignored(run(&seal(&mgmt(), Body::Weather(weather(20, 0.9))), &source, &mut view), Reason::ReplayedSeq);
+    assert_ignored(run(&seal(&mgmt(), Body::Weather(weather(15, 0.9))), &source, &mut view), Reason::ReplayedSeq);
+    assert!(run(&seal(&mgmt(), Body::Weather(weather(21, 0.9))), &source, &mut view).is_accept());
     assert_eq!(view.last_seqs().collect::<Vec<_>>(), vec![(mgmt().public(), 21)]);
 }
 
@@ -303,7 +313,7 @@ fn unknown_kind_is_rejected() {
     let body = b"\xa0".to_vec();
     let sig = domain_sig(&edge(), "episode", &body);
     let bytes = raw("episode", &body, &edge().public(), &sig);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::UnknownKind);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::UnknownKind);
 }
 
 #[test]
@@ -318,64 +328,64 @@ fn unsupported_envelope_version_is_rejected() {
         sig: &sig,
     })
     .unwrap();
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::UnsupportedVersion);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::UnsupportedVersion);
 }
 
 #[test]
 fn weather_signed_by_a_key_not_on_the_trust_list_is_rejected() {
     let bytes = seal(&outsider(), Body::Weather(weather(1, 0.9)));
-    assert_rejected(check(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
+    assert_rejected(run(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
 }
 
 #[test]
 fn endorsement_signed_by_a_key_not_on_the_trust_list_is_rejected() {
     let bytes = seal(&outsider(), Body::Endorsement(endorsement(1)));
-    assert_rejected(check(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
+    assert_rejected(run(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
 }
 
 #[test]
 fn ban_signed_by_a_key_not_on_the_trust_list_is_rejected() {
     let bytes = seal(&outsider(), Body::Ban(ban(1)));
-    assert_rejected(check(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
+    assert_rejected(run(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
 }
 
 #[test]
 fn bounty_signed_by_a_key_not_on_the_trust_list_is_rejected() {
     let bytes = seal(&outsider(), Body::Bounty(bounty(1)));
-    assert_rejected(check(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
+    assert_rejected(run(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
 }
 
 #[test]
 fn attestation_signed_by_a_key_not_on_the_trust_list_is_rejected() {
     let bytes = seal(&outsider(), Body::Attest(attest(1)));
-    assert_rejected(check(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
+    assert_rejected(run(&bytes, &outsider().peer_id(), &mut view()), Reason::UntrustedSigner);
 }
 
 #[test]
 fn untrusted_signer_does_not_advance_the_seq() {
     let mut view = view();
     let source = edge().peer_id();
-    let _ = check(&seal(&outsider(), Body::Weather(weather(100, 0.9))), &source, &mut view);
+    let _ = run(&seal(&outsider(), Body::Weather(weather(100, 0.9))), &source, &mut view);
     assert_eq!(view.last_seqs().count(), 0);
 }
 
 #[test]
 fn listing_whose_signer_is_not_the_gossip_source_is_rejected() {
     let bytes = seal(&edge(), Body::Crystal(listing(NOW, "relayed")));
-    assert_rejected(check(&bytes, &outsider().peer_id(), &mut view()), Reason::AuthorMismatch);
+    assert_rejected(run(&bytes, &outsider().peer_id(), &mut view()), Reason::AuthorMismatch);
 }
 
 #[test]
 fn report_whose_signer_is_not_the_gossip_source_is_rejected() {
     let bytes = seal(&edge(), Body::Report(report(&edge())));
-    assert_rejected(check(&bytes, &outsider().peer_id(), &mut view()), Reason::AuthorMismatch);
+    assert_rejected(run(&bytes, &outsider().peer_id(), &mut view()), Reason::AuthorMismatch);
 }
 
 #[test]
 fn report_naming_another_reporter_than_its_signer_is_rejected() {
     let e = edge();
     let bytes = seal(&e, Body::Report(report(&outsider())));
-    assert_rejected(check(&bytes, &e.peer_id(), &mut view()), Reason::AuthorMismatch);
+    assert_rejected(run(&bytes, &e.peer_id(), &mut view()), Reason::AuthorMismatch);
 }
 
 #[test]
@@ -384,9 +394,9 @@ fn identical_reports_from_two_reporters_in_one_millisecond_are_both_accepted() {
     let mut view = view();
     let first = seal(&e, Body::Report(report(&e)));
     let second = seal(&o, Body::Report(report(&o)));
-    assert!(matches!(check(&first, &e.peer_id(), &mut view), Verdict::Accept(_)));
-    assert!(matches!(check(&second, &o.peer_id(), &mut view), Verdict::Accept(_)), "deduplicated as the first");
-    assert_ignored(check(&second, &o.peer_id(), &mut view), Reason::Duplicate);
+    assert!(matches!(run(&first, &e.peer_id(), &mut view), Verdict::Accept(_)));
+    assert!(matches!(run(&second, &o.peer_id(), &mut view), Verdict::Accept(_)), "deduplicated as the first");
+    assert_ignored(run(&second, &o.peer_id(), &mut view), Reason::Duplicate);
 }
 
 #[test]
@@ -397,7 +407,7 @@ fn listing_of_a_memory_crystal_is_rejected() {
         // Body::encode refuses to encode it, so encode it by hand as a hostile node would.
         assert!(Body::Crystal(listing.clone()).encode().is_err());
         let bytes = Envelope::seal(&e, Kind::Crystal, &serde_ipld_dagcbor::to_vec(&listing).unwrap());
-        assert_rejected(check(&bytes, &e.peer_id(), &mut view()), Reason::NotPublishable);
+        assert_rejected(run(&bytes, &e.peer_id(), &mut view()), Reason::NotPublishable);
     }
 }
 
@@ -405,7 +415,7 @@ fn listing_of_a_memory_crystal_is_rejected() {
 fn weather_level_outside_the_unit_interval_is_rejected() {
     let body = serde_ipld_dagcbor::to_vec(&weather(1, 1.5)).unwrap();
     let bytes = Envelope::seal(&mgmt(), Kind::Weather, &body);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::InvalidField);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::InvalidField);
 }
 
 #[test]
@@ -413,7 +423,7 @@ fn report_reward_outside_minus_one_to_one_is_rejected() {
     let e = edge();
     let bad = Report { event: ReportEvent::Execution { success: true, reward: -1.5 }, ..report(&e) };
     let bytes = Envelope::seal(&e, Kind::Report, &serde_ipld_dagcbor::to_vec(&bad).unwrap());
-    assert_rejected(check(&bytes, &e.peer_id(), &mut view()), Reason::InvalidField);
+    assert_rejected(run(&bytes, &e.peer_id(), &mut view()), Reason::InvalidField);
 }
 
 #[test]
@@ -422,7 +432,7 @@ fn over_long_tag_list_is_rejected() {
     let tags = (0..17).map(|i| format!("t{i}")).collect();
     let bad = CrystalListing { tags, ..listing(NOW, "tagged") };
     let bytes = Envelope::seal(&e, Kind::Crystal, &serde_ipld_dagcbor::to_vec(&bad).unwrap());
-    assert_rejected(check(&bytes, &e.peer_id(), &mut view()), Reason::InvalidField);
+    assert_rejected(run(&bytes, &e.peer_id(), &mut view()), Reason::InvalidField);
 }
 
 #[test]
@@ -446,7 +456,7 @@ fn body_with_an_unknown_field_is_rejected() {
     })
     .unwrap();
     let bytes = Envelope::seal(&mgmt(), Kind::Weather, &body);
-    assert_rejected(check(&bytes, &edge().peer_id(), &mut view()), Reason::Malformed);
+    assert_rejected(run(&bytes, &edge().peer_id(), &mut view()), Reason::Malformed);
 }
 
 #[test]
@@ -455,16 +465,16 @@ fn listings_over_the_per_peer_rate_are_ignored_until_the_window_passes() {
     let mut view = view();
     for i in 0..10 {
         let bytes = seal(&e, Body::Crystal(listing(NOW, &format!("s{i}"))));
-        assert!(validate(&bytes, &e.peer_id(), NOW, &mut view).is_accept(), "listing {i}");
+        assert!(run(&bytes, &e.peer_id(), &mut view).is_accept(), "listing {i}");
     }
     let eleventh = seal(&e, Body::Crystal(listing(NOW, "s10")));
-    assert_ignored(validate(&eleventh, &e.peer_id(), NOW, &mut view), Reason::RateLimited);
+    assert_ignored(run(&eleventh, &e.peer_id(), &mut view), Reason::RateLimited);
     // Another peer has its own budget.
     let o = outsider();
     let theirs = seal(&o, Body::Crystal(listing(NOW, "theirs")));
-    assert!(validate(&theirs, &o.peer_id(), NOW, &mut view).is_accept());
+    assert!(run(&theirs, &o.peer_id(), &mut view).is_accept());
     // Sixty seconds later the budget is back.
-    assert!(validate(&eleventh, &e.peer_id(), NOW + 60_000, &mut view).is_accept());
+    assert!(run_at(&eleventh, &e.peer_id(), NOW + 60_000, &mut view).is_accept());
 }
 
 #[test]
@@ -484,7 +494,7 @@ fn rate_table_stays_bounded_when_many_peers_send() {
     for seed in 10..40u8 {
         let key = Keypair::from_seed([seed; 32]);
         let bytes = seal(&key, Body::Crystal(listing(NOW, &format!("s{seed}"))));
-        assert!(validate(&bytes, &key.peer_id(), NOW, &mut view).is_accept());
+        assert!(run(&bytes, &key.peer_id(), &mut view).is_accept());
     }
     assert!(view.rates.len() <= 8);
 }
@@ -495,7 +505,7 @@ fn flipping_any_single_bit_of_any_kind_never_yields_accept() {
         for bit in 0..bytes.len() * 8 {
             let mut flipped = bytes.clone();
             flipped[bit / 8] ^= 1 << (bit % 8);
-            let verdict = check(&flipped, &source, &mut view());
+            let verdict = run(&flipped, &source, &mut view());
             assert!(!verdict.is_accept(), "bit {bit} of a {:?} envelope", Envelope::open(&bytes).map(|e| e.kind()));
         }
     }
@@ -584,16 +594,16 @@ proptest! {
         let key = mgmt();
         let bytes = Envelope::seal(&key, body.kind(), &body.encode().unwrap());
         let source = key.peer_id();
-        prop_assert!(validate(&bytes, &source, NOW, &mut view()).is_accept());
+        prop_assert!(run(&bytes, &source, &mut view()).is_accept());
         let mut flipped = bytes.clone();
         let at = bit.index(bytes.len() * 8);
         flipped[at / 8] ^= 1 << (at % 8);
-        prop_assert!(!validate(&flipped, &source, NOW, &mut view()).is_accept());
+        prop_assert!(!run(&flipped, &source, &mut view()).is_accept());
     }
 
     #[test]
     fn arbitrary_bytes_never_panic_or_accept(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
-        prop_assert!(!validate(&bytes, &edge().peer_id(), NOW, &mut view()).is_accept());
+        prop_assert!(!run(&bytes, &edge().peer_id(), &mut view()).is_accept());
     }
 }
 
@@ -603,7 +613,7 @@ fn non_minimal_integer_encoding_is_rejected() {
     let bytes = seal(&mgmt(), Body::Weather(weather(1, 0.9)));
     assert_eq!(&bytes[..4], &[0xa5, 0x61, b'v', 0x01]);
     let padded = [&[0xa5, 0x61, b'v', 0x18, 0x01][..], &bytes[4..]].concat();
-    assert_rejected(check(&padded, &edge().peer_id(), &mut view()), Reason::Malformed);
+    assert_rejected(run(&padded, &edge().peer_id(), &mut view()), Reason::Malformed);
 }
 
 #[test]
@@ -611,6 +621,64 @@ fn map_keys_out_of_canonical_order_are_rejected() {
     // The same five entries, with `v` moved from first to last.
     let bytes = seal(&mgmt(), Body::Weather(weather(1, 0.9)));
     let reordered = [&[0xa5][..], &bytes[4..], &[0x61, b'v', 0x01]].concat();
-    let verdict = check(&reordered, &edge().peer_id(), &mut view());
+    let verdict = run(&reordered, &edge().peer_id(), &mut view());
     assert!(matches!(verdict, Verdict::Reject(Reason::NonCanonical | Reason::Malformed)), "{verdict:?}");
+}
+
+#[test]
+fn a_copy_on_the_wrong_topic_is_rejected_and_the_genuine_message_still_accepted() {
+    for (bytes, source) in one_of_each() {
+        let mut view = view();
+        let right = topic_of(&bytes);
+        for wrong in topic::ALL.into_iter().filter(|t| *t != right) {
+            assert_rejected(validate(&bytes, &source, wrong, NOW, &mut view), Reason::WrongTopic);
+        }
+        assert!(run(&bytes, &source, &mut view).is_accept(), "genuine copy on {right} after wrong-topic copies");
+        assert_ignored(run(&bytes, &source, &mut view), Reason::Duplicate);
+    }
+}
+
+#[test]
+fn a_tampered_copy_blocks_nothing() {
+    for (bytes, source) in one_of_each() {
+        let mut view = view();
+        // The same body under a broken signature: the same content id, refused.
+        let mut tampered = bytes.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 0x01;
+        assert!(!run(&tampered, &source, &mut view).is_accept());
+        assert!(run(&bytes, &source, &mut view).is_accept(), "genuine copy after a tampered one");
+    }
+}
+
+#[test]
+fn a_checked_message_changes_nothing_until_it_is_committed() {
+    for (bytes, source) in one_of_each() {
+        let mut view = view();
+        let right = topic_of(&bytes);
+        // Checked again and again (as if a later gate refused it each time), never committed.
+        for _ in 0..12 {
+            assert!(check(&bytes, &source, right, NOW, &mut view).is_ok());
+        }
+        let accepted = check(&bytes, &source, right, NOW, &mut view).expect("still acceptable");
+        assert!(!view.has_seen(&accepted.content_id));
+        view.commit(&accepted, NOW);
+        assert!(view.has_seen(&accepted.content_id));
+        assert_eq!(check(&bytes, &source, right, NOW, &mut view).err(), Some(Reason::Duplicate));
+    }
+}
+
+#[test]
+fn refused_listings_spend_no_rate() {
+    let e = edge();
+    let mut view = view();
+    // Eleven listings checked on the wrong topic: none of them counts against the budget.
+    for i in 0..11 {
+        let bytes = seal(&e, Body::Crystal(listing(NOW, &format!("w{i}"))));
+        assert_rejected(validate(&bytes, &e.peer_id(), topic::REPORTS, NOW, &mut view), Reason::WrongTopic);
+    }
+    for i in 0..10 {
+        let bytes = seal(&e, Body::Crystal(listing(NOW, &format!("s{i}"))));
+        assert!(run(&bytes, &e.peer_id(), &mut view).is_accept(), "listing {i}");
+    }
 }
