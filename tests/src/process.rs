@@ -331,6 +331,14 @@ impl ProcNode {
         vec!["--api".into(), self.api.clone(), "--node-data-dir".into(), self.data_dir.display().to_string()]
     }
 
+    /// Runs a CLI subcommand of `program` pointed at this node (its [`ProcNode::cli_flags`]
+    /// appended); returns its stdout, or fails quoting its stderr and this node's log.
+    pub async fn cli(&self, program: &Path, args: &[&str]) -> Result<String> {
+        let flags = self.cli_flags();
+        let all: Vec<&str> = args.iter().copied().chain(flags.iter().map(String::as_str)).collect();
+        run_cli(program, &all).await.with_context(|| self.process.log_tail())
+    }
+
     /// GETs a JSON document from the API; `None` on a non-success status.
     pub async fn get_json(&self, path: &str) -> Result<Option<Value>> {
         let response = self.http.get(format!("{}{path}", self.api)).send().await?;

@@ -16,7 +16,7 @@ use std::path::Path;
 use druse_protocol::Keypair;
 use druse_tests::js::{self, JsPeer};
 use druse_tests::metrics;
-use druse_tests::process::{ProcNode, binaries, run_cli};
+use druse_tests::process::{ProcNode, binaries};
 use druse_tests::swarm::{MESH_SETTLE, key, mgmt_key};
 use druse_tests::{WAIT, eventually, wait_for};
 use serde_json::{Value, json};
@@ -29,9 +29,7 @@ const TOPICS: [&str; 3] = ["druse/crystals/1", "druse/endorsements/1", "druse/we
 
 /// Runs a CLI subcommand pointed at `node`; fails the test quoting the node's log.
 async fn cli(program: &Path, args: &[&str], node: &ProcNode) -> String {
-    let flags = node.cli_flags();
-    let all: Vec<&str> = args.iter().copied().chain(flags.iter().map(String::as_str)).collect();
-    run_cli(program, &all).await.unwrap_or_else(|e| panic!("{e:#}\n{}", node.process.log_tail()))
+    node.cli(program, args).await.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// The checks the js peer made on one envelope, all of which must hold.
