@@ -186,6 +186,14 @@ impl Process {
         }
     }
 
+    /// Kills the child with SIGKILL, so no shutdown path runs, and waits for it to go.
+    pub async fn kill9(&mut self) -> Result<()> {
+        tokio::time::timeout(WAIT, self.child.kill())
+            .await
+            .with_context(|| format!("{} did not go within {WAIT:?} of SIGKILL", self.name))?
+            .with_context(|| format!("killing {}", self.name))
+    }
+
     /// Asks the child to stop with SIGTERM and waits for it to exit.
     pub async fn terminate(&mut self) -> Result<ExitStatus> {
         let pid = self.child.id().with_context(|| format!("{} has already exited", self.name))?;
@@ -321,6 +329,14 @@ impl ProcNode {
     /// The `--api` and `--node-data-dir` flags that point a CLI subcommand at this node.
     pub fn cli_flags(&self) -> Vec<String> {
         vec!["--api".into(), self.api.clone(), "--node-data-dir".into(), self.data_dir.display().to_string()]
+    }
+
+    /// Runs a CLI subcommand of `program` pointed at this node (its [`ProcNode::cli_flags`]
+    /// appended); returns its stdout, or fails quoting its stderr and this node's log.
+    pub async fn cli(&self, program: &Path, args: &[&str]) -> Result<String> {
+        let flags = self.cli_flags();
+        let all: Vec<&str> = args.iter().copied().chain(flags.iter().map(String::as_str)).collect();
+        run_cli(program, &all).await.with_context(|| self.process.log_tail())
     }
 
     /// GETs a JSON document from the API; `None` on a non-success status.
