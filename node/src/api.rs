@@ -161,6 +161,7 @@ pub fn router(node: Node) -> Router {
         .route("/v1/memories", get(search_memories))
         .route("/v1/peers", get(peers))
         .route("/v1/weather", get(weather))
+        .route("/v1/agent", get(crate::agent::status))
         .merge(writes)
         .fallback(|| async { Error::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body))
