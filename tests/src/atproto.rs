@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -27,7 +26,7 @@ pub struct Network {
     _child: tokio::process::Child,
 }
 
-static SHARED: OnceLock<Result<&'static Network, String>> = OnceLock::new();
+static SHARED: tokio::sync::OnceCell<Result<Network, String>> = tokio::sync::OnceCell::const_new();
 
 impl Network {
     /// Starts a network (about 5 s) and waits until it prints its URLs.
@@ -69,12 +68,8 @@ impl Network {
     /// One network for the whole test process (accounts have unique handles, so scenarios
     /// share it without interfering).
     pub async fn shared() -> Result<&'static Network> {
-        if let Some(done) = SHARED.get() {
-            return done.clone().map_err(|e| anyhow!("{e}"));
-        }
-        let started = Network::start().await.map(|n| &*Box::leak(Box::new(n))).map_err(|e| format!("{e:#}"));
-        let _ = SHARED.set(started);
-        SHARED.get().context("set above")?.clone().map_err(|e| anyhow!("{e}"))
+        let started = SHARED.get_or_init(async || Network::start().await.map_err(|e| format!("{e:#}"))).await;
+        started.as_ref().map_err(|e| anyhow!("{e}"))
     }
 }
 

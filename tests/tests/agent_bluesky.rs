@@ -86,6 +86,11 @@ async fn mentions_and_replies_reach_the_agent_and_it_replies_in_the_thread() -> 
     // The agent answers; its reply points at the post as both root and parent.
     let parent = PostRef { uri: mention.uri.clone(), cid: mention.cid.clone() };
     let answer = bsky.reply("fine, thanks!", &parent, &parent, Vec::new()).await?;
+    // The AppView notifies a reply's parent author only once it has indexed the parent.
+    eventually(INDEXED, "the agent's answer in the AppView", async || {
+        alice.thread(&root.uri).await.is_ok_and(|t| replies(&t).iter().any(|(h, _, _)| *h == account.handle))
+    })
+    .await?;
     // Alice answers the agent, once plainly and once also @-mentioning it.
     let answer_post = druse_tests::atproto::Post { uri: answer.uri.clone(), cid: answer.cid.clone() };
     let plain = alice.post("glad to hear", &[], Some((&root, &answer_post))).await?;
