@@ -25,6 +25,15 @@ impl RateLimit {
         Self { limit, window_ms: window.as_millis() as u64, sent: HashMap::new() }
     }
 
+    /// Whether `author` may get another reply at `now`, without counting one.
+    pub fn would_allow(&self, author: &str, now: UnixMillis) -> bool {
+        let sent = self
+            .sent
+            .get(author)
+            .map_or(0, |times| times.iter().filter(|t| now.saturating_sub(**t) < self.window_ms).count());
+        (sent as u64) < u64::from(self.limit)
+    }
+
     /// Whether `author` may get another reply at `now`; if so, it is counted.
     pub fn allow(&mut self, author: &str, now: UnixMillis) -> bool {
         let window = self.window_ms;
@@ -176,7 +185,9 @@ mod tests {
         for i in 0..30 {
             assert!(limit.allow("alice", 1_000 + i), "reply {i}");
         }
+        assert!(!limit.would_allow("alice", 2_000));
         assert!(!limit.allow("alice", 2_000), "the 31st within the hour is refused");
+        assert!(limit.would_allow("bob", 2_000) && limit.would_allow("bob", 2_000), "asking counts nothing");
         assert!(limit.allow("bob", 2_000), "another author is not affected");
         assert!(!limit.allow("alice", 1_000 + 3_600_000 - 1), "still inside the window");
         assert!(limit.allow("alice", 1_000 + 3_600_000), "the first reply left the window");

@@ -24,9 +24,24 @@ use crate::memory::decay::DecayClass;
 use crate::memory::engine::NewMemory;
 use crate::node::{Node, now_ms};
 
-/// A batch whose model failed this often is given up, with a log line, so one poisoned
-/// notification cannot block the rest for ever.
-const MAX_ATTEMPTS: u32 = 5;
+/// A notification whose batch keeps failing (the model down, or answering garbage) is tried
+/// again at later polls with a growing pause, and given up only after this long, with a log
+/// line: an outage of the model loses nothing.
+const GIVE_UP_AFTER_MS: u64 = 24 * 3600 * 1000;
+
+/// The longest pause between two tries of a failing notification.
+const MAX_RETRY_PAUSE_MS: u64 = 5 * 60 * 1000;
+
+/// Failing notifications remembered at most.
+const MAX_FAILING: usize = 10_000;
+
+/// A notification whose batch failed: since when, how often, and when to try again.
+#[derive(Debug, Clone, Copy)]
+struct Failing {
+    since: u64,
+    tries: u32,
+    next: u64,
+}
 
 /// Posts of a thread read for context at most.
 const THREAD_POSTS: usize = 20;
@@ -44,7 +59,7 @@ pub(crate) struct Agent {
     pub(crate) status: Arc<Mutex<Status>>,
     limit: Mutex<RateLimit>,
     gate: Mutex<Gate>,
-    attempts: Mutex<HashMap<String, u32>>,
+    failing: Mutex<HashMap<String, Failing>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -78,7 +93,7 @@ impl Agent {
         Self {
             limit: Mutex::new(RateLimit::new(config.per_author_replies, config.per_author_window)),
             gate: Mutex::new(gate),
-            attempts: Mutex::new(HashMap::new()),
+            failing: Mutex::new(HashMap::new()),
             node,
             config,
             llm,
@@ -88,6 +103,11 @@ impl Agent {
             metrics,
             status,
         }
+    }
+
+    /// Counts a reply to `author` against the per-author limit; false when it is spent.
+    pub(crate) fn count_reply(&self, author: &str) -> bool {
+        lock(&self.limit).allow(author, now_ms())
     }
 
     pub(crate) fn mark_handled(&self, n: &Notification) {
@@ -294,9 +314,13 @@ impl Agent {
         let span = tracing::info_span!("agent_batch", notifications = notes.len(), thread = %notes.first().map(|n| n.uri.as_str()).unwrap_or(""));
         let _entered = span.enter();
         drop(_entered);
+        let now = now_ms();
         let mut allowed = Vec::new();
         for n in notes {
-            if lock(&self.limit).allow(&n.author_did, now_ms()) {
+            if lock(&self.failing).get(&id(&n)).is_some_and(|f| f.next > now) {
+                continue; // still pausing after a failure; kept for a later poll
+            }
+            if lock(&self.limit).would_allow(&n.author_did, now) {
                 allowed.push(n);
             } else {
                 self.metrics.refuse("rate_limit");
@@ -329,7 +353,7 @@ impl Agent {
                 super::metrics::Metrics::count(&self.metrics.batches, if run.exhausted { "step_limit" } else { "ok" });
                 for n in &allowed {
                     self.mark_handled(n);
-                    lock(&self.attempts).remove(&id(n));
+                    lock(&self.failing).remove(&id(n));
                 }
                 let replied = handler.replied.clone();
                 lock(&self.status).replies += replied.len() as u64;
@@ -340,14 +364,19 @@ impl Agent {
                 let left: Vec<&Notification> =
                     allowed.iter().filter(|n| !handler.replied.iter().any(|r| r.to.uri == n.uri)).collect();
                 let mut given_up = 0;
+                let pause = self.config.poll_interval.as_millis() as u64;
                 for n in &left {
-                    let tries = {
-                        let mut attempts = lock(&self.attempts);
-                        let t = attempts.entry(id(n)).or_insert(0);
-                        *t += 1;
-                        *t
-                    };
-                    if tries >= MAX_ATTEMPTS {
+                    let now = now_ms();
+                    let mut failing = lock(&self.failing);
+                    if failing.len() >= MAX_FAILING && !failing.contains_key(&id(n)) {
+                        failing.retain(|_, f| now.saturating_sub(f.since) < GIVE_UP_AFTER_MS);
+                    }
+                    let f = failing.entry(id(n)).or_insert(Failing { since: now, tries: 0, next: now });
+                    f.tries += 1;
+                    f.next = now + pause.saturating_mul(1 << f.tries.min(16)).min(MAX_RETRY_PAUSE_MS);
+                    if now.saturating_sub(f.since) >= GIVE_UP_AFTER_MS {
+                        failing.remove(&id(n));
+                        drop(failing);
                         self.mark_handled(n);
                         given_up += 1;
                     }

@@ -140,6 +140,10 @@ impl Batch {
         let Some(note) = self.notes.iter().find(|n| n.uri == a.uri).cloned() else {
             return Err("refused: that URI is not in the current batch".into());
         };
+        if !self.agent.count_reply(&note.author_did) {
+            self.agent.metrics.refuse("rate_limit");
+            return Err("refused: this author has had the most replies allowed for now".into());
+        }
         let parent = PostRef { uri: note.uri.clone(), cid: note.cid.clone() };
         let root = note.root.clone().unwrap_or_else(|| parent.clone());
         let facets = self.agent.facets_for(&a.text, &note.author_did).await;
