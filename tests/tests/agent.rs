@@ -402,6 +402,14 @@ async fn after_a_restart_the_session_is_reused_and_nothing_is_answered_twice() -
 
     let node = world.node("").await?;
     assert_eq!(node.agent().await?["session"], "reused", "{}", node.log_tail());
+    // The CLI shows the same status.
+    let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
+    let out = druse_tests::process::run_cli(&bins.node, &["agent", "status", "--api", &node.api]).await?;
+    let status: Value = serde_json::from_str(&out)?;
+    assert_eq!(status["state"], "running", "{out}");
+    assert_eq!(status["handle"], world.agent.handle.as_str(), "{out}");
+    assert_eq!(status["did"], world.agent.did.as_str(), "{out}");
+    assert!(!out.contains(&world.agent.password), "the status never shows the password");
     let later = world.mention(&hal, "a new question").await?;
     world.reply_to(&hal, &later, &node).await?;
     assert_eq!(world.replies_to(&hal, &post).await.len(), 1, "the first mention was not answered again");

@@ -31,6 +31,9 @@ const OBSERVATIONS: usize = 10;
 const EXCHANGES: usize = 5;
 const EPISODIC: usize = 10;
 
+/// Candidates asked of the engine for one block (its most).
+const WIDE: usize = 100;
+
 /// One swarm skill as the skills block shows it.
 #[derive(Debug, Clone)]
 pub struct SkillLine {
@@ -92,12 +95,15 @@ fn recall(
     kind: MemoryKind,
     now: UnixMillis,
 ) -> Result<Vec<Crystal>, Error> {
-    let query = Query { q: q.to_owned(), k, namespace: Some(ns.clone()), kind: Some(kind), semantic_type: None };
+    // The engine filters by namespace after ranking its candidates, so a wide net is cast and
+    // cut to `k` here; a namespace-scoped search in the engine would make this exact.
+    let query = Query { q: q.to_owned(), k: WIDE, namespace: Some(ns.clone()), kind: Some(kind), semantic_type: None };
     Ok(memory
         .peek(&query, Caller::LocalAgent, now)?
         .into_iter()
         .map(|h| h.crystal)
         .filter(|c| c.status == Status::Active)
+        .take(k)
         .collect())
 }
 
