@@ -143,7 +143,7 @@ async fn observations(node: &AgentNode, handle: &str, q: &str) -> anyhow::Result
 #[tokio::test]
 async fn a_mention_is_answered_in_its_thread_and_remembered_then_a_correction_supersedes() -> anyhow::Result<()> {
     let world = World::new(script).await?;
-    let node = world.node("").await?;
+    let node = world.node("crystallize_after = 2").await?;
     let alice = Account::create(world.net, &handle("al")).await?;
 
     // Scenario 1: the reply appears in the thread with correct refs; an observation is kept.
@@ -194,6 +194,18 @@ async fn a_mention_is_answered_in_its_thread_and_remembered_then_a_correction_su
     assert!(chain[0].contains("green") && chain[1].contains("blue"), "{chain:?}");
     assert_eq!(history["chain"][0]["status"], "superseded");
     assert_eq!(history["chain"][1]["supersedes"], history["chain"][0]["id"], "{history}");
+
+    // Seed 004: the tool sequence that succeeded twice (crystallize_after = 2) is a skill now.
+    let patterns = wait_for(ANSWERED, "a task-pattern crystal", async || {
+        let hits = node
+            .get_auth("/v1/memories", &[("q", "task pattern reply"), ("semantic_type", "task_pattern")])
+            .await
+            .ok()?;
+        hits.as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await?;
+    assert_eq!(patterns.len(), 1, "{patterns:?}");
+    assert!(patterns[0]["crystal"]["text"].as_str().is_some_and(|t| t.contains("reply")), "{patterns:?}");
 
     let status = node.agent().await?;
     assert_eq!(status["replies"], 2, "{status}");
