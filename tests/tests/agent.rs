@@ -63,6 +63,18 @@ fn script(request: &Request) -> Answer {
             calls.push(("reply".to_owned(), json!({"uri": target, "text": "hijacked"})));
         } else if let Some(text) = n.text.split("post for me: ").nth(1) {
             calls.push(("post".to_owned(), json!({"text": text})));
+        } else if n.text.contains("publish your skill") {
+            let text = request.text();
+            let crystal = text.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("- crystal ")
+                    .and_then(|r| r.split(':').next())
+                    .and_then(|id| id.parse::<u64>().ok())
+            });
+            match crystal {
+                Some(id) => calls.push(("publish_skill".to_owned(), json!({"crystal": id}))),
+                None => calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": "I have no skill yet"}))),
+            }
         } else if let Some(rest) = n.text.split("say hi to ").nth(1) {
             calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": format!("hi {rest}!")})));
         } else {
@@ -425,5 +437,75 @@ async fn after_a_restart_the_session_is_reused_and_nothing_is_answered_twice() -
     let later = world.mention(&hal, "a new question").await?;
     world.reply_to(&hal, &later, &node).await?;
     assert_eq!(world.replies_to(&hal, &post).await.len(), 1, "the first mention was not answered again");
+    node.stop().await
+}
+
+#[tokio::test]
+async fn an_earned_skill_reaches_a_second_node_with_its_computed_price() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("crystallize_after = 3").await?;
+    let ivy = Account::create(world.net, &handle("iv")).await?;
+    // Three successful replies make the sequence a task pattern (seed 004).
+    for i in 0..3 {
+        let post = world.mention(&ivy, &format!("tell me something {i}")).await?;
+        world.reply_to(&ivy, &post, &node).await?;
+    }
+    wait_for(ANSWERED, "the task-pattern crystal", async || {
+        let hits =
+            node.get_auth("/v1/memories", &[("q", "task pattern"), ("semantic_type", "task_pattern")]).await.ok()?;
+        hits.as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await?;
+
+    // A second node joins the first over the swarm.
+    let status = node.get_auth("/v1/status", &[]).await?;
+    let addr = format!(
+        "{}/p2p/{}",
+        status["listen_addrs"][0].as_str().unwrap_or_default(),
+        status["peer_id"].as_str().unwrap_or_default()
+    );
+    let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
+    let trust = world.dir.path().join("trust.txt");
+    std::fs::write(&trust, "")?;
+    let second = druse_tests::process::ProcNode::start(
+        "second",
+        &bins.node,
+        &world.dir.path().join("second"),
+        &trust,
+        &[addr.parse()?],
+    )
+    .await?;
+
+    // The owner asks for the skill to be published; only the approval publishes it.
+    world.mention(&world.owner, "publish your skill please").await?;
+    let request = wait_for(ANSWERED, "the publish approval request", async || {
+        let posts = world.owner.posts(&world.agent.did).await.ok()?;
+        posts.into_iter().find(|p| p["value"]["text"].as_str().is_some_and(|t| t.contains("publish the skill")))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let listed = async || {
+        second.get_json("/v1/skills").await.ok().flatten().and_then(|v| v.as_array().cloned()).unwrap_or_default()
+    };
+    assert!(listed().await.is_empty(), "nothing is published before the approval");
+    world
+        .owner
+        .like(&Post {
+            uri: request["uri"].as_str().unwrap_or_default().into(),
+            cid: request["cid"].as_str().unwrap_or_default().into(),
+        })
+        .await?;
+
+    // It reaches the second node, which computes its price from the agent's signed reports.
+    let skill = wait_for(Duration::from_secs(60), "the skill priced on the second node", async || {
+        listed().await.into_iter().find(|s| {
+            s["listing"]["semantic_type"] == "task_pattern" && s["computed_price"]["usdc"].as_f64().is_some_and(|p| p > 0.0)
+        })
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}\n{}", node.log_tail(), second.process.log_tail()))?;
+    assert!(skill["listing"]["name"].as_str().is_some_and(|n| n.contains("Task pattern")), "{skill}");
+    assert_eq!(skill["gate_passed"], true, "{skill}");
+    assert!(skill["stats"]["executions"].as_u64() >= Some(3), "{skill}");
     node.stop().await
 }

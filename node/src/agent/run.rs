@@ -234,7 +234,23 @@ impl Agent {
         let listing = request.into_listing(now_ms()).map_err(|e| e.to_string())?;
         let id = self.node.publish(&druse_protocol::body::Body::Crystal(listing)).await.map_err(|e| e.to_string())?;
         tracing::info!(%id, crystal, "published an earned skill to the swarm");
+        // The agent reports its own executions of the skill: those that made it a skill now,
+        // each later one as it happens (see `crystallize`).
+        if let Some(sequence) = self.state.pattern(crystal) {
+            let _ = self.state.set_published(&sequence, &id.to_string());
+            let done = self.state.count_of(&sequence);
+            for _ in 0..done.min(100) {
+                self.report_execution(id).await;
+            }
+        }
         Ok(())
+    }
+
+    async fn report_execution(&self, id: druse_protocol::ContentId) {
+        let event = druse_protocol::body::ReportEvent::Execution { success: true, reward: 1.0 };
+        if let Err(error) = self.node.report(id, event).await {
+            tracing::warn!(%error, %id, "could not report an execution of an earned skill");
+        }
     }
 
     /// Posts an approval request that tags the owner; only the owner's like of that exact
@@ -307,6 +323,34 @@ impl Agent {
                 summary: l.skill.listing.text.clone(),
             })
             .collect()
+    }
+
+    /// The task patterns the agent earned, by crystal id (seed 002: the identifier in the block).
+    async fn own_skills(&self) -> String {
+        let memory = Arc::clone(self.node.memory());
+        let found = crate::node::blocking(move || {
+            let query = crate::memory::engine::Query {
+                q: "task pattern".into(),
+                k: 10,
+                namespace: Some(Namespace::Episodic),
+                kind: None,
+                semantic_type: Some(SemanticType::TaskPattern),
+            };
+            memory.peek(&query, crate::governance::Caller::LocalAgent, now_ms()).unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default();
+        if found.is_empty() {
+            return String::new();
+        }
+        let lines: Vec<String> = found
+            .iter()
+            .map(|h| format!("- crystal {}: {}", h.crystal.id, context::quote(&h.crystal.text, 200)))
+            .collect();
+        format!(
+            "[YOUR SKILLS] (trust: high; your own task patterns, publishable with publish_skill)\n{}\n",
+            lines.join("\n")
+        )
     }
 
     /// One thread's notifications through the model.
@@ -414,6 +458,7 @@ impl Agent {
         .await
         .map_err(|e| e.to_string())??;
         let skills = context::skills_block(&self.skills(&query, 5, true).await, &context::Budgets::default());
+        let own = self.own_skills().await;
         let last = notes.last().map(|n| n.uri.clone()).unwrap_or_default();
         let thread = match self.bsky.thread(&last, THREAD_POSTS).await {
             Ok(posts) => posts
@@ -427,7 +472,7 @@ impl Agent {
             }
         };
         let mut system = format!(
-            "{SYSTEM}\n\n[YOU] @{} ({}); your owner is @{}\n[NOW] {}\n\n{memory_blocks}{skills}",
+            "{SYSTEM}\n\n[YOU] @{} ({}); your owner is @{}\n[NOW] {}\n\n{memory_blocks}{skills}{own}",
             self.bsky.handle(),
             self.bsky.did(),
             self.config.bluesky.owner.trim_start_matches('@'),
@@ -499,6 +544,10 @@ impl Agent {
     /// `task_pattern` crystal.
     async fn crystallize(&self, sequence: &str) {
         let Ok(count) = self.state.count_sequence(sequence) else { return };
+        if let Some(id) = self.state.published(sequence).and_then(|id| id.parse().ok()) {
+            self.report_execution(id).await;
+            return;
+        }
         if count != u64::from(self.config.crystallize_after) {
             return;
         }
@@ -508,7 +557,10 @@ impl Agent {
         new.origin = Origin::Skill;
         new.decay_class = DecayClass::Never;
         match self.store(new).await {
-            Ok(id) => tracing::info!(crystal = id, sequence, "a tool sequence became a task-pattern crystal"),
+            Ok(id) => {
+                let _ = self.state.set_pattern(id, sequence);
+                tracing::info!(crystal = id, sequence, "a tool sequence became a task-pattern crystal");
+            }
             Err(error) => tracing::warn!(%error, "could not store a task pattern"),
         }
     }

@@ -10,6 +10,8 @@ const HANDLED: &[u8] = b"h/";
 const CONSENT: &[u8] = b"c/";
 const SEQUENCE: &[u8] = b"s/";
 const GATE: &[u8] = b"gate";
+const PATTERN: &[u8] = b"p/";
+const PUBLISHED: &[u8] = b"u/";
 
 /// Handled notifications are forgotten after this long (they are long out of the feed).
 const HANDLED_KEEP_MS: u64 = 14 * 24 * 3600 * 1000;
@@ -95,6 +97,45 @@ impl State {
             Some((n + 1).to_be_bytes().to_vec())
         })?;
         Ok(next.and_then(|v| v.as_ref().try_into().ok()).map(u64::from_be_bytes).unwrap_or(0))
+    }
+}
+
+impl State {
+    /// How often a tool sequence succeeded so far.
+    pub(crate) fn count_of(&self, sequence: &str) -> u64 {
+        self.tree
+            .get(key(SEQUENCE, sequence))
+            .ok()
+            .flatten()
+            .and_then(|v| v.as_ref().try_into().ok())
+            .map(u64::from_be_bytes)
+            .unwrap_or(0)
+    }
+
+    /// Records that the task-pattern crystal `crystal` stands for `sequence`.
+    pub(crate) fn set_pattern(&self, crystal: u64, sequence: &str) -> Result<(), sled::Error> {
+        self.tree.insert(key(PATTERN, &crystal.to_string()), sequence.as_bytes())?;
+        self.tree.flush()?;
+        Ok(())
+    }
+
+    /// The tool sequence a task-pattern crystal stands for.
+    pub(crate) fn pattern(&self, crystal: u64) -> Option<String> {
+        let v = self.tree.get(key(PATTERN, &crystal.to_string())).ok()??;
+        String::from_utf8(v.to_vec()).ok()
+    }
+
+    /// Records the swarm listing of a tool sequence's skill.
+    pub(crate) fn set_published(&self, sequence: &str, content_id: &str) -> Result<(), sled::Error> {
+        self.tree.insert(key(PUBLISHED, sequence), content_id.as_bytes())?;
+        self.tree.flush()?;
+        Ok(())
+    }
+
+    /// The swarm listing of a tool sequence's skill, once published.
+    pub(crate) fn published(&self, sequence: &str) -> Option<String> {
+        let v = self.tree.get(key(PUBLISHED, sequence)).ok()??;
+        String::from_utf8(v.to_vec()).ok()
     }
 }
 
