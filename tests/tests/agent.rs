@@ -475,6 +475,13 @@ async fn an_earned_skill_reaches_a_second_node_with_its_computed_price() -> anyh
         &[addr.parse()?],
     )
     .await?;
+    // Gossip has no catch-up: the listing is published once the nodes are connected.
+    eventually(ANSWERED, "the two nodes to connect", async || {
+        let a = node.get_auth("/v1/status", &[]).await.ok().and_then(|s| s["connected_peers"].as_u64()).unwrap_or(0);
+        let b = second.status().await.ok().and_then(|s| s["connected_peers"].as_u64()).unwrap_or(0);
+        a >= 1 && b >= 1
+    })
+    .await?;
 
     // The owner asks for the skill to be published; only the approval publishes it.
     world.mention(&world.owner, "publish your skill please").await?;
@@ -499,7 +506,8 @@ async fn an_earned_skill_reaches_a_second_node_with_its_computed_price() -> anyh
     // It reaches the second node, which computes its price from the agent's signed reports.
     let skill = wait_for(Duration::from_secs(60), "the skill priced on the second node", async || {
         listed().await.into_iter().find(|s| {
-            s["listing"]["semantic_type"] == "task_pattern" && s["computed_price"]["usdc"].as_f64().is_some_and(|p| p > 0.0)
+            s["listing"]["semantic_type"] == "task_pattern"
+                && s["computed_price"]["usdc"].as_f64().is_some_and(|p| p > 0.0)
         })
     })
     .await
