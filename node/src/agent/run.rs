@@ -149,7 +149,11 @@ impl Agent {
         }
         let batches: Vec<Vec<Notification>> = threads.into_values().collect();
         futures::stream::iter(batches)
-            .for_each_concurrent(self.config.concurrent_batches, |batch| async move { self.batch(batch).await })
+            .for_each_concurrent(self.config.concurrent_batches, |batch| async move {
+                let thread = batch.first().map(|n| n.uri.clone()).unwrap_or_default();
+                let span = tracing::info_span!("agent_batch", notifications = batch.len(), %thread);
+                tracing::Instrument::instrument(self.batch(batch), span).await
+            })
             .await;
         if let Some(newest) = newest
             && let Err(error) = self.bsky.update_seen(&newest).await
@@ -247,6 +251,12 @@ impl Agent {
     }
 
     async fn report_execution(&self, id: druse_protocol::ContentId) {
+        // A report is identified by its content, its time in milliseconds included: two in
+        // the same millisecond would be one duplicate.
+        let started = now_ms();
+        while now_ms() == started {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         let event = druse_protocol::body::ReportEvent::Execution { success: true, reward: 1.0 };
         if let Err(error) = self.node.report(id, event).await {
             tracing::warn!(%error, %id, "could not report an execution of an earned skill");
@@ -355,9 +365,6 @@ impl Agent {
 
     /// One thread's notifications through the model.
     async fn batch(self: &Arc<Self>, notes: Vec<Notification>) {
-        let span = tracing::info_span!("agent_batch", notifications = notes.len(), thread = %notes.first().map(|n| n.uri.as_str()).unwrap_or(""));
-        let _entered = span.enter();
-        drop(_entered);
         let now = now_ms();
         let mut allowed = Vec::new();
         for n in notes {
