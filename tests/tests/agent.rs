@@ -206,6 +206,7 @@ async fn a_mention_is_answered_in_its_thread_and_remembered_then_a_correction_su
     assert!(chain[0].contains("green") && chain[1].contains("blue"), "{chain:?}");
     assert_eq!(history["chain"][0]["status"], "superseded");
     assert_eq!(history["chain"][1]["supersedes"], history["chain"][0]["id"], "{history}");
+    assert_eq!(blue["crystal"]["confidence"].as_f64(), Some(1.0), "an explicit correction supersedes at 1.0");
 
     // Seed 004: the tool sequence that succeeded twice (crystallize_after = 2) is a skill now.
     let patterns = wait_for(ANSWERED, "a task-pattern crystal", async || {

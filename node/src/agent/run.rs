@@ -524,8 +524,13 @@ impl Agent {
             }
             match self.extract(&r.to, &r.text).await {
                 Ok(observations) => {
+                    // Seed 003: a user's explicit correction supersedes at 1.0. The engine reads
+                    // the signal from the stored text, so an observation extracted from a
+                    // correction says so.
+                    let corrects = crate::memory::correction::is_explicit_correction(&r.to.text);
                     for o in observations {
-                        let mut new = memory(o.fact, ns.clone(), MemoryKind::Observation, SemanticType::Fact);
+                        let fact = if corrects { format!("Correction: {}", o.fact) } else { o.fact };
+                        let mut new = memory(fact, ns.clone(), MemoryKind::Observation, SemanticType::Fact);
                         new.subject = Some(o.subject.chars().take(64).collect());
                         new.attribute = Some(o.attribute.chars().take(64).collect());
                         new.decay_class = o.decay_class;
