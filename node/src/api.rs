@@ -162,6 +162,7 @@ pub fn router(node: Node, extra: Router) -> Router {
         .route("/v1/memories", get(search_memories))
         .route("/v1/peers", get(peers))
         .route("/v1/weather", get(weather))
+        .route("/v1/agent", get(crate::agent::status))
         .merge(writes)
         .with_state(node)
         .merge(extra)

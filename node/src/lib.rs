@@ -5,6 +5,7 @@
 //! API and the metrics. The `druse-node` binary and the management node (`druse-mgmt`) are
 //! both built on it.
 
+pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod client;

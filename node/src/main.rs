@@ -38,6 +38,13 @@ enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// The agent: `agent status`.
+    Agent {
+        #[command(subcommand)]
+        command: druse_node::agent::Cli,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Skills: publish, list.
     Skill {
         #[command(subcommand)]
@@ -235,6 +242,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", cli::keygen(&out).map_err(anyhow::Error::msg)?);
         }
         Command::Status { api } => print_json(&api.reader().get::<Value>("/v1/status").await?),
+        Command::Agent { command, api } => print_json(&command.run(&api).await?),
         Command::Memory { command, api } => {
             let client = api.writer()?;
             match command {

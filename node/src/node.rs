@@ -142,6 +142,8 @@ struct Inner {
     activity: broadcast::Sender<Activity>,
     /// Skills whose market evidence changed, a batch per maintenance tick, for observers.
     evidence: broadcast::Sender<Vec<ContentId>>,
+    /// The agent, when `[agent] enabled`.
+    agent: std::sync::OnceLock<crate::agent::Handle>,
 }
 
 /// What a peer did, as the node saw it: observers such as the management node's anomaly
@@ -243,6 +245,8 @@ impl Node {
     /// Opens the data directory, joins the swarm and starts ingesting.
     pub async fn start(config: Config, role: Role) -> Result<Self, Error> {
         config.check()?;
+        // The agent (crate::agent): its secrets are read now, so a missing one refuses to start.
+        let agent_secrets = crate::agent::Secrets::from_env(&config)?;
         std::fs::create_dir_all(&config.store.data_dir)?;
         let key = Keypair::load_or_generate(&config.key_path())?;
         let token = load_or_create_token(&config.token_path())?;
@@ -268,6 +272,7 @@ impl Node {
             pins.insert(id, *level);
         }
         let mut metrics = Metrics::new(VERSION, role.as_str());
+        let agent_metrics = crate::agent::metrics::Metrics::register(metrics.registry_mut());
         let (net, events) = net::spawn(&key, config.net(), metrics.registry_mut())?;
         let view = TrustView::new(config.validator(), trust.clone());
         let book = Book::new(trust, pins, PEER_BOOK_CAPACITY);
@@ -298,6 +303,7 @@ impl Node {
                 boosting: Mutex::new(()),
                 activity: broadcast::channel(ACTIVITY_BUFFER).0,
                 evidence: broadcast::channel(EVIDENCE_BATCHES).0,
+                agent: std::sync::OnceLock::new(),
             }),
         };
         let ingest = tokio::spawn(node.clone().ingest_loop(events));
@@ -306,6 +312,10 @@ impl Node {
         let effects = tokio::spawn(node.clone().effects_loop(effects_rx));
         let sweep = tokio::spawn(node.clone().sweep_loop());
         lock(&node.inner.tasks).extend([ingest, maintenance, consolidation, effects, sweep]);
+        // The agent (seeds 000–002): starts its own task when `[agent] enabled`.
+        if let Some(agent) = crate::agent::start(&node, agent_metrics, agent_secrets) {
+            let _ = node.inner.agent.set(agent);
+        }
         Ok(node)
     }
 
@@ -349,6 +359,11 @@ impl Node {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The agent, when it runs.
+    pub fn agent(&self) -> Option<&crate::agent::Handle> {
+        self.inner.agent.get()
     }
 
     /// The memory engine.

@@ -7,7 +7,10 @@
 //! through their CLI ([`process`]). Every wait has a timeout and names what it waited for, and
 //! every key comes from a fixed seed, so a failure reproduces.
 
+pub mod agent;
+pub mod atproto;
 pub mod js;
+pub mod llm;
 pub mod metrics;
 pub mod process;
 pub mod swarm;

@@ -1,0 +1,547 @@
+//! The agent's Bluesky account through atrium-api: log in (the session persisted 0600 in the
+//! data directory and refreshed by atrium when it expires), notifications, threads, replies
+//! with root and parent refs, likes, posts, and mention facets resolved through the agent's
+//! own PDS. Everything Bluesky sends is read defensively: sizes are capped and nothing in
+//! it can panic the node.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use atrium_api::agent::atp_agent::store::AtpSessionStore;
+use atrium_api::agent::atp_agent::{AtpAgent, AtpSession};
+use atrium_api::agent::{AuthorizationProvider, Configure};
+use atrium_api::app::bsky;
+use atrium_api::com::atproto;
+use atrium_api::record::KnownRecord;
+use atrium_api::types::string::{AtIdentifier, Cid, Datetime, Did, Handle, Nsid};
+use atrium_api::types::{LimitedNonZeroU8, LimitedU16, TryIntoUnknown, Union};
+use atrium_common::store::Store;
+use atrium_xrpc::types::AuthorizationToken;
+use atrium_xrpc::{HttpClient, XrpcClient};
+use serde_json::Value;
+
+use super::Secret;
+use super::facets;
+
+/// Largest XRPC answer read.
+const MAX_BODY: usize = 4 * 1024 * 1024;
+/// Longest wait for one XRPC call.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest post text the agent sends (Bluesky's limit is 300 graphemes).
+pub const MAX_POST_BYTES: usize = 3000;
+/// Longest text taken from another's post.
+const MAX_TEXT_IN: usize = 3000;
+
+/// Why a Bluesky call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("bluesky: {0}")]
+    Xrpc(String),
+    #[error("bluesky login as {handle} failed: {detail}")]
+    Login { handle: String, detail: String },
+    #[error("bluesky: {0}")]
+    Invalid(String),
+    #[error("bluesky session file {path}: {detail}")]
+    Session { path: PathBuf, detail: String },
+}
+
+fn xrpc<E: std::fmt::Debug>(e: atrium_xrpc::Error<E>) -> Error {
+    Error::Xrpc(xrpc_text(&e))
+}
+
+/// An XRPC error as a sentence: the status and the server's error, never a token.
+fn xrpc_text<E: std::fmt::Debug>(e: &atrium_xrpc::Error<E>) -> String {
+    let mut text = match e {
+        atrium_xrpc::Error::XrpcResponse(r) => match &r.error {
+            Some(atrium_xrpc::error::XrpcErrorKind::Undefined(body)) => format!(
+                "{} {}: {}",
+                r.status,
+                body.error.as_deref().unwrap_or("error"),
+                body.message.as_deref().unwrap_or("")
+            ),
+            Some(known) => format!("{} {known:?}", r.status),
+            None => r.status.to_string(),
+        },
+        atrium_xrpc::Error::HttpClient(c) => c.to_string(),
+        other => format!("{other:?}"),
+    };
+    super::llm::truncate(&mut text, 500);
+    text
+}
+
+/// The HTTP transport atrium speaks through: reqwest with a timeout and a size cap.
+#[derive(Debug, Clone)]
+pub struct Transport {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Transport {
+    fn new(base: &str) -> Result<Self, Error> {
+        let http = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| Error::Xrpc(e.to_string()))?;
+        Ok(Self { http, base: base.trim_end_matches('/').to_owned() })
+    }
+}
+
+impl HttpClient for Transport {
+    async fn send_http(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<Vec<u8>>, Box<dyn std::error::Error + Send + Sync + 'static>> {
+        let (parts, body) = request.into_parts();
+        let mut out = self.http.request(parts.method, parts.uri.to_string()).body(body);
+        for (name, value) in &parts.headers {
+            out = out.header(name, value);
+        }
+        let mut response = out.send().await?;
+        let mut builder = http::Response::builder().status(response.status());
+        for (name, value) in response.headers() {
+            builder = builder.header(name, value);
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if bytes.len() + chunk.len() > MAX_BODY {
+                return Err(format!("answer over {MAX_BODY} bytes").into());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(builder.body(bytes)?)
+    }
+}
+
+impl XrpcClient for Transport {
+    fn base_uri(&self) -> String {
+        self.base.clone()
+    }
+}
+
+/// The session, kept in a 0600 file in the data directory so a restart reuses it; atrium
+/// writes it again whenever it refreshes the tokens.
+#[derive(Debug)]
+pub struct SessionFile {
+    path: PathBuf,
+    cache: Mutex<Option<AtpSession>>,
+}
+
+impl SessionFile {
+    /// Opens the file; one that cannot be read or parsed is ignored (the agent logs in again).
+    pub fn open(path: PathBuf) -> Self {
+        let cache = std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice::<AtpSession>(&bytes).ok());
+        Self { path, cache: Mutex::new(cache) }
+    }
+
+    fn cached(&self) -> Option<AtpSession> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn write(&self, session: &AtpSession) -> Result<(), Error> {
+        let err = |e: &dyn std::fmt::Display| Error::Session { path: self.path.clone(), detail: e.to_string() };
+        let bytes = serde_json::to_vec(session).map_err(|e| err(&e))?;
+        let tmp = self.path.with_extension("tmp");
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        {
+            use std::io::Write;
+            let mut file = options.open(&tmp).map_err(|e| err(&e))?;
+            file.write_all(&bytes).map_err(|e| err(&e))?;
+            file.sync_all().map_err(|e| err(&e))?;
+        }
+        std::fs::rename(&tmp, &self.path).map_err(|e| err(&e))
+    }
+}
+
+impl Store<(), AtpSession> for SessionFile {
+    type Error = Error;
+
+    async fn get(&self, _key: &()) -> Result<Option<AtpSession>, Error> {
+        Ok(self.cached())
+    }
+
+    async fn set(&self, _key: (), value: AtpSession) -> Result<(), Error> {
+        let written = self.write(&value);
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(value);
+        if let Err(error) = &written {
+            tracing::warn!(%error, "could not persist the Bluesky session");
+        }
+        written
+    }
+
+    async fn del(&self, _key: &()) -> Result<(), Error> {
+        self.clear().await
+    }
+
+    async fn clear(&self) -> Result<(), Error> {
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::Session { path: self.path.clone(), detail: e.to_string() })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl AuthorizationProvider for SessionFile {
+    async fn authorization_token(&self, is_refresh: bool) -> Option<AuthorizationToken> {
+        self.cached()
+            .map(|s| AuthorizationToken::Bearer(if is_refresh { s.refresh_jwt.clone() } else { s.access_jwt.clone() }))
+    }
+}
+
+impl AtpSessionStore for SessionFile {}
+
+/// A post the agent can point at: its URI and CID.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PostRef {
+    pub uri: String,
+    pub cid: String,
+}
+
+/// One notification, as much of it as the agent reads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Notification {
+    pub uri: String,
+    pub cid: String,
+    pub author_did: String,
+    pub author_handle: String,
+    /// `mention`, `reply`, `like`, `follow`, `quote`, `repost`, …
+    pub reason: String,
+    /// What a like or repost was of.
+    pub subject: Option<String>,
+    /// The post's text (empty for a like or follow), capped.
+    pub text: String,
+    /// The thread's root, when the post is a reply.
+    pub root: Option<PostRef>,
+    pub indexed_at: String,
+}
+
+/// One post of a thread, oldest first.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ThreadPost {
+    pub uri: String,
+    pub author_handle: String,
+    pub text: String,
+}
+
+/// The agent's logged-in Bluesky account.
+pub struct Bluesky {
+    agent: AtpAgent<SessionFile, Transport>,
+    did: String,
+    handle: String,
+}
+
+impl std::fmt::Debug for Bluesky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bluesky").field("did", &self.did).field("handle", &self.handle).finish()
+    }
+}
+
+/// How the session was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionOrigin {
+    /// The session file's session still worked (refreshed if it had expired).
+    Reused,
+    /// A new login with the app password.
+    LoggedIn,
+}
+
+impl Bluesky {
+    /// Reuses the session saved in `session_path` if it is this handle's and still works
+    /// (atrium refreshes an expired access token), or logs in with `password`.
+    pub async fn connect(
+        service: &str,
+        handle: &str,
+        password: &Secret,
+        session_path: PathBuf,
+    ) -> Result<(Self, SessionOrigin), Error> {
+        let handle = handle.trim_start_matches('@').to_ascii_lowercase();
+        let store = SessionFile::open(session_path);
+        let saved = store.cached().filter(|s| s.handle.as_str().eq_ignore_ascii_case(&handle));
+        let agent = AtpAgent::new(Transport::new(service)?, store);
+        if let Some(saved) = saved {
+            match agent.api.com.atproto.server.get_session().await {
+                Ok(current) if current.did == saved.did => {
+                    let did = current.did.as_str().to_owned();
+                    return Ok((Self { agent, did, handle }, SessionOrigin::Reused));
+                }
+                Ok(_) => tracing::warn!("the saved Bluesky session is another account's; logging in again"),
+                Err(error) => tracing::info!(%error, "the saved Bluesky session no longer works; logging in again"),
+            }
+        }
+        let session = agent
+            .login(&handle, password.expose())
+            .await
+            .map_err(|e| Error::Login { handle: handle.clone(), detail: xrpc_text(&e) })?;
+        // Requests keep going to the configured service (a PDS or an entryway).
+        agent.configure_endpoint(service.trim_end_matches('/').to_owned());
+        let did = session.did.as_str().to_owned();
+        Ok((Self { agent, did, handle }, SessionOrigin::LoggedIn))
+    }
+
+    pub fn did(&self) -> &str {
+        &self.did
+    }
+
+    pub fn handle(&self) -> &str {
+        &self.handle
+    }
+
+    /// Unread-or-not notifications, newest first, at most `limit` (1–100).
+    pub async fn notifications(&self, limit: u8) -> Result<Vec<Notification>, Error> {
+        let limit =
+            LimitedNonZeroU8::<100>::try_from(limit.clamp(1, 100)).map_err(|e| Error::Invalid(e.to_string()))?;
+        let out = self
+            .agent
+            .api
+            .app
+            .bsky
+            .notification
+            .list_notifications(
+                bsky::notification::list_notifications::ParametersData {
+                    cursor: None,
+                    limit: Some(limit),
+                    priority: None,
+                    reasons: None,
+                    seen_at: None,
+                }
+                .into(),
+            )
+            .await
+            .map_err(xrpc)?;
+        Ok(out.data.notifications.into_iter().map(|n| notification(n.data)).collect())
+    }
+
+    /// Marks notifications up to `seen_at` as seen.
+    pub async fn update_seen(&self, seen_at: &str) -> Result<(), Error> {
+        let seen_at = Datetime::from_str(seen_at).map_err(|e| Error::Invalid(format!("seen_at: {e:?}")))?;
+        self.agent
+            .api
+            .app
+            .bsky
+            .notification
+            .update_seen(bsky::notification::update_seen::InputData { seen_at }.into())
+            .await
+            .map_err(xrpc)
+    }
+
+    /// The thread above `uri` and the post itself, oldest first, at most `max_posts`.
+    pub async fn thread(&self, uri: &str, max_posts: usize) -> Result<Vec<ThreadPost>, Error> {
+        let height =
+            LimitedU16::<1000>::try_from(max_posts.min(100) as u16).map_err(|e| Error::Invalid(e.to_string()))?;
+        let depth = LimitedU16::<1000>::try_from(0u16).map_err(|e| Error::Invalid(e.to_string()))?;
+        let out = self
+            .agent
+            .api
+            .app
+            .bsky
+            .feed
+            .get_post_thread(
+                bsky::feed::get_post_thread::ParametersData {
+                    depth: Some(depth),
+                    parent_height: Some(height),
+                    uri: uri.to_owned(),
+                }
+                .into(),
+            )
+            .await
+            .map_err(xrpc)?;
+        // Read through JSON: the shape is a chain of `parent` links, each capped here.
+        let value = serde_json::to_value(&out.data.thread).map_err(|e| Error::Invalid(e.to_string()))?;
+        let mut posts = Vec::new();
+        let mut node = Some(&value);
+        while let Some(n) = node {
+            if posts.len() >= max_posts {
+                break;
+            }
+            if let Some(post) = n.get("post") {
+                posts.push(ThreadPost {
+                    uri: str_at(post, &["uri"]),
+                    author_handle: str_at(post, &["author", "handle"]),
+                    text: capped(str_at(post, &["record", "text"])),
+                });
+            }
+            node = n.get("parent");
+        }
+        posts.reverse();
+        Ok(posts)
+    }
+
+    /// Posts `text` as a reply to `parent` in the thread rooted at `root`.
+    pub async fn reply(
+        &self,
+        text: &str,
+        parent: &PostRef,
+        root: &PostRef,
+        facets: Vec<Facet>,
+    ) -> Result<PostRef, Error> {
+        let reply = bsky::feed::post::ReplyRefData { parent: strong(parent)?, root: strong(root)? }.into();
+        self.create_post(text, Some(reply), facets).await
+    }
+
+    /// Posts `text` on its own.
+    pub async fn post(&self, text: &str, facets: Vec<Facet>) -> Result<PostRef, Error> {
+        self.create_post(text, None, facets).await
+    }
+
+    async fn create_post(
+        &self,
+        text: &str,
+        reply: Option<bsky::feed::post::ReplyRef>,
+        facets: Vec<Facet>,
+    ) -> Result<PostRef, Error> {
+        if text.trim().is_empty() || text.len() > MAX_POST_BYTES {
+            return Err(Error::Invalid(format!("a post must have 1 to {MAX_POST_BYTES} bytes of text")));
+        }
+        let facets = facets
+            .into_iter()
+            .map(|f| -> Result<bsky::richtext::facet::Main, Error> {
+                let did = Did::new(f.did).map_err(|e| Error::Invalid(e.to_owned()))?;
+                Ok(bsky::richtext::facet::MainData {
+                    features: vec![Union::Refs(bsky::richtext::facet::MainFeaturesItem::Mention(Box::new(
+                        bsky::richtext::facet::MentionData { did }.into(),
+                    )))],
+                    index: bsky::richtext::facet::ByteSliceData { byte_end: f.byte_end, byte_start: f.byte_start }
+                        .into(),
+                }
+                .into())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let record = bsky::feed::post::RecordData {
+            created_at: Datetime::now(),
+            embed: None,
+            entities: None,
+            facets: (!facets.is_empty()).then_some(facets),
+            labels: None,
+            langs: None,
+            reply,
+            tags: None,
+            text: text.to_owned(),
+        };
+        self.create(KnownRecord::AppBskyFeedPost(Box::new(record.into())), "app.bsky.feed.post").await
+    }
+
+    /// Likes `post`.
+    pub async fn like(&self, post: &PostRef) -> Result<PostRef, Error> {
+        let record = bsky::feed::like::RecordData { created_at: Datetime::now(), subject: strong(post)?, via: None };
+        self.create(KnownRecord::AppBskyFeedLike(Box::new(record.into())), "app.bsky.feed.like").await
+    }
+
+    async fn create(&self, record: KnownRecord, collection: &str) -> Result<PostRef, Error> {
+        let record = record.try_into_unknown().map_err(|e| Error::Invalid(e.to_string()))?;
+        let repo = AtIdentifier::Did(Did::new(self.did.clone()).map_err(|e| Error::Invalid(e.to_owned()))?);
+        let out = self
+            .agent
+            .api
+            .com
+            .atproto
+            .repo
+            .create_record(
+                atproto::repo::create_record::InputData {
+                    collection: Nsid::new(collection.to_owned()).map_err(|e| Error::Invalid(e.to_owned()))?,
+                    record,
+                    repo,
+                    rkey: None,
+                    swap_commit: None,
+                    validate: None,
+                }
+                .into(),
+            )
+            .await
+            .map_err(xrpc)?;
+        Ok(PostRef { uri: out.data.uri, cid: out.data.cid.as_ref().to_string() })
+    }
+
+    /// The DID a handle has, asked of the agent's own PDS (which resolves it as the network
+    /// does, without a fixed public host): `None` when it has none.
+    pub async fn resolve(&self, handle: &str) -> Result<Option<String>, Error> {
+        let Ok(handle) = Handle::new(handle.trim_start_matches('@').to_owned()) else { return Ok(None) };
+        match self
+            .agent
+            .api
+            .com
+            .atproto
+            .identity
+            .resolve_handle(atproto::identity::resolve_handle::ParametersData { handle }.into())
+            .await
+        {
+            Ok(out) => Ok(Some(out.data.did.as_str().to_owned())),
+            Err(atrium_xrpc::Error::XrpcResponse(e)) if e.status.as_u16() == 400 => Ok(None),
+            Err(e) => Err(xrpc(e)),
+        }
+    }
+
+    /// Mention facets for the `@handle`s in `text` that `may_tag` allows, each resolved
+    /// through the agent's PDS; a handle that does not resolve gets none.
+    pub async fn facets(&self, text: &str, may_tag: impl Fn(&str, &str) -> bool) -> Result<Vec<Facet>, Error> {
+        let mut out = Vec::new();
+        for mention in facets::mentions(text).into_iter().take(16) {
+            let Some(did) = self.resolve(&mention.handle).await? else { continue };
+            if may_tag(&mention.handle, &did) {
+                out.push(Facet { byte_start: mention.byte_start, byte_end: mention.byte_end, did });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A mention facet: a byte range of the text and the DID it names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Facet {
+    pub byte_start: usize,
+    pub byte_end: usize,
+    pub did: String,
+}
+
+fn strong(post: &PostRef) -> Result<atproto::repo::strong_ref::Main, Error> {
+    let cid = Cid::from_str(&post.cid).map_err(|e| Error::Invalid(format!("cid {:?}: {e}", post.cid)))?;
+    Ok(atproto::repo::strong_ref::MainData { cid, uri: post.uri.clone() }.into())
+}
+
+fn str_at(value: &Value, path: &[&str]) -> String {
+    let mut v = value;
+    for key in path {
+        match v.get(key) {
+            Some(next) => v = next,
+            None => return String::new(),
+        }
+    }
+    v.as_str().unwrap_or_default().chars().take(MAX_TEXT_IN).collect()
+}
+
+fn capped(mut text: String) -> String {
+    super::llm::truncate(&mut text, MAX_TEXT_IN);
+    text
+}
+
+fn notification(n: bsky::notification::list_notifications::NotificationData) -> Notification {
+    let record = serde_json::to_value(&n.record).unwrap_or(Value::Null);
+    let root = record.get("reply").and_then(|r| r.get("root")).and_then(|root| {
+        let uri = root.get("uri")?.as_str()?.to_owned();
+        let cid = root.get("cid")?.as_str()?.to_owned();
+        Some(PostRef { uri, cid })
+    });
+    Notification {
+        uri: n.uri,
+        cid: n.cid.as_ref().to_string(),
+        author_did: n.author.did.as_str().to_owned(),
+        author_handle: n.author.handle.as_str().to_owned(),
+        reason: n.reason.chars().take(32).collect(),
+        subject: n.reason_subject,
+        text: capped(str_at(&record, &["text"])),
+        root,
+        indexed_at: n.indexed_at.as_str().to_owned(),
+    }
+}
+
+/// Shares one client among the agent's tasks.
+pub type Shared = Arc<Bluesky>;

@@ -1,0 +1,409 @@
+//! The agent's language model: any OpenAI-compatible `/v1/chat/completions` server, with
+//! tool calling, a bounded tool loop, timeouts, retries with backoff on 429 and 5xx, and
+//! JSON-schema answers for extraction.
+
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::Secret;
+use super::metrics::Metrics;
+use crate::config::AgentLlm;
+
+/// The largest answer body read from the server.
+const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// The longest wait a `Retry-After` header may ask for.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// A tool result longer than this is cut before it goes back to the model.
+const MAX_TOOL_RESULT: usize = 8 * 1024;
+
+/// Why the model gave no usable answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("the LLM server could not be reached: {0}")]
+    Transport(String),
+    #[error("the LLM server took longer than {0:?} to answer")]
+    Timeout(Duration),
+    #[error("the LLM server answered {status}: {detail}")]
+    Status { status: u16, detail: String },
+    #[error("the LLM server's answer is not a chat completion: {0}")]
+    Invalid(String),
+    #[error("the model's answer does not match the schema {schema}: {detail}")]
+    Schema { schema: String, detail: String },
+}
+
+impl Error {
+    /// Worth asking again: a transport failure, a timeout, 429 or a 5xx.
+    fn retryable(&self) -> bool {
+        match self {
+            Error::Transport(_) | Error::Timeout(_) => true,
+            Error::Status { status, .. } => *status == 429 || *status >= 500,
+            Error::Invalid(_) | Error::Schema { .. } => false,
+        }
+    }
+}
+
+/// One chat message, in the wire form.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ToolCall>, D::Error> {
+    Ok(Option::<Vec<ToolCall>>::deserialize(d)?.unwrap_or_default())
+}
+
+impl Message {
+    pub fn system(text: impl Into<String>) -> Self {
+        Self { role: "system".into(), content: Some(text.into()), ..Self::default() }
+    }
+    pub fn user(text: impl Into<String>) -> Self {
+        Self { role: "user".into(), content: Some(text.into()), ..Self::default() }
+    }
+    fn tool(id: &str, text: String) -> Self {
+        Self { role: "tool".into(), content: Some(text), tool_call_id: Some(id.to_owned()), ..Self::default() }
+    }
+}
+
+/// A tool call the model made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function() -> String {
+    "function".into()
+}
+
+/// The function a tool call names, with its arguments as the model wrote them (JSON text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: String,
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tool {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ToolFunction,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct ToolFunction {
+    name: &'static str,
+    description: &'static str,
+    parameters: Value,
+}
+
+impl Tool {
+    pub fn new(name: &'static str, description: &'static str, parameters: Value) -> Self {
+        Self { kind: "function", function: ToolFunction { name, description, parameters } }
+    }
+    pub fn name(&self) -> &'static str {
+        self.function.name
+    }
+}
+
+/// Tokens one answer used, as the server counted them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct Completion {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    message: Message,
+}
+
+/// What a tool handler gives back for one call: the text the model sees.
+pub trait Tools {
+    /// Runs one call; whatever it returns (a result or a refusal) goes back to the model.
+    fn call(&mut self, call: &ToolCall) -> impl std::future::Future<Output = String> + Send;
+}
+
+/// How a tool loop ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// The model's last words (a summary for the log), if it stopped by itself.
+    pub summary: Option<String>,
+    /// Round trips made.
+    pub steps: usize,
+    /// The names of the tools called, in order.
+    pub calls: Vec<String>,
+    /// The step limit was reached while the model still wanted to call tools.
+    pub exhausted: bool,
+}
+
+/// A client of one OpenAI-compatible server.
+#[derive(Debug, Clone)]
+pub struct Llm {
+    http: reqwest::Client,
+    url: String,
+    model: String,
+    key: Option<Secret>,
+    max_tokens: u32,
+    timeout: Duration,
+    retries: u32,
+    backoff: Duration,
+    metrics: Metrics,
+}
+
+impl Llm {
+    /// A client for `config`, with the key read from the environment variable it names.
+    pub fn new(config: &AgentLlm, key: Option<Secret>, metrics: Metrics) -> Result<Self, Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| Error::Transport(e.to_string()))?;
+        Ok(Self {
+            http,
+            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            model: config.model.clone(),
+            key,
+            max_tokens: config.max_tokens,
+            timeout: config.timeout,
+            retries: config.max_retries,
+            backoff: config.retry_backoff,
+            metrics,
+        })
+    }
+
+    /// One completion, retried on 429, 5xx, timeouts and transport errors with exponential
+    /// backoff (a `Retry-After` header wins, up to a minute).
+    pub async fn chat(&self, messages: &[Message], tools: &[Tool], format: Option<&Value>) -> Result<Message, Error> {
+        let mut body = json!({
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+        });
+        if !tools.is_empty() {
+            body["tools"] = json!(tools);
+        }
+        if let Some(format) = format {
+            body["response_format"] = format.clone();
+        }
+        let mut attempt = 0;
+        loop {
+            let started = Instant::now();
+            let result = self.once(&body).await;
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err((e, _)) if e.retryable() => "retryable",
+                Err(_) => "error",
+            };
+            self.metrics.llm_call(outcome, started.elapsed());
+            match result {
+                Ok((message, usage)) => {
+                    if let Some(usage) = usage {
+                        self.metrics.llm_tokens(usage);
+                    }
+                    return Ok(message);
+                }
+                Err((error, retry_after)) if error.retryable() && attempt < self.retries => {
+                    let wait = retry_after.unwrap_or(self.backoff * 2u32.saturating_pow(attempt)).min(MAX_RETRY_AFTER);
+                    tracing::warn!(%error, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "LLM call failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                Err((error, _)) => return Err(error),
+            }
+        }
+    }
+
+    async fn once(&self, body: &Value) -> Result<(Message, Option<Usage>), (Error, Option<Duration>)> {
+        let mut request = self.http.post(&self.url).json(body).timeout(self.timeout);
+        if let Some(key) = &self.key {
+            request = request.bearer_auth(key.expose());
+        }
+        let response = request.send().await.map_err(|e| (self.transport(e), None))?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let bytes = read_capped(response).await.map_err(|e| (self.transport(e), None))?;
+        if !status.is_success() {
+            let detail = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned();
+            return Err((Error::Status { status: status.as_u16(), detail }, retry_after));
+        }
+        let completion: Completion =
+            serde_json::from_slice(&bytes).map_err(|e| (Error::Invalid(e.to_string()), None))?;
+        let usage = completion.usage;
+        let message = completion
+            .choices
+            .into_iter()
+            .next()
+            .map(|c| c.message)
+            .ok_or_else(|| (Error::Invalid("no choices".into()), None))?;
+        Ok((message, usage))
+    }
+
+    fn transport(&self, error: reqwest::Error) -> Error {
+        if error.is_timeout() { Error::Timeout(self.timeout) } else { Error::Transport(without_url(&error)) }
+    }
+
+    /// Asks for an answer that follows `schema` (a JSON-schema `response_format`) and parses
+    /// it. A model that wraps the JSON in prose or a code fence is read past it.
+    pub async fn extract<T: DeserializeOwned>(
+        &self,
+        messages: &[Message],
+        name: &str,
+        schema: Value,
+    ) -> Result<T, Error> {
+        let format = json!({
+            "type": "json_schema",
+            "json_schema": { "name": name, "strict": true, "schema": schema },
+        });
+        let message = self.chat(messages, &[], Some(&format)).await?;
+        let text = message.content.unwrap_or_default();
+        parse_json(&text).map_err(|detail| Error::Schema { schema: name.to_owned(), detail })
+    }
+
+    /// The tool loop: asks, runs the tools the model calls, gives their results back, and
+    /// asks again, at most `max_steps` times. Tool calls are counted by name.
+    pub async fn run<T: Tools + Send>(
+        &self,
+        mut messages: Vec<Message>,
+        tools: &[Tool],
+        max_steps: usize,
+        handler: &mut T,
+    ) -> Result<Run, Error> {
+        let mut run = Run { summary: None, steps: 0, calls: Vec::new(), exhausted: false };
+        while run.steps < max_steps {
+            run.steps += 1;
+            let answer = self.chat(&messages, tools, None).await?;
+            if answer.tool_calls.is_empty() {
+                run.summary = answer.content;
+                return Ok(run);
+            }
+            let calls = answer.tool_calls.clone();
+            messages.push(Message { role: "assistant".into(), ..answer });
+            for call in &calls {
+                let known = tools.iter().find(|t| t.name() == call.function.name).map(Tool::name);
+                self.metrics.tool_call(known.unwrap_or("unknown"));
+                run.calls.push(call.function.name.chars().take(64).collect());
+                let mut result = match known {
+                    Some(_) => handler.call(call).await,
+                    None => format!("error: there is no tool named {:?}", call.function.name),
+                };
+                truncate(&mut result, MAX_TOOL_RESULT);
+                messages.push(Message::tool(&call.id, result));
+            }
+        }
+        run.exhausted = true;
+        Ok(run)
+    }
+}
+
+/// Reads a body, refusing one over [`MAX_RESPONSE_BYTES`].
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, reqwest::Error> {
+    let mut out = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if out.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            break;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// A transport error's text without its URL (which may carry credentials in odd setups).
+fn without_url(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    if let Some(url) = error.url() {
+        text = text.replace(url.as_str(), "<llm>");
+    }
+    text
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary.
+pub fn truncate(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
+/// Parses JSON the model wrote, past any prose or code fence around it.
+pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    let first = serde_json::from_str::<T>(text.trim()).map_err(|e| e.to_string());
+    if first.is_ok() {
+        return first;
+    }
+    let (Some(start), Some(end)) = (text.find('{'), text.rfind('}')) else {
+        return first;
+    };
+    if start >= end {
+        return first;
+    }
+    serde_json::from_str::<T>(&text[start..=end]).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_found_past_prose_and_fences() {
+        #[derive(Deserialize, Debug, PartialEq)]
+        struct A {
+            a: u32,
+        }
+        assert_eq!(parse_json::<A>("{\"a\": 1}"), Ok(A { a: 1 }));
+        assert_eq!(parse_json::<A>("Sure!\n```json\n{\"a\": 2}\n```"), Ok(A { a: 2 }));
+        assert!(parse_json::<A>("no json here").is_err());
+        assert!(parse_json::<A>("} {").is_err());
+        assert!(parse_json::<A>("{\"b\": 1}").is_err());
+    }
+
+    #[test]
+    fn truncation_keeps_characters_whole() {
+        let mut s = "héllo".to_owned();
+        truncate(&mut s, 2);
+        assert_eq!(s, "h");
+        let mut s = "abc".to_owned();
+        truncate(&mut s, 10);
+        assert_eq!(s, "abc");
+    }
+
+    #[test]
+    fn a_message_with_null_tool_calls_reads_as_none() {
+        let m: Message = serde_json::from_str(r#"{"role":"assistant","content":"hi","tool_calls":null}"#).unwrap();
+        assert!(m.tool_calls.is_empty());
+        let text = serde_json::to_string(&Message::user("x")).unwrap();
+        assert!(!text.contains("tool_calls"), "{text}");
+    }
+}

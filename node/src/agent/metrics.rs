@@ -1,0 +1,107 @@
+//! `druse_agent_*` metrics, registered in the node's one registry.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::llm::Usage;
+
+/// One label: an outcome, a reason, a tool or an action.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Label {
+    pub label: &'static str,
+}
+
+/// The agent's metrics; clones share the same series.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// Notifications taken into a batch, by reason (`mention`, `reply`, `like`, …).
+    pub notifications: Family<Label, Counter>,
+    /// Replies posted.
+    pub replies: Counter,
+    /// Likes and posts made.
+    pub actions: Family<Label, Counter>,
+    /// LLM calls by outcome (`ok`, `retryable`, `error`).
+    pub llm_calls: Family<Label, Counter>,
+    pub llm_seconds: Histogram,
+    /// LLM tokens by direction (`prompt`, `completion`).
+    pub llm_tokens: Family<Label, Counter>,
+    /// Tool calls by tool name.
+    pub tool_calls: Family<Label, Counter>,
+    /// Actions the rules refused, by rule.
+    pub refused: Family<Label, Counter>,
+    /// Approval requests posted, and approvals granted.
+    pub gate_requests: Counter,
+    pub gate_approvals: Counter,
+    /// Batches run, by outcome (`ok`, `llm_failed`, …).
+    pub batches: Family<Label, Counter>,
+}
+
+fn histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
+impl Default for Metrics {
+    /// Metrics that are counted but not registered (tests, tools).
+    fn default() -> Self {
+        Self {
+            notifications: Family::default(),
+            replies: Counter::default(),
+            actions: Family::default(),
+            llm_calls: Family::default(),
+            llm_seconds: histogram(),
+            llm_tokens: Family::default(),
+            tool_calls: Family::default(),
+            refused: Family::default(),
+            gate_requests: Counter::default(),
+            gate_approvals: Counter::default(),
+            batches: Family::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let r = registry.sub_registry_with_prefix("druse_agent");
+        r.register("notifications", "Notifications taken into a batch, by reason", m.notifications.clone());
+        r.register("replies", "Replies posted", m.replies.clone());
+        r.register("actions", "Likes and posts made, by action", m.actions.clone());
+        r.register("llm_calls", "LLM calls by outcome", m.llm_calls.clone());
+        r.register("llm_duration_seconds", "Duration of one LLM call", m.llm_seconds.clone());
+        r.register("llm_tokens", "LLM tokens by direction", m.llm_tokens.clone());
+        r.register("tool_calls", "Tool calls by tool", m.tool_calls.clone());
+        r.register("refused", "Actions refused by a rule, by rule", m.refused.clone());
+        r.register("gate_requests", "Owner approval requests posted", m.gate_requests.clone());
+        r.register("gate_approvals", "Owner approvals granted", m.gate_approvals.clone());
+        r.register("batches", "Agent runs by entry point and outcome", m.batches.clone());
+        m
+    }
+
+    pub(crate) fn llm_call(&self, outcome: &'static str, took: Duration) {
+        self.llm_calls.get_or_create(&Label { label: outcome }).inc();
+        self.llm_seconds.observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn llm_tokens(&self, usage: Usage) {
+        self.llm_tokens.get_or_create(&Label { label: "prompt" }).inc_by(usage.prompt_tokens);
+        self.llm_tokens.get_or_create(&Label { label: "completion" }).inc_by(usage.completion_tokens);
+    }
+
+    pub(crate) fn tool_call(&self, tool: &'static str) {
+        self.tool_calls.get_or_create(&Label { label: tool }).inc();
+    }
+
+    pub(crate) fn refuse(&self, rule: &'static str) {
+        self.refused.get_or_create(&Label { label: rule }).inc();
+    }
+
+    pub(crate) fn count(family: &Family<Label, Counter>, label: &'static str) {
+        family.get_or_create(&Label { label }).inc();
+    }
+}

@@ -1,0 +1,276 @@
+//! The tools the model may call, and the rules each one obeys: reply and like only URIs of
+//! the current batch, tag only the owner, consenting users and the author answered, and
+//! gate posts outside a thread (and skill publishing) behind the owner's approval.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::bluesky::{Notification, PostRef};
+use super::llm::{Tool, ToolCall, Tools};
+use super::rules::{BatchScope, Gated};
+use super::run::Agent;
+use crate::memory::crystal::{MemoryKind, Namespace};
+use crate::node::now_ms;
+
+/// The tool definitions; the descriptions are the per-tool guidance (seed 001: docstrings,
+/// not prompt restatement).
+pub(crate) fn definitions() -> Vec<Tool> {
+    let text = json!({"type": "string"});
+    vec![
+        Tool::new(
+            "reply",
+            "Reply to one post of the current batch, by its exact URI. Only URIs listed in [NEW NOTIFICATIONS] are accepted.",
+            json!({"type": "object", "properties": {"uri": text, "text": text}, "required": ["uri", "text"]}),
+        ),
+        Tool::new(
+            "like",
+            "Like one post of the current batch, by its exact URI.",
+            json!({"type": "object", "properties": {"uri": text}, "required": ["uri"]}),
+        ),
+        Tool::new(
+            "post",
+            "Propose an original post outside any thread. It is not posted until the owner approves it.",
+            json!({"type": "object", "properties": {"text": text}, "required": ["text"]}),
+        ),
+        Tool::new(
+            "search_memory",
+            "Search your memory about the people in this batch and your own episodic notes.",
+            json!({"type": "object", "properties": {"query": text}, "required": ["query"]}),
+        ),
+        Tool::new(
+            "remember",
+            "Keep a note about the world in your episodic memory (not about a person).",
+            json!({"type": "object", "properties": {"text": text}, "required": ["text"]}),
+        ),
+        Tool::new(
+            "search_skills",
+            "Search the swarm's skill market: each skill with its verification state and computed price.",
+            json!({"type": "object", "properties": {"query": text}, "required": ["query"]}),
+        ),
+        Tool::new(
+            "publish_skill",
+            "Propose publishing one of your task-pattern skills to the swarm, by its crystal id. The owner must approve.",
+            json!({"type": "object", "properties": {"crystal": {"type": "integer"}}, "required": ["crystal"]}),
+        ),
+        Tool::new(
+            "do_nothing",
+            "Decide to do nothing for this batch; silence is fine.",
+            json!({"type": "object", "properties": {"reason": text}}),
+        ),
+    ]
+}
+
+/// A reply the agent posted in a batch: what it answered and what it said.
+#[derive(Debug, Clone)]
+pub(crate) struct Replied {
+    pub to: Notification,
+    pub text: String,
+}
+
+/// The tool handler of one batch.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub agent: Arc<Agent>,
+    pub scope: BatchScope,
+    pub notes: Vec<Notification>,
+    pub replied: Vec<Replied>,
+    pub liked: Vec<String>,
+    /// Set when a tool failed in a way the run should report.
+    pub failures: usize,
+}
+
+#[derive(Deserialize)]
+struct ReplyArgs {
+    uri: String,
+    text: String,
+}
+#[derive(Deserialize)]
+struct UriArg {
+    uri: String,
+}
+#[derive(Deserialize)]
+struct TextArg {
+    text: String,
+}
+#[derive(Deserialize)]
+struct QueryArg {
+    query: String,
+}
+#[derive(Deserialize)]
+struct CrystalArg {
+    crystal: u64,
+}
+
+fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, String> {
+    super::llm::parse_json(&call.function.arguments)
+        .map_err(|e| format!("error: bad arguments for {}: {e}", call.function.name))
+}
+
+impl Tools for Batch {
+    async fn call(&mut self, call: &ToolCall) -> String {
+        let result = match call.function.name.as_str() {
+            "reply" => self.reply(call).await,
+            "like" => self.like(call).await,
+            "post" => self.post(call).await,
+            "search_memory" => self.search_memory(call).await,
+            "remember" => self.remember(call).await,
+            "search_skills" => self.search_skills(call).await,
+            "publish_skill" => self.publish_skill(call).await,
+            "do_nothing" => Ok("ok: nothing done".to_owned()),
+            other => Err(format!("error: there is no tool named {other:?}")),
+        };
+        result.unwrap_or_else(|e| e)
+    }
+}
+
+impl Batch {
+    async fn reply(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: ReplyArgs = args(call)?;
+        if !self.scope.contains(&a.uri) {
+            self.agent.metrics.refuse("outside_batch");
+            tracing::warn!(uri = %a.uri, "refused a reply to a URI outside the batch");
+            return Err("refused: that URI is not in the current batch".into());
+        }
+        if self.replied.iter().any(|r| r.to.uri == a.uri) {
+            self.agent.metrics.refuse("already_replied");
+            return Err("refused: you already replied to that post".into());
+        }
+        let Some(note) = self.notes.iter().find(|n| n.uri == a.uri).cloned() else {
+            return Err("refused: that URI is not in the current batch".into());
+        };
+        if !self.agent.count_reply(&note.author_did) {
+            self.agent.metrics.refuse("rate_limit");
+            return Err("refused: this author has had the most replies allowed for now".into());
+        }
+        let parent = PostRef { uri: note.uri.clone(), cid: note.cid.clone() };
+        let root = note.root.clone().unwrap_or_else(|| parent.clone());
+        let facets = self.agent.facets_for(&a.text, &note.author_did).await;
+        match self.agent.bsky.reply(&a.text, &parent, &root, facets).await {
+            Ok(post) => {
+                self.agent.metrics.replies.inc();
+                self.agent.mark_handled(&note);
+                self.replied.push(Replied { to: note, text: a.text });
+                Ok(format!("ok: replied as {}", post.uri))
+            }
+            Err(e) => {
+                self.failures += 1;
+                Err(format!("error: the reply failed: {e}"))
+            }
+        }
+    }
+
+    async fn like(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: UriArg = args(call)?;
+        if !self.scope.contains(&a.uri) {
+            self.agent.metrics.refuse("outside_batch");
+            tracing::warn!(uri = %a.uri, "refused a like of a URI outside the batch");
+            return Err("refused: that URI is not in the current batch".into());
+        }
+        let Some(note) = self.notes.iter().find(|n| n.uri == a.uri) else {
+            return Err("refused: that URI is not in the current batch".into());
+        };
+        let post = PostRef { uri: note.uri.clone(), cid: note.cid.clone() };
+        match self.agent.bsky.like(&post).await {
+            Ok(_) => {
+                super::metrics::Metrics::count(&self.agent.metrics.actions, "like");
+                self.liked.push(a.uri);
+                Ok("ok: liked".into())
+            }
+            Err(e) => {
+                self.failures += 1;
+                Err(format!("error: the like failed: {e}"))
+            }
+        }
+    }
+
+    async fn post(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: TextArg = args(call)?;
+        self.agent.request_approval(Gated::Post { text: a.text }).await.map_err(|e| format!("error: {e}"))
+    }
+
+    async fn publish_skill(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: CrystalArg = args(call)?;
+        let Some(crystal) = self.agent.node.memory().get(a.crystal) else {
+            return Err(format!("error: there is no crystal {}", a.crystal));
+        };
+        if crystal.semantic_type != druse_protocol::body::SemanticType::TaskPattern {
+            return Err("refused: only task-pattern skills the agent earned may be published".into());
+        }
+        let name = crystal.text.chars().take(80).collect();
+        self.agent
+            .request_approval(Gated::PublishSkill { crystal: a.crystal, name })
+            .await
+            .map_err(|e| format!("error: {e}"))
+    }
+
+    async fn search_memory(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: QueryArg = args(call)?;
+        let mut namespaces: Vec<Namespace> = vec![Namespace::Episodic];
+        for n in &self.notes {
+            let ns = Namespace::User(n.author_handle.clone());
+            if !namespaces.contains(&ns) {
+                namespaces.push(ns);
+            }
+        }
+        let memory = Arc::clone(self.agent.node.memory());
+        let lines = crate::node::blocking(move || {
+            let mut lines = Vec::new();
+            for ns in namespaces {
+                let q = crate::memory::engine::Query {
+                    q: a.query.clone(),
+                    k: 5,
+                    namespace: Some(ns.clone()),
+                    kind: None,
+                    semantic_type: None,
+                };
+                if let Ok(hits) = memory.search(&q, crate::governance::Caller::LocalAgent, now_ms()) {
+                    for h in hits.into_iter().filter(|h| h.crystal.status == crate::memory::crystal::Status::Active) {
+                        lines.push(format!("- [{}] {}", ns.as_string(), super::context::quote(&h.crystal.text, 300)));
+                    }
+                }
+            }
+            lines
+        })
+        .await
+        .map_err(|e| format!("error: {e}"))?;
+        Ok(if lines.is_empty() { "nothing found".into() } else { lines.join("\n") })
+    }
+
+    async fn remember(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: TextArg = args(call)?;
+        let new = crate::memory::engine::NewMemory {
+            text: a.text,
+            namespace: Namespace::Episodic,
+            kind: MemoryKind::Observation,
+            semantic_type: druse_protocol::body::SemanticType::Episode,
+            origin: crate::memory::crystal::Origin::Session,
+            subject: None,
+            attribute: None,
+            decay_class: Default::default(),
+            event_at: None,
+            emotional_weight: 0.0,
+            scope: crate::governance::Scope::Private,
+            lifespan: Default::default(),
+            ttl_ms: None,
+            session: None,
+            turn_at: None,
+        };
+        self.agent
+            .store(new)
+            .await
+            .map(|id| format!("ok: remembered as crystal {id}"))
+            .map_err(|e| format!("error: {e}"))
+    }
+
+    async fn search_skills(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: QueryArg = args(call)?;
+        let lines = self.agent.skills(&a.query, 10, false).await;
+        Ok(if lines.is_empty() {
+            "no skill matches".into()
+        } else {
+            super::context::skills_block(&lines, &Default::default())
+        })
+    }
+}

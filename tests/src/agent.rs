@@ -1,0 +1,165 @@
+//! A `druse-node run` child with its agent enabled: a config file with an `[agent]` section
+//! pointing at the local ATProto network and a scripted LLM, and the app password in the
+//! environment variable the config names.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::process::{binaries, free_port};
+use crate::{WAIT, eventually};
+
+/// The environment variable the scenarios' configs name for the app password.
+pub const PASSWORD_ENV: &str = "DRUSE_TEST_AGENT_PASSWORD";
+
+/// The agent's settings in a scenario.
+#[derive(Debug, Clone)]
+pub struct AgentSetup {
+    pub pds: String,
+    pub handle: String,
+    pub password: String,
+    pub owner: String,
+    pub llm: String,
+    /// Extra lines for the `[agent]` table (e.g. `per_author_replies = 3`).
+    pub extra: String,
+}
+
+/// A running node with its agent.
+#[derive(Debug)]
+pub struct AgentNode {
+    pub data_dir: PathBuf,
+    pub api: String,
+    pub metrics: String,
+    pub log: PathBuf,
+    child: tokio::process::Child,
+    http: reqwest::Client,
+}
+
+/// The config file of a scenario's node.
+pub fn config(setup: &AgentSetup, data_dir: &Path, api: &str, metrics: &str) -> String {
+    format!(
+        "[store]\ndata_dir = {data:?}\n[p2p]\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nmdns = false\nheartbeat = \"100ms\"\n\
+         [api]\nlisten = {api:?}\n[metrics]\nlisten = {metrics:?}\n\
+         [agent]\nenabled = true\npoll_interval = \"300ms\"\n{extra}\n\
+         [agent.bluesky]\nservice = {pds:?}\nhandle = {handle:?}\npassword_env = {PASSWORD_ENV:?}\nowner = {owner:?}\n\
+         [agent.llm]\nbase_url = {llm:?}\nmodel = \"scripted\"\ntimeout = \"5s\"\nmax_retries = 2\nretry_backoff = \"50ms\"\n",
+        data = data_dir.display().to_string(),
+        extra = setup.extra,
+        pds = setup.pds,
+        handle = setup.handle,
+        owner = setup.owner,
+        llm = setup.llm,
+    )
+}
+
+impl AgentNode {
+    /// Writes the config and starts `druse-node run --config …`; returns once the API
+    /// answers (the agent logs in in the background).
+    pub async fn start(setup: &AgentSetup, data_dir: &Path) -> Result<Self> {
+        let bins = tokio::task::spawn_blocking(binaries).await??;
+        std::fs::create_dir_all(data_dir)?;
+        let api = format!("127.0.0.1:{}", free_port()?);
+        let metrics = format!("127.0.0.1:{}", free_port()?);
+        let config_path = data_dir.with_extension("toml");
+        std::fs::write(&config_path, config(setup, data_dir, &api, &metrics))?;
+        let log = data_dir.with_extension("log");
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let mut command = tokio::process::Command::new(&bins.node);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("DRUSE_") {
+                command.env_remove(name);
+            }
+        }
+        let child = command
+            .args(["run", "--config", &config_path.display().to_string()])
+            .env(PASSWORD_ENV, &setup.password)
+            .env("RUST_LOG", "info,druse_node::agent=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawning druse-node")?;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+        let mut node = Self {
+            data_dir: data_dir.to_owned(),
+            api: format!("http://{api}"),
+            metrics: format!("http://{metrics}"),
+            log,
+            child,
+            http,
+        };
+        let url = format!("{}/healthz", node.api);
+        let http = node.http.clone();
+        let healthy = eventually(WAIT, "the agent node's API", async || {
+            http.get(&url).send().await.is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+        if let Err(error) = healthy {
+            bail!("{error}\n{}", node.log_tail());
+        }
+        if let Ok(Some(status)) = node.child.try_wait() {
+            bail!("druse-node exited with {status}\n{}", node.log_tail());
+        }
+        Ok(node)
+    }
+
+    /// `GET /v1/agent`.
+    pub async fn agent(&self) -> Result<Value> {
+        Ok(self.http.get(format!("{}/v1/agent", self.api)).send().await?.error_for_status()?.json().await?)
+    }
+
+    /// A scrape of `/metrics`.
+    pub async fn scrape(&self) -> Result<String> {
+        Ok(self.http.get(format!("{}/metrics", self.metrics)).send().await?.error_for_status()?.text().await?)
+    }
+
+    /// The value of one series in `/metrics` (0 when absent).
+    pub async fn metric(&self, series: &str) -> Result<f64> {
+        let body = self.scrape().await?;
+        Ok(body
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0.0))
+    }
+
+    /// A GET with the node's token (the agent's memories are private to it).
+    pub async fn get_auth(&self, path: &str, query: &[(&str, &str)]) -> Result<Value> {
+        let token = std::fs::read_to_string(self.data_dir.join("api.token"))?;
+        Ok(self
+            .http
+            .get(format!("{}{path}", self.api))
+            .bearer_auth(token.trim())
+            .query(query)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        format!("--- last lines of {} ---\n{}", self.log.display(), lines[lines.len().saturating_sub(40)..].join("\n"))
+    }
+
+    /// Stops the node with SIGTERM.
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(pid) = self.child.id() {
+            let _ = tokio::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().await;
+        }
+        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
+        let _ = self.child.kill().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,520 @@
+//! The agent's scenarios (issue 11), each on a real `druse-node` process whose agent talks
+//! to a real local ATProto network (PLC, PDS, AppView) and to a chat-completions server
+//! scripted per scenario.
+
+use std::time::Duration;
+
+use druse_tests::agent::{AgentNode, AgentSetup};
+use druse_tests::atproto::{Account, Network, Post, handle, replies};
+use druse_tests::llm::{Answer, Request, ScriptedLlm};
+use druse_tests::{eventually, wait_for};
+use serde_json::{Value, json};
+
+/// Indexing by the AppView plus a few 300 ms polls of the agent.
+const ANSWERED: Duration = Duration::from_secs(30);
+
+/// One notification of the batch, as the prompt lists it.
+#[derive(Debug, Clone)]
+struct Listed {
+    uri: String,
+    text: String,
+}
+
+fn listed(request: &Request) -> Vec<Listed> {
+    let text = request.text();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(uri) = line.trim().strip_prefix("- uri: ") {
+            let text = lines
+                .get(i + 2)
+                .and_then(|l| l.trim().strip_prefix("text: "))
+                .and_then(|q| serde_json::from_str::<String>(q).ok())
+                .unwrap_or_default();
+            out.push(Listed { uri: uri.trim().to_owned(), text });
+        }
+    }
+    out
+}
+
+/// The scenarios' model: replies to every notification of a batch, following simple
+/// commands in the post text, and extracts "my favorite color is X" as an observation.
+fn script(request: &Request) -> Answer {
+    if request.is_extraction() {
+        let user = request.messages().last().and_then(|m| m["content"].as_str().map(str::to_owned)).unwrap_or_default();
+        let lower = user.to_lowercase();
+        let observations = match lower.find("favorite color is ") {
+            Some(i) => {
+                let color: String = lower[i + 18..].chars().take_while(|c| c.is_alphabetic()).collect();
+                vec![json!({"subject": "user", "attribute": "favorite_color",
+                            "fact": format!("Their favorite color is {color}"), "decay_class": "never"})]
+            }
+            None => Vec::new(),
+        };
+        return Answer::Text(json!({ "observations": observations }).to_string());
+    }
+    if request.last_role() == "tool" {
+        return Answer::Text("done".into());
+    }
+    let mut calls = Vec::new();
+    for n in listed(request) {
+        if let Some(rest) = n.text.split("reply elsewhere ").nth(1) {
+            let target = rest.split_whitespace().next().unwrap_or_default().to_owned();
+            calls.push(("reply".to_owned(), json!({"uri": target, "text": "hijacked"})));
+        } else if let Some(text) = n.text.split("post for me: ").nth(1) {
+            calls.push(("post".to_owned(), json!({"text": text})));
+        } else if n.text.contains("publish your skill") {
+            let text = request.text();
+            let crystal = text.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("- crystal ")
+                    .and_then(|r| r.split(':').next())
+                    .and_then(|id| id.parse::<u64>().ok())
+            });
+            match crystal {
+                Some(id) => calls.push(("publish_skill".to_owned(), json!({"crystal": id}))),
+                None => calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": "I have no skill yet"}))),
+            }
+        } else if let Some(rest) = n.text.split("say hi to ").nth(1) {
+            calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": format!("hi {rest}!")})));
+        } else {
+            calls.push((
+                "reply".to_owned(),
+                json!({"uri": n.uri, "text": format!("you said: {}", n.text.chars().take(80).collect::<String>())}),
+            ));
+        }
+    }
+    if calls.is_empty() { Answer::Tools(vec![("do_nothing".into(), json!({}))]) } else { Answer::Tools(calls) }
+}
+
+struct World {
+    net: &'static Network,
+    agent: Account,
+    owner: Account,
+    llm: ScriptedLlm,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn new(script: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> anyhow::Result<Self> {
+        let net = Network::shared().await?;
+        Ok(Self {
+            agent: Account::create(net, &handle("ag")).await?,
+            owner: Account::create(net, &handle("ow")).await?,
+            llm: ScriptedLlm::start(script).await?,
+            dir: tempfile::tempdir()?,
+            net,
+        })
+    }
+
+    fn setup(&self, extra: &str) -> AgentSetup {
+        AgentSetup {
+            pds: self.net.pds.clone(),
+            handle: self.agent.handle.clone(),
+            password: self.agent.password.clone(),
+            owner: self.owner.handle.clone(),
+            llm: self.llm.base_url(),
+            extra: extra.to_owned(),
+        }
+    }
+
+    async fn node(&self, extra: &str) -> anyhow::Result<AgentNode> {
+        let node = AgentNode::start(&self.setup(extra), &self.dir.path().join("node")).await?;
+        eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+        Ok(node)
+    }
+
+    /// `who` mentions the agent in a new post.
+    async fn mention(&self, who: &Account, text: &str) -> anyhow::Result<Post> {
+        who.post(&format!("@{} {text}", self.agent.handle), &[(&self.agent.handle, &self.agent.did)], None).await
+    }
+
+    /// The agent's replies to `post`, as the AppView shows them.
+    async fn replies_to(&self, viewer: &Account, post: &Post) -> Vec<(String, Value)> {
+        let Ok(thread) = viewer.thread(&post.uri).await else { return Vec::new() };
+        replies(&thread).into_iter().filter(|(h, _, _)| *h == self.agent.handle).map(|(_, t, r)| (t, r)).collect()
+    }
+
+    async fn reply_to(&self, viewer: &Account, post: &Post, node: &AgentNode) -> anyhow::Result<(String, Value)> {
+        wait_for(ANSWERED, format_args!("the agent's reply to {}", post.uri), async || {
+            self.replies_to(viewer, post).await.into_iter().next()
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))
+    }
+}
+
+async fn observations(node: &AgentNode, handle: &str, q: &str) -> anyhow::Result<Vec<Value>> {
+    let ns = format!("user:{handle}");
+    let hits = node.get_auth("/v1/memories", &[("q", q), ("namespace", &ns), ("kind", "observation")]).await?;
+    Ok(hits.as_array().cloned().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn a_mention_is_answered_in_its_thread_and_remembered_then_a_correction_supersedes() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("crystallize_after = 2").await?;
+    let alice = Account::create(world.net, &handle("al")).await?;
+
+    // Scenario 1: the reply appears in the thread with correct refs; an observation is kept.
+    let first = world.mention(&alice, "my favorite color is green").await?;
+    let (text, record) = world.reply_to(&alice, &first, &node).await?;
+    assert!(text.starts_with("you said:"), "{text}");
+    assert_eq!(record["reply"]["root"]["uri"], first.uri.as_str());
+    assert_eq!(record["reply"]["parent"]["uri"], first.uri.as_str());
+    assert_eq!(record["reply"]["parent"]["cid"], first.cid.as_str());
+    let green = wait_for(ANSWERED, "an observation about alice", async || {
+        observations(&node, &alice.handle, "favorite color")
+            .await
+            .ok()?
+            .into_iter()
+            .find(|h| h["crystal"]["text"].as_str().is_some_and(|t| t.contains("green")))
+    })
+    .await?;
+    assert_eq!(green["crystal"]["attribute"], "favorite_color");
+    let exchanges = node
+        .get_auth(
+            "/v1/memories",
+            &[("q", "favorite color"), ("namespace", &format!("user:{}", alice.handle)), ("kind", "interaction")],
+        )
+        .await?;
+    assert!(exchanges.as_array().is_some_and(|a| !a.is_empty()), "the verbatim exchange is stored: {exchanges}");
+
+    // Scenario 2: a correction supersedes the old value, which stays in the history.
+    let second = world.mention(&alice, "wait, actually my favorite color is blue").await?;
+    world.reply_to(&alice, &second, &node).await?;
+    let blue = wait_for(ANSWERED, "the corrected observation", async || {
+        observations(&node, &alice.handle, "favorite color")
+            .await
+            .ok()?
+            .into_iter()
+            .find(|h| h["crystal"]["text"].as_str().is_some_and(|t| t.contains("blue")))
+    })
+    .await?;
+    let active = observations(&node, &alice.handle, "favorite color").await?;
+    assert!(
+        !active.iter().any(|h| h["crystal"]["text"].as_str().is_some_and(|t| t.contains("green"))),
+        "the old value is no longer active: {active:?}"
+    );
+    let id = blue["crystal"]["id"].as_u64().expect("id");
+    let history = node.get_auth(&format!("/v1/crystals/{id}/history"), &[]).await?;
+    let chain: Vec<&str> =
+        history["chain"].as_array().expect("chain").iter().filter_map(|c| c["text"].as_str()).collect();
+    assert_eq!(chain.len(), 2, "{history}");
+    assert!(chain[0].contains("green") && chain[1].contains("blue"), "{chain:?}");
+    assert_eq!(history["chain"][0]["status"], "superseded");
+    assert_eq!(history["chain"][1]["supersedes"], history["chain"][0]["id"], "{history}");
+    assert_eq!(blue["crystal"]["confidence"].as_f64(), Some(1.0), "an explicit correction supersedes at 1.0");
+
+    // Seed 004: the tool sequence that succeeded twice (crystallize_after = 2) is a skill now.
+    let patterns = wait_for(ANSWERED, "a task-pattern crystal", async || {
+        let hits = node
+            .get_auth("/v1/memories", &[("q", "task pattern reply"), ("semantic_type", "task_pattern")])
+            .await
+            .ok()?;
+        hits.as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await?;
+    assert_eq!(patterns.len(), 1, "{patterns:?}");
+    assert!(patterns[0]["crystal"]["text"].as_str().is_some_and(|t| t.contains("reply")), "{patterns:?}");
+
+    let status = node.agent().await?;
+    assert_eq!(status["replies"], 2, "{status}");
+    assert!(node.metric("druse_agent_replies_total").await? >= 2.0);
+    assert!(node.metric("druse_agent_tool_calls_total{label=\"reply\"}").await? >= 2.0);
+    node.stop().await
+}
+
+#[tokio::test]
+async fn the_per_author_limit_and_the_batch_scope_refuse_and_count() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("per_author_replies = 2").await?;
+    let bob = Account::create(world.net, &handle("bo")).await?;
+    let carol = Account::create(world.net, &handle("ca")).await?;
+
+    // Scenario 3 (with a limit of 2): the third mention in the window gets no reply.
+    let mut posts = Vec::new();
+    for i in 0..3 {
+        let post = world.mention(&bob, &format!("question {i}")).await?;
+        world.reply_to(&bob, &post, &node).await.ok();
+        posts.push(post);
+    }
+    eventually(ANSWERED, "the refusal to be counted", async || {
+        node.metric("druse_agent_refused_total{label=\"rate_limit\"}").await.is_ok_and(|v| v >= 1.0)
+    })
+    .await?;
+    let answered = futures_count(&world, &bob, &posts).await;
+    assert_eq!(answered, 2, "two replies, the third refused");
+
+    // Scenario 4: a reply to a URI outside the batch is refused and counted.
+    let elsewhere = carol.post("an unrelated post", &[], None).await?;
+    let bait = world.mention(&carol, &format!("reply elsewhere {}", elsewhere.uri)).await?;
+    eventually(ANSWERED, "the outside-batch refusal", async || {
+        node.metric("druse_agent_refused_total{label=\"outside_batch\"}").await.is_ok_and(|v| v >= 1.0)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    assert!(world.replies_to(&carol, &elsewhere).await.is_empty(), "nothing was posted under the other post");
+    assert!(world.replies_to(&carol, &bait).await.is_empty());
+    let results: Vec<String> = world.llm.requests().iter().flat_map(|r| r.tool_results()).collect();
+    assert!(results.iter().any(|r| r.contains("not in the current batch")), "the model is told: {results:?}");
+    node.stop().await
+}
+
+async fn futures_count(world: &World, viewer: &Account, posts: &[Post]) -> usize {
+    let mut n = 0;
+    for p in posts {
+        if !world.replies_to(viewer, p).await.is_empty() {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn only_the_owners_like_of_the_request_approves_and_only_once() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("").await?;
+    let stranger = Account::create(world.net, &handle("st")).await?;
+    // An ordinary reply of the agent's, for the owner to like.
+    let hello = world.mention(&world.owner, "hello").await?;
+    let (_, reply) = world.reply_to(&world.owner, &hello, &node).await?;
+    let _ = reply;
+    let thread = world.owner.thread(&hello.uri).await?;
+    let ordinary = thread["thread"]["replies"][0]["post"].clone();
+    let ordinary = Post {
+        uri: ordinary["uri"].as_str().unwrap_or_default().into(),
+        cid: ordinary["cid"].as_str().unwrap_or_default().into(),
+    };
+
+    let proposed = "the swarm is growing";
+    world.mention(&world.owner, &format!("post for me: {proposed}")).await?;
+    let request = wait_for(ANSWERED, "the approval request", async || {
+        let posts = world.owner.posts(&world.agent.did).await.ok()?;
+        posts.into_iter().find(|p| p["value"]["text"].as_str().is_some_and(|t| t.contains("approval request")))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let text = request["value"]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.contains(proposed) && text.contains(&format!("@{}", world.owner.handle)), "{text}");
+    let tags_owner = request["value"]["facets"][0]["features"][0]["did"] == world.owner.did.as_str();
+    assert!(tags_owner, "the request tags the owner: {request}");
+    let request = Post {
+        uri: request["uri"].as_str().unwrap_or_default().into(),
+        cid: request["cid"].as_str().unwrap_or_default().into(),
+    };
+    let published = async || {
+        world
+            .owner
+            .posts(&world.agent.did)
+            .await
+            .map(|ps| ps.iter().filter(|p| p["value"]["text"] == proposed && p["value"]["reply"].is_null()).count())
+    };
+
+    // The owner likes another of the agent's posts: nothing is approved (phi's gate opened here).
+    world.owner.like(&ordinary).await?;
+    eventually(ANSWERED, "the owner's like of another post to approve nothing", async || {
+        node.metric("druse_agent_refused_total{label=\"gate_no_request\"}").await.is_ok_and(|v| v >= 1.0)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    // A stranger likes the request: nothing is approved.
+    stranger.like(&request).await?;
+    eventually(ANSWERED, "the stranger's like to approve nothing", async || {
+        node.metric("druse_agent_refused_total{label=\"gate_not_owner\"}").await.is_ok_and(|v| v >= 1.0)
+    })
+    .await?;
+    assert_eq!(published().await?, 0, "no like so far approved the post");
+    assert_eq!(node.metric("druse_agent_gate_approvals_total").await?, 0.0);
+
+    // The owner likes the request: the post is made, once.
+    world.owner.like(&request).await?;
+    eventually(ANSWERED, "the approved post", async || published().await.is_ok_and(|n| n == 1)).await?;
+    assert_eq!(node.metric("druse_agent_gate_approvals_total").await?, 1.0);
+    assert_eq!(node.metric("druse_agent_gate_requests_total").await?, 1.0);
+    // More polls pass; the approval is not used again.
+    let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
+    eventually(ANSWERED, "more polls", async || {
+        node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 3))
+    })
+    .await?;
+    assert_eq!(published().await?, 1);
+    node.stop().await
+}
+
+#[tokio::test]
+async fn a_mention_of_someone_who_did_not_consent_carries_no_facet() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("").await?;
+    let dana = Account::create(world.net, &handle("dn")).await?;
+    let erin = Account::create(world.net, &handle("er")).await?;
+    let fay = Account::create(world.net, &handle("fa")).await?;
+    // Fay opts in to being tagged.
+    let optin = world.mention(&fay, "you may tag me").await?;
+    world.reply_to(&fay, &optin, &node).await?;
+    let post =
+        world.mention(&dana, &format!("say hi to @{} and @{} and @{}", erin.handle, fay.handle, dana.handle)).await?;
+    let (text, record) = world.reply_to(&dana, &post, &node).await?;
+    assert!(text.contains(&format!("@{}", erin.handle)), "{text}");
+    let tagged: Vec<&str> = record["facets"]
+        .as_array()
+        .map(|fs| fs.iter().filter_map(|f| f["features"][0]["did"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(!tagged.contains(&erin.did.as_str()), "erin did not consent: {record}");
+    assert!(tagged.contains(&fay.did.as_str()), "fay consented: {record}");
+    assert!(tagged.contains(&dana.did.as_str()), "the author answered may be tagged: {record}");
+    for f in record["facets"].as_array().into_iter().flatten() {
+        let (s, e) = (
+            f["index"]["byteStart"].as_u64().unwrap_or(0) as usize,
+            f["index"]["byteEnd"].as_u64().unwrap_or(0) as usize,
+        );
+        assert!(text.as_bytes().get(s..e).is_some_and(|b| b.starts_with(b"@")), "facet {s}..{e} of {text:?}");
+    }
+    assert!(node.metric("druse_agent_refused_total{label=\"no_consent_facet\"}").await? >= 1.0);
+    node.stop().await
+}
+
+#[tokio::test]
+async fn an_llm_that_is_down_or_answers_garbage_loses_nothing() -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let healthy = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&healthy);
+    let world = World::new(move |r| {
+        if flag.load(Ordering::SeqCst) {
+            script(r)
+        } else if r.messages().len() % 2 == 0 {
+            Answer::Status(500, "model crashed".into())
+        } else {
+            Answer::Garbage("<html>bad gateway</html>".into())
+        }
+    })
+    .await?;
+    let node = world.node("").await?;
+    let gus = Account::create(world.net, &handle("gu")).await?;
+    let post = world.mention(&gus, "are you there?").await?;
+    eventually(ANSWERED, "a failed batch", async || {
+        node.metric("druse_agent_batches_total{label=\"llm_failed\"}").await.is_ok_and(|v| v >= 2.0)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
+    eventually(ANSWERED, "polling to go on", async || {
+        node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 2))
+    })
+    .await?;
+    assert!(world.replies_to(&gus, &post).await.is_empty());
+    assert!(node.log_text().contains("the LLM gave no usable answer"), "a clear log line explains");
+    let status = node.agent().await?;
+    assert!(status["last_error"].as_str().is_some_and(|e| e.starts_with("LLM:")), "{status}");
+    // The model comes back: the mention kept for later is answered.
+    healthy.store(true, Ordering::SeqCst);
+    world.reply_to(&gus, &post, &node).await?;
+    node.stop().await
+}
+
+#[tokio::test]
+async fn after_a_restart_the_session_is_reused_and_nothing_is_answered_twice() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let hal = Account::create(world.net, &handle("ha")).await?;
+    let node = world.node("").await?;
+    assert_eq!(node.agent().await?["session"], "logged_in");
+    let post = world.mention(&hal, "remember me").await?;
+    world.reply_to(&hal, &post, &node).await?;
+    node.stop().await?;
+
+    let node = world.node("").await?;
+    assert_eq!(node.agent().await?["session"], "reused", "{}", node.log_tail());
+    // The CLI shows the same status.
+    let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
+    let out = druse_tests::process::run_cli(&bins.node, &["agent", "status", "--api", &node.api]).await?;
+    let status: Value = serde_json::from_str(&out)?;
+    assert_eq!(status["state"], "running", "{out}");
+    assert_eq!(status["handle"], world.agent.handle.as_str(), "{out}");
+    assert_eq!(status["did"], world.agent.did.as_str(), "{out}");
+    assert!(!out.contains(&world.agent.password), "the status never shows the password");
+    let later = world.mention(&hal, "a new question").await?;
+    world.reply_to(&hal, &later, &node).await?;
+    assert_eq!(world.replies_to(&hal, &post).await.len(), 1, "the first mention was not answered again");
+    node.stop().await
+}
+
+#[tokio::test]
+async fn an_earned_skill_reaches_a_second_node_with_its_computed_price() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("crystallize_after = 3").await?;
+    let ivy = Account::create(world.net, &handle("iv")).await?;
+    // Three successful replies make the sequence a task pattern (seed 004).
+    for i in 0..3 {
+        let post = world.mention(&ivy, &format!("tell me something {i}")).await?;
+        world.reply_to(&ivy, &post, &node).await?;
+    }
+    wait_for(ANSWERED, "the task-pattern crystal", async || {
+        let hits =
+            node.get_auth("/v1/memories", &[("q", "task pattern"), ("semantic_type", "task_pattern")]).await.ok()?;
+        hits.as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await?;
+
+    // A second node joins the first over the swarm.
+    let status = node.get_auth("/v1/status", &[]).await?;
+    let addr = format!(
+        "{}/p2p/{}",
+        status["listen_addrs"][0].as_str().unwrap_or_default(),
+        status["peer_id"].as_str().unwrap_or_default()
+    );
+    let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
+    let trust = world.dir.path().join("trust.txt");
+    std::fs::write(&trust, "")?;
+    let second = druse_tests::process::ProcNode::start(
+        "second",
+        &bins.node,
+        &world.dir.path().join("second"),
+        &trust,
+        &[addr.parse()?],
+    )
+    .await?;
+    // Gossip has no catch-up: the listing is published once the nodes are connected.
+    eventually(ANSWERED, "the two nodes to connect", async || {
+        let a = node.get_auth("/v1/status", &[]).await.ok().and_then(|s| s["connected_peers"].as_u64()).unwrap_or(0);
+        let b = second.status().await.ok().and_then(|s| s["connected_peers"].as_u64()).unwrap_or(0);
+        a >= 1 && b >= 1
+    })
+    .await?;
+
+    // The owner asks for the skill to be published; only the approval publishes it.
+    world.mention(&world.owner, "publish your skill please").await?;
+    let request = wait_for(ANSWERED, "the publish approval request", async || {
+        let posts = world.owner.posts(&world.agent.did).await.ok()?;
+        posts.into_iter().find(|p| p["value"]["text"].as_str().is_some_and(|t| t.contains("publish the skill")))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let listed = async || {
+        second.get_json("/v1/skills").await.ok().flatten().and_then(|v| v.as_array().cloned()).unwrap_or_default()
+    };
+    assert!(listed().await.is_empty(), "nothing is published before the approval");
+    world
+        .owner
+        .like(&Post {
+            uri: request["uri"].as_str().unwrap_or_default().into(),
+            cid: request["cid"].as_str().unwrap_or_default().into(),
+        })
+        .await?;
+
+    // It reaches the second node, which computes its price from the agent's signed reports.
+    let skill = wait_for(Duration::from_secs(60), "the skill priced on the second node", async || {
+        listed().await.into_iter().find(|s| {
+            s["listing"]["semantic_type"] == "task_pattern"
+                && s["computed_price"]["usdc"].as_f64().is_some_and(|p| p > 0.0)
+        })
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}\n{}", node.log_tail(), second.process.log_tail()))?;
+    assert!(skill["listing"]["name"].as_str().is_some_and(|n| n.contains("Task pattern")), "{skill}");
+    assert_eq!(skill["gate_passed"], true, "{skill}");
+    assert!(skill["stats"]["executions"].as_u64() >= Some(3), "{skill}");
+    node.stop().await
+}

@@ -1,0 +1,201 @@
+//! The agent's LLM client against a server that speaks the chat-completions protocol:
+//! the tool loop and its bound, retries on 429 and 5xx, timeouts, garbage, and JSON-schema
+//! extraction.
+
+use std::time::Duration;
+
+use druse_node::agent::Secret;
+use druse_node::agent::llm::{Error, Llm, Message, Tool, ToolCall, Tools};
+use druse_node::agent::metrics::Metrics;
+use druse_node::config::AgentLlm;
+use druse_tests::llm::{Answer, ScriptedLlm};
+use serde_json::json;
+
+fn config(server: &ScriptedLlm) -> AgentLlm {
+    AgentLlm {
+        base_url: server.base_url(),
+        model: "scripted".into(),
+        timeout: Duration::from_millis(800),
+        max_retries: 2,
+        retry_backoff: Duration::from_millis(10),
+        ..AgentLlm::default()
+    }
+}
+
+fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new("reply", "Reply.", json!({"type": "object", "properties": {"uri": {"type": "string"}}})),
+        Tool::new("do_nothing", "Nothing.", json!({"type": "object"})),
+    ]
+}
+
+#[derive(Default)]
+struct Recorder {
+    calls: Vec<ToolCall>,
+}
+
+impl Tools for Recorder {
+    async fn call(&mut self, call: &ToolCall) -> String {
+        self.calls.push(call.clone());
+        format!("ok: did {}", call.function.name)
+    }
+}
+
+fn reply(uri: &str) -> Answer {
+    Answer::Tools(vec![("reply".into(), json!({"uri": uri}))])
+}
+
+#[tokio::test]
+async fn the_tool_loop_runs_tools_and_sends_their_results_back() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Text("all done".into())).await?;
+    server.push([reply("at://a"), Answer::Tools(vec![("do_nothing".into(), json!({}))])]);
+    let llm = Llm::new(&config(&server), None, Metrics::default())?;
+    let mut recorder = Recorder::default();
+    let run = llm.run(vec![Message::user("hi")], &tools(), 6, &mut recorder).await?;
+    assert_eq!(run.steps, 3);
+    assert_eq!(run.calls, ["reply", "do_nothing"]);
+    assert_eq!(run.summary.as_deref(), Some("all done"));
+    assert!(!run.exhausted);
+    assert_eq!(recorder.calls.len(), 2);
+    assert_eq!(recorder.calls[0].function.arguments, r#"{"uri":"at://a"}"#);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[0].has_tools(), "tools are offered");
+    assert_eq!(requests[0].body["tools"][0]["function"]["name"], "reply");
+    // The second request carries the assistant's call and the tool's answer, by id.
+    let second = requests[1].messages();
+    assert_eq!(second[1]["role"], "assistant");
+    assert_eq!(second[1]["tool_calls"][0]["id"], "call_0");
+    assert_eq!(second[2]["role"], "tool");
+    assert_eq!(second[2]["tool_call_id"], "call_0");
+    assert_eq!(second[2]["content"], "ok: did reply");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_tool_loop_stops_at_its_step_limit() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| reply("at://again")).await?;
+    let llm = Llm::new(&config(&server), None, Metrics::default())?;
+    let mut recorder = Recorder::default();
+    let run = llm.run(vec![Message::user("loop")], &tools(), 6, &mut recorder).await?;
+    assert!(run.exhausted);
+    assert_eq!(run.steps, 6);
+    assert_eq!(server.requests().len(), 6, "no seventh call");
+    assert_eq!(recorder.calls.len(), 6);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_not_run_and_the_model_is_told() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Text("ok".into())).await?;
+    server.push([Answer::Tools(vec![("rm_rf".into(), json!({}))])]);
+    let metrics = Metrics::default();
+    let llm = Llm::new(&config(&server), None, metrics.clone())?;
+    let mut recorder = Recorder::default();
+    llm.run(vec![Message::user("x")], &tools(), 6, &mut recorder).await?;
+    assert!(recorder.calls.is_empty());
+    let results = server.requests()[1].tool_results();
+    assert!(results[0].contains("no tool named \"rm_rf\""), "{results:?}");
+    assert_eq!(metrics.tool_calls.get_or_create(&druse_node::agent::metrics::Label { label: "unknown" }).get(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_429_and_a_500_are_retried_with_backoff() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Text("fine".into())).await?;
+    server.push([Answer::TooMany(0), Answer::Status(503, "overloaded".into())]);
+    let metrics = Metrics::default();
+    let llm = Llm::new(&config(&server), None, metrics.clone())?;
+    let answer = llm.chat(&[Message::user("x")], &[], None).await?;
+    assert_eq!(answer.content.as_deref(), Some("fine"));
+    assert_eq!(server.requests().len(), 3);
+    let label = |l| druse_node::agent::metrics::Label { label: l };
+    assert_eq!(metrics.llm_calls.get_or_create(&label("retryable")).get(), 2);
+    assert_eq!(metrics.llm_calls.get_or_create(&label("ok")).get(), 1);
+    assert_eq!(metrics.llm_tokens.get_or_create(&label("prompt")).get(), 12, "usage is counted");
+    Ok(())
+}
+
+#[tokio::test]
+async fn retries_end_and_the_error_says_why() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Status(500, "model crashed".into())).await?;
+    let llm = Llm::new(&config(&server), None, Metrics::default())?;
+    let err = llm.chat(&[Message::user("x")], &[], None).await.unwrap_err();
+    assert!(matches!(err, Error::Status { status: 500, .. }), "{err}");
+    assert!(err.to_string().contains("model crashed"), "{err}");
+    assert_eq!(server.requests().len(), 3, "one call and max_retries = 2 retries");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_error_is_not_retried() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Status(400, "bad model".into())).await?;
+    let llm = Llm::new(&config(&server), None, Metrics::default())?;
+    let err = llm.chat(&[Message::user("x")], &[], None).await.unwrap_err();
+    assert!(matches!(err, Error::Status { status: 400, .. }), "{err}");
+    assert_eq!(server.requests().len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slow_answer_times_out() -> anyhow::Result<()> {
+    let server =
+        ScriptedLlm::start(|_| Answer::Slow(Duration::from_secs(3), Box::new(Answer::Text("late".into())))).await?;
+    let llm = Llm::new(&AgentLlm { max_retries: 0, ..config(&server) }, None, Metrics::default())?;
+    let started = std::time::Instant::now();
+    let err = llm.chat(&[Message::user("x")], &[], None).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout(_)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3), "the client gave up at its timeout");
+    Ok(())
+}
+
+#[tokio::test]
+async fn garbage_is_an_error_not_a_panic() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Garbage("<html>proxy error</html>".into())).await?;
+    let llm = Llm::new(&config(&server), None, Metrics::default())?;
+    let err = llm.chat(&[Message::user("x")], &[], None).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
+    assert_eq!(server.requests().len(), 1, "garbage is not retried");
+    Ok(())
+}
+
+#[tokio::test]
+async fn extraction_asks_for_a_json_schema_and_parses_the_answer() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|r| {
+        if r.is_extraction() {
+            Answer::Text("```json\n{\"color\": \"green\"}\n```".into())
+        } else {
+            Answer::Text("?".into())
+        }
+    })
+    .await?;
+    let llm = Llm::new(&config(&server), None, Metrics::default())?;
+    let schema = json!({"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]});
+    let out: serde_json::Value = llm.extract(&[Message::user("I love green")], "color", schema.clone()).await?;
+    assert_eq!(out["color"], "green");
+    let request = &server.requests()[0];
+    assert_eq!(request.body["response_format"]["type"], "json_schema");
+    assert_eq!(request.body["response_format"]["json_schema"]["schema"], schema);
+    server.push([Answer::Text("I think it is green".into())]);
+    let err =
+        llm.extract::<serde_json::Value>(&[Message::user("x")], "color", schema).await.expect_err("prose is refused");
+    assert!(matches!(err, Error::Schema { .. }), "{err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_key_is_sent_as_a_bearer_and_never_printed() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Text("ok".into())).await?;
+    let llm = Llm::new(&config(&server), Some(Secret::new("sk-very-secret".into())), Metrics::default())?;
+    llm.chat(&[Message::user("x")], &[], None).await?;
+    assert_eq!(server.requests()[0].authorization.as_deref(), Some("Bearer sk-very-secret"));
+    assert!(!format!("{llm:?}").contains("sk-very-secret"));
+    let unreachable = AgentLlm { base_url: "http://127.0.0.1:9/v1".into(), max_retries: 0, ..config(&server) };
+    let err = Llm::new(&unreachable, Some(Secret::new("sk-very-secret".into())), Metrics::default())?
+        .chat(&[Message::user("x")], &[], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Transport(_)), "{err}");
+    assert!(!err.to_string().contains("sk-very-secret"));
+    Ok(())
+}
