@@ -1,0 +1,221 @@
+//! The `[agent]` section: the Bluesky account, the language model, and the loop's limits.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Error;
+
+/// The agent loop (seeds 000–002); off until configured. Every key is documented in
+/// `deploy/edge.toml`; [`Agent::check`] refuses a bad or missing one by name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Agent {
+    pub enabled: bool,
+    /// How often notifications are polled (seed 001: 10 s).
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Replies one author may get within `per_author_window` (a moving window).
+    pub per_author_replies: u32,
+    #[serde(with = "humantime_serde")]
+    pub per_author_window: Duration,
+    /// Notification batches (threads) handled at once.
+    pub concurrent_batches: usize,
+    /// Most LLM round trips in one run of the agent (tool calls answered, then asked again).
+    pub max_tool_steps: usize,
+    /// Notifications taken from one poll, at most.
+    pub max_batch: usize,
+    /// Scheduled musing: an original post at most every `musing_interval`, off by default.
+    pub musing: bool,
+    #[serde(with = "humantime_serde")]
+    pub musing_interval: Duration,
+    /// The UTC hour (0–23) of the daily reflection; none turns it off.
+    pub reflection_hour: Option<u8>,
+    /// How long an approval request waits for the owner's like.
+    #[serde(with = "humantime_serde")]
+    pub approval_ttl: Duration,
+    /// Successes of one tool sequence before it becomes a `task_pattern` crystal (seed 004).
+    pub crystallize_after: u32,
+    pub bluesky: AgentBluesky,
+    pub llm: AgentLlm,
+}
+
+impl Default for Agent {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            poll_interval: Duration::from_secs(10),
+            per_author_replies: 30,
+            per_author_window: Duration::from_secs(3600),
+            concurrent_batches: 3,
+            max_tool_steps: 6,
+            max_batch: 50,
+            musing: false,
+            musing_interval: Duration::from_secs(2 * 3600),
+            reflection_hour: Some(23),
+            approval_ttl: Duration::from_secs(3600),
+            crystallize_after: 3,
+            bluesky: AgentBluesky::default(),
+            llm: AgentLlm::default(),
+        }
+    }
+}
+
+/// The agent's Bluesky account (`[agent.bluesky]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentBluesky {
+    /// The agent's PDS, e.g. `https://bsky.social` or a local `http://localhost:2583`.
+    pub service: String,
+    /// The agent's handle.
+    pub handle: String,
+    /// The name of the environment variable holding the app password (never the password).
+    pub password_env: String,
+    /// The owner's handle: the only account whose like approves a gated action.
+    pub owner: String,
+}
+
+impl Default for AgentBluesky {
+    fn default() -> Self {
+        Self {
+            service: String::new(),
+            handle: String::new(),
+            password_env: "DRUSE_AGENT_BSKY_PASSWORD".into(),
+            owner: String::new(),
+        }
+    }
+}
+
+/// The agent's language model: any OpenAI-compatible server (`[agent.llm]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentLlm {
+    /// The server's base URL, up to and including `/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// The name of the environment variable holding the API key; empty for a server that
+    /// needs none (Ollama, llama.cpp).
+    pub api_key_env: String,
+    /// Most tokens one answer may have.
+    pub max_tokens: u32,
+    /// Longest wait for one answer.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Retries of a 429, a 5xx or a transport error, with exponential backoff.
+    pub max_retries: u32,
+    /// The first backoff; each retry doubles it (a `Retry-After` header wins, capped at 60 s).
+    #[serde(with = "humantime_serde")]
+    pub retry_backoff: Duration,
+}
+
+impl Default for AgentLlm {
+    fn default() -> Self {
+        Self {
+            base_url: String::new(),
+            model: String::new(),
+            api_key_env: String::new(),
+            max_tokens: 1024,
+            timeout: Duration::from_secs(60),
+            max_retries: 3,
+            retry_backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+impl Agent {
+    /// Checks what TOML types cannot. A disabled agent is not checked further; an enabled
+    /// one needs its accounts and its model, and each refusal names the key.
+    pub fn check(&self) -> Result<(), Error> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let bad = |key: &str, why: &str| Err(Error::Invalid(format!("agent.{key} {why}")));
+        let http = |s: &str| s.starts_with("http://") || s.starts_with("https://");
+        if self.poll_interval < Duration::from_millis(100) || self.poll_interval > Duration::from_secs(3600) {
+            return bad("poll_interval", "must be between 100ms and 1h");
+        }
+        if self.per_author_replies == 0 {
+            return bad("per_author_replies", "must be positive");
+        }
+        if self.per_author_window.is_zero() {
+            return bad("per_author_window", "must be positive");
+        }
+        if !(1..=64).contains(&self.concurrent_batches) {
+            return bad("concurrent_batches", "must be between 1 and 64");
+        }
+        if !(1..=6).contains(&self.max_tool_steps) {
+            return bad("max_tool_steps", "must be between 1 and 6");
+        }
+        if !(1..=100).contains(&self.max_batch) {
+            return bad("max_batch", "must be between 1 and 100");
+        }
+        if self.musing_interval < Duration::from_secs(60) {
+            return bad("musing_interval", "must be at least 1m");
+        }
+        if self.reflection_hour.is_some_and(|h| h > 23) {
+            return bad("reflection_hour", "must be an hour from 0 to 23");
+        }
+        if self.approval_ttl.is_zero() {
+            return bad("approval_ttl", "must be positive");
+        }
+        if self.crystallize_after == 0 {
+            return bad("crystallize_after", "must be positive");
+        }
+        let b = &self.bluesky;
+        if !http(&b.service) {
+            return bad("bluesky.service", "must be the http(s) URL of the agent's PDS");
+        }
+        if !is_handle(&b.handle) {
+            return bad("bluesky.handle", "must be a handle such as agent.bsky.social");
+        }
+        if !is_env_name(&b.password_env) {
+            return bad("bluesky.password_env", "must name the environment variable holding the app password");
+        }
+        if !is_handle(&b.owner) {
+            return bad("bluesky.owner", "must be the owner's handle");
+        }
+        let l = &self.llm;
+        if !http(&l.base_url) {
+            return bad(
+                "llm.base_url",
+                "must be the http(s) URL of an OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1",
+            );
+        }
+        if l.model.trim().is_empty() {
+            return bad("llm.model", "must name the model");
+        }
+        if !l.api_key_env.is_empty() && !is_env_name(&l.api_key_env) {
+            return bad("llm.api_key_env", "must be empty or name an environment variable");
+        }
+        if !(16..=32_768).contains(&l.max_tokens) {
+            return bad("llm.max_tokens", "must be between 16 and 32768");
+        }
+        if l.timeout < Duration::from_millis(100) || l.timeout > Duration::from_secs(600) {
+            return bad("llm.timeout", "must be between 100ms and 10m");
+        }
+        if l.max_retries > 10 {
+            return bad("llm.max_retries", "must be at most 10");
+        }
+        if l.retry_backoff > Duration::from_secs(60) {
+            return bad("llm.retry_backoff", "must be at most 60s");
+        }
+        Ok(())
+    }
+}
+
+/// A plausible handle: dot-separated labels of letters, digits and hyphens.
+fn is_handle(s: &str) -> bool {
+    let s = s.strip_prefix('@').unwrap_or(s);
+    s.len() <= 253
+        && s.contains('.')
+        && s.split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+}
+
+/// A plausible environment variable name.
+fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
