@@ -19,7 +19,9 @@
 //! `search`), with `--embedder hashing|minilm`.
 //!
 //! `--repeat` asks every question a second time and reports that pass too: asking again must
-//! not lower recall.
+//! not lower recall. To study misses, `LOCOMO_MISSES=1` prints every question whose evidence
+//! is not in the top 10, and `LOCOMO_SHOW=<words>` (with `--via engine`) prints the hits, with
+//! their vector and text ranks, of each question containing those words.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
