@@ -145,6 +145,7 @@ pub fn router(node: Node, extra: Router) -> Router {
             .route("/v1/skills/{id}/reports", axum::routing::post(report_skill))
             .route("/v1/skills/{id}/adopt", axum::routing::post(adopt_skill))
             .route("/v1/memories", axum::routing::post(add_memory))
+            .route("/v1/memories/batch", axum::routing::post(add_memories))
             .route("/v1/consolidate", axum::routing::post(consolidate)),
         node.token(),
     );
@@ -206,6 +207,8 @@ async fn healthz() -> &'static str {
 }
 
 async fn metrics(State(node): State<Node>) -> Response {
+    // Crystals are counted as the scrape happens, not only after a consolidation pass.
+    node.metrics().set_crystals(&node.memory().counts());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], node.metrics().render()).into_response()
 }
 
@@ -353,6 +356,8 @@ impl From<memory::engine::Error> for Error {
             memory::engine::Error::Invalid(_) => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string())
             }
+            memory::engine::Error::BadQuery(_) => Self::bad_request(error.to_string()),
+            memory::engine::Error::Private(_) => Self::new(StatusCode::UNAUTHORIZED, "unauthorized", error.to_string()),
             memory::engine::Error::NotFound(_) => Self::not_found(error.to_string()),
             other => {
                 tracing::error!(error = %other, "memory request failed");
@@ -393,17 +398,57 @@ async fn crystal_history(
     Ok(Json(history))
 }
 
+/// A memory request body that is not what the route takes: 400 (413 when too large), as the
+/// README promises, whether the JSON is malformed or a field is wrong.
+fn memory_body(rejection: JsonRejection) -> Error {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return Error::from(rejection);
+    }
+    Error::bad_request(rejection.body_text())
+}
+
 async fn add_memory(
     State(node): State<Node>,
     request: Result<Json<memory::engine::NewMemory>, JsonRejection>,
 ) -> Result<(StatusCode, Json<memory::engine::Added>), Error> {
-    let Json(request) = request?;
+    let Json(request) = request.map_err(memory_body)?;
     let memory = node.memory().clone();
     let added = node::blocking(move || memory.add(request, "api", now_ms())).await??;
     Ok((StatusCode::CREATED, Json(added)))
 }
 
-/// `GET /v1/memories?q=&k=&namespace=&kind=&semantic_type=`.
+/// Most memories one batch stores.
+pub const MAX_MEMORY_BATCH: usize = 1000;
+
+/// `POST /v1/memories/batch`: `{"memories": [...]}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBatch {
+    pub memories: Vec<memory::engine::NewMemory>,
+}
+
+/// `POST /v1/memories/batch`: up to [`MAX_MEMORY_BATCH`] memories stored in order, each as
+/// `POST /v1/memories` would store it, embedded in batches and made durable once. Nothing is
+/// stored unless every memory is valid.
+async fn add_memories(
+    State(node): State<Node>,
+    request: Result<Json<MemoryBatch>, JsonRejection>,
+) -> Result<(StatusCode, Json<Vec<memory::engine::Added>>), Error> {
+    let Json(MemoryBatch { memories }) = request.map_err(memory_body)?;
+    if memories.is_empty() || memories.len() > MAX_MEMORY_BATCH {
+        return Err(Error::bad_request(format!(
+            "a batch holds 1 to {MAX_MEMORY_BATCH} memories, not {}",
+            memories.len()
+        )));
+    }
+    let memory = node.memory().clone();
+    let added = node::blocking(move || memory.add_many(memories, "api", now_ms())).await??;
+    Ok((StatusCode::CREATED, Json(added)))
+}
+
+/// `GET /v1/memories?q=&k=&namespace=&kind=&semantic_type=&session=&since=&until=`: `q` must
+/// not be empty and `k` is 1 to 100 (400 otherwise); without the token, a search that matches
+/// only private memories answers 401.
 async fn search_memories(
     State(node): State<Node>,
     headers: HeaderMap,

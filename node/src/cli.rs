@@ -163,3 +163,140 @@ pub fn keygen(out: &std::path::Path) -> Result<String, String> {
     key.save(out).map_err(|e| e.to_string())?;
     Ok(format!("wrote {}\npeer_id    {}\npublic_key {}", out.display(), key.peer_id(), key.public()))
 }
+
+/// What `memory add` sends: the flags as a `POST /v1/memories` body. A turn in a `session`
+/// without `turn_at` is said now (`now`); `turn_at` is Unix milliseconds or ISO 8601.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryAdd {
+    pub text: String,
+    pub namespace: String,
+    pub kind: String,
+    pub subject: Option<String>,
+    pub attribute: Option<String>,
+    pub decay_class: Option<String>,
+    pub scope: String,
+    pub session: Option<String>,
+    pub turn_at: Option<String>,
+    pub external_id: Option<String>,
+}
+
+impl MemoryAdd {
+    /// The request body, or why the flags are wrong.
+    pub fn body(&self, now: druse_protocol::UnixMillis) -> Result<serde_json::Value, String> {
+        let mut body = serde_json::json!({
+            "text": self.text, "namespace": self.namespace, "kind": self.kind, "scope": self.scope,
+        });
+        let optional = [
+            ("subject", &self.subject),
+            ("attribute", &self.attribute),
+            ("decay_class", &self.decay_class),
+            ("session", &self.session),
+            ("external_id", &self.external_id),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                body[name] = serde_json::Value::String(value.clone());
+            }
+        }
+        let turn_at = match &self.turn_at {
+            Some(at) => Some(crate::memory::dates::parse(at).map_err(|e| format!("--turn-at: {e}"))?),
+            None => self.session.as_ref().map(|_| now),
+        };
+        if let Some(at) = turn_at {
+            body["turn_at"] = serde_json::Value::from(at);
+        }
+        Ok(body)
+    }
+}
+
+/// What `memory search` asks: the flags as a `GET /v1/memories` path.
+#[derive(Debug, Clone, Default)]
+pub struct MemorySearch {
+    pub query: String,
+    pub k: usize,
+    pub namespace: Option<String>,
+    pub kind: Option<String>,
+    pub session: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+}
+
+impl MemorySearch {
+    /// The request path, every value percent-encoded.
+    pub fn path(&self) -> String {
+        let mut path = format!("/v1/memories?q={}&k={}", percent_encode(&self.query), self.k);
+        let optional = [
+            ("namespace", &self.namespace),
+            ("kind", &self.kind),
+            ("session", &self.session),
+            ("since", &self.since),
+            ("until", &self.until),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                path.push_str(&format!("&{name}={}", percent_encode(value)));
+            }
+        }
+        path
+    }
+}
+
+/// Percent-encodes a query or path component.
+pub fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod memory_flag_tests {
+    use super::*;
+
+    fn add(session: Option<&str>, turn_at: Option<&str>) -> MemoryAdd {
+        MemoryAdd {
+            text: "Melanie: I ran a charity race".into(),
+            namespace: "user:mel".into(),
+            kind: "interaction".into(),
+            scope: "private".into(),
+            session: session.map(str::to_owned),
+            turn_at: turn_at.map(str::to_owned),
+            ..MemoryAdd::default()
+        }
+    }
+
+    #[test]
+    fn memory_add_sends_session_and_turn_time_in_either_form() {
+        let body = add(Some("s1"), Some("2023-05-08T13:56:00Z")).body(5).unwrap();
+        assert_eq!(body["session"], "s1");
+        assert_eq!(body["turn_at"], 1_683_554_160_000u64);
+        assert_eq!(add(Some("s1"), Some("1683554160000")).body(5).unwrap()["turn_at"], 1_683_554_160_000u64);
+        assert_eq!(add(Some("s1"), None).body(5).unwrap()["turn_at"], 5, "a session turn without a time is now");
+        assert!(add(None, None).body(5).unwrap().get("turn_at").is_none());
+        assert!(add(None, None).body(5).unwrap().get("subject").is_none());
+    }
+
+    #[test]
+    fn memory_add_refuses_a_turn_time_it_cannot_read() {
+        let error = add(Some("s1"), Some("last tuesday")).body(5).unwrap_err();
+        assert!(error.contains("--turn-at"), "{error}");
+    }
+
+    #[test]
+    fn memory_search_encodes_every_filter() {
+        let search = MemorySearch {
+            query: "when did she run?".into(),
+            k: 5,
+            namespace: Some("user:mel".into()),
+            session: Some("s 1".into()),
+            since: Some("2023-05-01".into()),
+            ..MemorySearch::default()
+        };
+        assert_eq!(
+            search.path(),
+            "/v1/memories?q=when%20did%20she%20run%3F&k=5&namespace=user:mel&session=s%201&since=2023-05-01"
+        );
+    }
+}

@@ -110,8 +110,15 @@ enum MemoryCommand {
         /// private, shared or public.
         #[arg(long, default_value = "private")]
         scope: String,
+        /// The conversation this turn belongs to.
         #[arg(long)]
         session: Option<String>,
+        /// When the turn was said: Unix milliseconds or ISO 8601 (default: now, with --session).
+        #[arg(long)]
+        turn_at: Option<String>,
+        /// Your own id for this memory, returned with it.
+        #[arg(long)]
+        external_id: Option<String>,
     },
     /// Recall memories.
     Search {
@@ -120,6 +127,17 @@ enum MemoryCommand {
         k: usize,
         #[arg(long)]
         namespace: Option<String>,
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only turns of this conversation.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only memories said at or after this (Unix milliseconds or ISO 8601).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only memories said at or before this.
+        #[arg(long)]
+        until: Option<String>,
     },
     /// Show one crystal.
     Get { id: String },
@@ -200,18 +218,9 @@ fn parse_stats(text: &str) -> Result<ExecutionStats, String> {
     })
 }
 
-fn session_present(body: &Value) -> bool {
-    !body["session"].is_null()
-}
-
 /// Percent-encodes a query or path component.
 fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    cli::percent_encode(text)
 }
 
 #[tokio::main]
@@ -246,25 +255,36 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Memory { command, api } => {
             let client = api.writer()?;
             match command {
-                MemoryCommand::Add { text, namespace, kind, subject, attribute, decay_class, scope, session } => {
-                    let mut body = serde_json::json!({
-                        "text": text, "namespace": namespace, "kind": kind, "scope": scope,
-                        "subject": subject, "attribute": attribute, "session": session,
-                    });
-                    if let Some(class) = decay_class {
-                        body["decay_class"] = Value::String(class);
-                    }
-                    if session_present(&body) {
-                        body["turn_at"] = Value::from(druse_node::node::now_ms());
-                    }
+                MemoryCommand::Add {
+                    text,
+                    namespace,
+                    kind,
+                    subject,
+                    attribute,
+                    decay_class,
+                    scope,
+                    session,
+                    turn_at,
+                    external_id,
+                } => {
+                    let add = cli::MemoryAdd {
+                        text,
+                        namespace,
+                        kind,
+                        subject,
+                        attribute,
+                        decay_class,
+                        scope,
+                        session,
+                        turn_at,
+                        external_id,
+                    };
+                    let body = add.body(druse_node::node::now_ms()).map_err(anyhow::Error::msg)?;
                     print_json(&client.post::<_, Value>("/v1/memories", &body).await?);
                 }
-                MemoryCommand::Search { query, k, namespace } => {
-                    let mut path = format!("/v1/memories?q={}&k={k}", encode(&query));
-                    if let Some(namespace) = namespace {
-                        path.push_str(&format!("&namespace={}", encode(&namespace)));
-                    }
-                    print_json(&client.get::<Value>(&path).await?);
+                MemoryCommand::Search { query, k, namespace, kind, session, since, until } => {
+                    let search = cli::MemorySearch { query, k, namespace, kind, session, since, until };
+                    print_json(&client.get::<Value>(&search.path()).await?);
                 }
                 MemoryCommand::Get { id } => {
                     print_json(&client.get::<Value>(&format!("/v1/crystals/{}", encode(&id))).await?)

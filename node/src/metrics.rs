@@ -275,6 +275,16 @@ impl Metrics {
         &mut self.registry
     }
 
+    /// Sets `druse_crystals` from the memory's counts by lifecycle (every state, zeros too).
+    pub fn set_crystals(&self, counts: &std::collections::HashMap<crate::memory::crystal::Lifecycle, usize>) {
+        for lifecycle in crate::memory::crystal::Lifecycle::ALL {
+            let n = counts.get(&lifecycle).copied().unwrap_or(0);
+            self.crystals
+                .get_or_create(&LifecycleLabel { lifecycle: lifecycle.as_str() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
     /// The whole exposition body, in the Prometheus text format.
     pub fn render(&self) -> String {
         let mut body = String::new();

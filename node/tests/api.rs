@@ -152,8 +152,8 @@ async fn corrected_memory_is_recalled_and_its_history_survives_a_restart() {
     assert_eq!(hits[0]["crystal"]["text"], "Wait, actually it's March 22 - I got the date wrong");
     assert!(!hits.as_array().unwrap().iter().any(|h| h["crystal"]["text"] == "Dad's surgery is March 15"));
 
-    let (_, anonymous) = get_json(&running, "/v1/memories?q=surgery", false).await;
-    assert_eq!(anonymous.as_array().map(Vec::len), Some(0), "private memories need the token: {anonymous}");
+    let (status, anonymous) = get_json(&running, "/v1/memories?q=surgery", false).await;
+    assert_eq!((status, anonymous["error"].as_str()), (401, Some("unauthorized")), "private memories need the token");
 
     let (status, history) = get_json(&running, &format!("/v1/crystals/{new_id}/history"), true).await;
     assert_eq!(status, 200, "{history}");

@@ -391,6 +391,8 @@ fn synthetic_memory(i: usize, rng: &mut Rng) -> anyhow::Result<NewMemory> {
         ttl_ms: Some(30 * DAY_MS),
         session: None,
         turn_at: None,
+        external_id: None,
+        metadata: None,
     })
 }
 

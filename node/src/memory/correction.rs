@@ -132,8 +132,9 @@ pub struct Rules {
 impl Reconciler for Rules {
     /// 1. The same subject and attribute: a new value supersedes (UPDATE), the same text is
     ///    NOOP. 2. Near-identical text: NOOP. 3. An explicit correction or a retraction targets
-    ///    the most similar candidate that shares at least one word (the newest on ties):
-    ///    UPDATE at 1.0, or DELETE. 4. A similar candidate on the same topic: UPDATE at 0.7.
+    ///    the most similar candidate by the same speaker that shares at least one word (the
+    ///    newest on ties): UPDATE at 1.0, or DELETE. 4. The most similar candidate, when it is
+    ///    by the same speaker, shares a word and is on the same topic: UPDATE at 0.7.
     ///    5. Otherwise ADD.
     fn reconcile(
         &self,
@@ -155,10 +156,13 @@ impl Reconciler for Rules {
         if let Some(best) = candidates.first().filter(|c| c.similarity >= self.config.duplicate_similarity) {
             return Decision::Noop { target: best.id };
         }
+        // A correction, a retraction or a newer value replaces only what the same speaker
+        // said about the same thing: never another person's words.
+        let related = |c: &&Candidate| same_speaker(&c.text, text) && shares_a_word(&c.text, text);
         if is_explicit_correction(text) || is_retraction(text) {
             let target = candidates
                 .iter()
-                .filter(|c| shares_a_word(&c.text, text))
+                .filter(related)
                 .max_by(|a, b| a.similarity.total_cmp(&b.similarity).then(a.created_at.cmp(&b.created_at)));
             if let Some(target) = target {
                 return if is_retraction(text) && !is_explicit_correction(text) {
@@ -168,7 +172,7 @@ impl Reconciler for Rules {
                 };
             }
         }
-        match candidates.first() {
+        match candidates.first().filter(related) {
             Some(best) if best.similarity >= self.config.same_topic_similarity => {
                 Decision::Update { target: best.id, confidence }
             }
@@ -182,6 +186,23 @@ impl Reconciler for Rules {
 pub fn same_key(stored_subject: Option<&str>, stored_attribute: Option<&str>, subject: &str, attribute: &str) -> bool {
     stored_subject.is_some_and(|s| s.eq_ignore_ascii_case(subject))
         && stored_attribute.is_some_and(|a| a.eq_ignore_ascii_case(attribute))
+}
+
+/// Who said `text`, when it names its speaker the way a transcript does ("Melanie: ...").
+pub fn speaker(text: &str) -> Option<String> {
+    let (name, rest) = text.split_once(':')?;
+    let name = name.trim();
+    let plausible = !name.is_empty()
+        && name.len() <= 40
+        && name.split_whitespace().count() <= 3
+        && name.chars().all(|c| c.is_alphanumeric() || c == ' ' || c == '-' || c == '_' || c == '.' || c == '\'')
+        && !rest.starts_with("//");
+    plausible.then(|| name.to_lowercase())
+}
+
+/// Whether two texts come from the same speaker: both name the same one, or neither names one.
+fn same_speaker(a: &str, b: &str) -> bool {
+    speaker(a) == speaker(b)
 }
 
 fn normalise(text: &str) -> String {
@@ -287,6 +308,40 @@ mod tests {
         );
         assert_eq!(r.reconcile("has a cat", None, None, &[candidate(3, "likes rust", 0.1)]), Decision::Add);
         assert_eq!(r.reconcile("has a cat", None, None, &[]), Decision::Add);
+    }
+
+    #[test]
+    fn a_correction_never_replaces_another_speakers_words() {
+        let r = Rules::default();
+        let caroline = candidate(1, "Caroline: I went to the LGBTQ support group yesterday", 0.6);
+        let d = r.reconcile(
+            "Melanie: Actually I went to a pottery class yesterday",
+            None,
+            None,
+            std::slice::from_ref(&caroline),
+        );
+        assert_eq!(d, Decision::Add);
+        let d =
+            r.reconcile("Melanie: I stopped going to the support group", None, None, std::slice::from_ref(&caroline));
+        assert_eq!(d, Decision::Add, "a retraction by someone else deletes nothing");
+        let d = r.reconcile("Caroline: Actually I went to the support group on Monday", None, None, &[caroline]);
+        assert_eq!(d, Decision::Update { target: 1, confidence: 1.0 }, "the same speaker may correct herself");
+    }
+
+    #[test]
+    fn a_similar_text_about_something_else_is_not_an_update() {
+        let r = Rules::default();
+        let d = r.reconcile("enjoys pottery", None, None, &[candidate(2, "likes painting sunsets", 0.7)]);
+        assert_eq!(d, Decision::Add);
+    }
+
+    #[test]
+    fn speakers_are_read_from_transcript_prefixes_only() {
+        assert_eq!(speaker("Melanie: hi").as_deref(), Some("melanie"));
+        assert_eq!(speaker("Dr. Jo Smith: hi").as_deref(), Some("dr. jo smith"));
+        assert_eq!(speaker("see https://example.com"), None);
+        assert_eq!(speaker("the meeting is at 3: bring notes, and the long agenda too"), None);
+        assert_eq!(speaker("no speaker here"), None);
     }
 
     #[test]

@@ -252,6 +252,12 @@ pub struct Crystal {
     pub turn_at: Option<UnixMillis>,
     pub curiosity_boost: f64,
     pub steering_reward: f64,
+    /// The caller's own id for this memory, returned with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_id: Option<String>,
+    /// The caller's own metadata (a JSON object), stored and returned as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Crystal {

@@ -18,4 +18,6 @@ pub mod vector;
 pub use engine::Memory;
 
 #[cfg(test)]
+mod recall_tests;
+#[cfg(test)]
 mod tests;

@@ -42,6 +42,8 @@ fn incoming(skill: SkillMemory<'_>) -> Incoming {
         ttl_ms: None,
         session: None,
         turn_at: None,
+        external_id: None,
+        metadata: None,
     };
     Incoming { new, peer: skill.peer, actor }
 }

@@ -78,6 +78,8 @@ pub(crate) fn crystal(id: CrystalId, text: &str) -> Crystal {
         turn_at: None,
         curiosity_boost: 0.0,
         steering_reward: 0.0,
+        external_id: None,
+        metadata: None,
     }
 }
 

@@ -3,6 +3,7 @@
 //! state of its own) and rebuilt from them when the engine opens.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound::{Excluded, Unbounded};
 
 use druse_protocol::UnixMillis;
 
@@ -47,6 +48,12 @@ impl Turns {
         self.insert(new);
     }
 
+    /// The first turn of `session` said strictly after `at`.
+    pub(crate) fn after(&self, namespace: &Namespace, session: &str, at: UnixMillis) -> Option<CrystalId> {
+        let turns = self.sessions.get(&(namespace.clone(), session.to_owned()))?;
+        turns.range((Excluded((at, CrystalId::MAX)), Unbounded)).next().map(|&(_, id)| id)
+    }
+
     /// The last turn of `session` said strictly before `at` (among turns said at the same
     /// moment, the one stored last).
     pub(crate) fn before(&self, namespace: &Namespace, session: &str, at: UnixMillis) -> Option<CrystalId> {
@@ -86,6 +93,10 @@ mod tests {
         assert_eq!(turns.before(&alice, "s1", 200), Some(1));
         assert_eq!(turns.before(&alice, "s1", 100), None);
         assert_eq!(turns.before(&alice, "s3", 1000), None);
+        assert_eq!(turns.after(&alice, "s1", 100), Some(5));
+        assert_eq!(turns.after(&alice, "s1", 200), Some(2));
+        assert_eq!(turns.after(&alice, "s1", 300), None);
+        assert_eq!(turns.after(&alice, "s3", 0), None);
     }
 
     #[test]

@@ -4,7 +4,10 @@
 use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
 
-use super::{Added, CONTEXT, Changes, EMBEDDING, Error, MAX_TEXT, Memory, NewMemory, TextPending, audit, lock, read};
+use super::{
+    Added, CONTEXT, CONTEXT_BIT, Changes, EMBEDDING, Error, MAX_EXTERNAL_ID, MAX_METADATA, MAX_SESSION, MAX_TEXT,
+    Memory, NewMemory, TextPending, audit, encode_vector, is_live, key, lock, read,
+};
 use crate::governance;
 use crate::memory::correction::{self, Candidate, Decision};
 use crate::memory::crystal::{
@@ -26,6 +29,18 @@ fn check(new: &NewMemory) -> Result<(), Error> {
     }
     if new.lifespan == Lifespan::Ttl && new.ttl_ms.is_none() {
         return Err(Error::Invalid("a ttl lifespan needs ttl_ms".into()));
+    }
+    if new.external_id.as_ref().is_some_and(|id| id.len() > MAX_EXTERNAL_ID) {
+        return Err(Error::Invalid(format!("external_id is over the cap of {MAX_EXTERNAL_ID} bytes")));
+    }
+    if new.session.as_ref().is_some_and(|s| s.is_empty() || s.len() > MAX_SESSION) {
+        return Err(Error::Invalid(format!("session must be 1 to {MAX_SESSION} bytes")));
+    }
+    if let Some(metadata) = &new.metadata {
+        let size = serde_json::to_vec(metadata).map_or(usize::MAX, |b| b.len());
+        if size > MAX_METADATA {
+            return Err(Error::Invalid(format!("metadata is {size} bytes, over the cap of {MAX_METADATA}")));
+        }
     }
     Ok(())
 }
@@ -112,15 +127,40 @@ impl Memory {
         }
         let _writer = lock(&self.write);
         let mut batch = sled::Batch::default();
+        let mut contexts = Vec::new();
         let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, embedding)| {
-            let (one, changes) = self.prepare(&item.new, item.peer.clone(), embedding, &item.actor, now)?;
+            let (one, mut changes) = self.prepare(&item.new, item.peer.clone(), embedding, &item.actor, now)?;
+            contexts.append(&mut changes.contexts);
             self.add_to_batch(&changes, &mut batch)?;
             *pending = pending.and(self.index(changes)?);
             added.push(one);
             Ok(())
         });
+        // Whatever happened after them, the memories stored so far get their context vectors.
+        let contexts = self.embed_contexts(contexts, &mut batch);
         self.tree.apply_batch(batch)?;
-        indexed
+        indexed.and(contexts)
+    }
+
+    /// Embeds the context texts of a chunk in one call (context vectors are never
+    /// reconciliation candidates, so they can wait for the chunk's end), adds them to `batch`
+    /// and indexes those of crystals still live.
+    fn embed_contexts(&self, contexts: Vec<(CrystalId, String)>, batch: &mut sled::Batch) -> Result<(), Error> {
+        if contexts.is_empty() {
+            return Ok(());
+        }
+        let texts: Vec<&str> = contexts.iter().map(|(_, text)| text.as_str()).collect();
+        let vectors = self.embedder.embed(&texts)?;
+        if vectors.len() != contexts.len() {
+            return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
+        }
+        for ((id, _), vector) in contexts.iter().zip(vectors) {
+            batch.insert(&key(CONTEXT, *id), encode_vector(&vector));
+            if self.get(*id).is_some_and(|c| is_live(&c)) {
+                self.vectors.insert(id | CONTEXT_BIT, &vector)?;
+            }
+        }
+        Ok(())
     }
 
     /// Decides what storing `new` (embedded as `embedding`, from `peer` if it came from the
@@ -134,14 +174,22 @@ impl Memory {
         actor: &str,
         now: UnixMillis,
     ) -> Result<(Added, Changes), Error> {
+        let turn = new.is_conversation_turn();
         let influence = {
             let mut state = lock(&self.hormones);
-            for event in hormones::detect(&new.text) {
-                state.spike(&self.config.hormones, event, now);
+            // What people say to each other is stamped on its own crystal but is not an
+            // event of the agent's: "failed" and "deadline" in a chat must not drive the
+            // node's cortisol to saturation while a conversation is imported.
+            if !turn {
+                for event in hormones::detect(&new.text) {
+                    state.spike(&self.config.hormones, event, now);
+                }
             }
             state.crystal_influence(&self.config.hormones, &new.text, new.origin == Origin::Session, now)
         };
-        let decision = if new.kind == MemoryKind::Observation {
+        // Only extracted facts are reconciled: a conversation turn is what was said, and
+        // stays, whatever its kind.
+        let decision = if new.kind == MemoryKind::Observation && !turn {
             let candidates = self.candidates(new, &embedding)?;
             self.reconciler.reconcile(&new.text, new.subject.as_deref(), new.attribute.as_deref(), &candidates)
         } else {
@@ -207,10 +255,21 @@ impl Memory {
                 }
                 let document = self.document(&crystal);
                 if !document.context.is_empty() {
-                    changes.vectors.push((CONTEXT, id, self.embed_one(&document.joined())?));
+                    changes.contexts.push((id, document.joined()));
                 }
                 changes.vectors.push((EMBEDDING, id, embedding));
                 changes.texts.push((id, document));
+                // The turn before this one is now followed by it: its text document says so.
+                if self.tuning().next_turn_context
+                    && let (Some(session), Some(turn_at)) = (&crystal.session, crystal.turn_at)
+                    && let Some(previous) = self.previous_turn(&crystal.namespace, session, turn_at)
+                {
+                    let mut document = self.document(&previous);
+                    if !document.context.contains(&crystal.text) {
+                        document.context.push(crystal.text.clone());
+                    }
+                    changes.texts.push((previous.id, document));
+                }
                 changes.audit.push(audit(&crystal, actor, now, "none", crystal.lifecycle.as_str(), "created"));
                 changes.crystals.push(crystal.clone());
                 let superseded = crystal.supersedes;
@@ -274,6 +333,8 @@ impl Memory {
             turn_at: new.turn_at,
             curiosity_boost: 0.0,
             steering_reward: 0.0,
+            external_id: new.external_id.clone(),
+            metadata: new.metadata.clone(),
         })
     }
 
@@ -282,7 +343,11 @@ impl Memory {
     fn candidates(&self, new: &NewMemory, embedding: &[f32]) -> Result<Vec<Candidate>, Error> {
         let crystals = read(&self.crystals);
         let usable = |c: &Crystal| {
-            c.status == Status::Active && c.kind == MemoryKind::Observation && c.namespace == new.namespace
+            c.status == Status::Active
+                && c.kind == MemoryKind::Observation
+                && c.session.is_none()
+                && c.turn_at.is_none()
+                && c.namespace == new.namespace
         };
         let to_candidate = |c: &Crystal, similarity: f32| Candidate {
             id: c.id,
@@ -302,7 +367,11 @@ impl Memory {
                     .map(|c| to_candidate(c, 1.0)),
             );
         }
-        for (id, similarity) in self.nearest(embedding, 64)? {
+        // The namespace filter applies inside the vector search, so a namespace among many
+        // still gets its nearest observations.
+        let wanted = self.config.correction.candidates + out.len();
+        let keep = |key: u64| key & CONTEXT_BIT == 0 && crystals.get(&key).is_some_and(&usable);
+        for (id, similarity) in self.vectors.search_where(embedding, self.vector_depth(wanted), &keep)? {
             if out.len() >= self.config.correction.candidates {
                 break;
             }

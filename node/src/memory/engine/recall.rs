@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use druse_protocol::UnixMillis;
 
-use super::{CONTEXT_BIT, CRYSTAL, Error, Hit, MAX_TEXT, Memory, Query, key, read, write};
+use super::{CONTEXT_BIT, CRYSTAL, Error, Hit, Memory, Query, key, read, write};
 use crate::governance::Caller;
-use crate::memory::crystal::CrystalId;
+use crate::memory::crystal::{Crystal, CrystalId};
 use crate::memory::vector;
 
 /// How many candidates each half of recall gathers for `k` results.
@@ -66,13 +66,14 @@ impl Memory {
         self.vectors.wait_idle(timeout)
     }
 
-    /// Hybrid recall: vector and BM25 candidates fused by reciprocal rank (k = 60), then
-    /// scaled by importance, recency and hormones, filtered to what `caller` may see.
+    /// Hybrid recall: vector and BM25 candidates, each gathered among the memories the
+    /// query's filters and `caller`'s access admit (so `k` come back whenever `k` exist),
+    /// fused by reciprocal rank.
     ///
-    /// `score = rrf × (1 + importance × importance_boost) × (1 + 0.25 × recency × recency_bias)`,
-    /// with `importance` computed live by the decay rules, `recency = e^(−days since last
-    /// access / 7)`, and the boosts from seed 004's retrieval modulation (dopamine raises the
-    /// weight of importance, cortisol — local or from weather — the weight of recency).
+    /// `score` is the fused relevance, `Σ w / (rrf_k + rank)` over the two lists (weighted by
+    /// [`Tuning`](super::Tuning)), plus a share of the relevance of the more relevant turn said next to it. Importance, recency, hormones and access only order memories of equal
+    /// relevance: a strong match is never pushed below a weak one by how often it was
+    /// recalled, so asking the same question again cannot lower its recall.
     ///
     /// Recall counts as access (seed 004): every crystal returned has its access count raised
     /// and its decay clock restarted.
@@ -83,54 +84,92 @@ impl Memory {
     }
 
     /// What [`Memory::search`] would return, without counting it as access: nothing changes,
-    /// so inspecting memory, or measuring recall question by question, leaves no trace.
+    /// so inspecting memory leaves no trace.
     pub fn peek(&self, query: &Query, caller: Caller, now: UnixMillis) -> Result<Vec<Hit>, Error> {
-        let k = query.k.clamp(1, 100);
-        if query.q.len() > MAX_TEXT {
-            return Err(Error::Invalid("query too long".into()));
-        }
+        query.check()?;
+        let k = query.k;
         let depth = candidate_depth(k);
         let embedding = self.embed_one(&query.q)?;
-        let vector_hits = self.vector_candidates(&embedding, depth, false)?;
-        let text_hits = self.text.search(&query.q, depth)?;
-        const RRF_K: f64 = 60.0;
+        let text_hits = self.text.search_where(&query.q, depth, &query.text_filter())?;
+        let crystals = read(&self.crystals);
+        let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
+        let keep = |key: u64| crystals.get(&(key & !CONTEXT_BIT)).is_some_and(admits);
+        let vector_hits = {
+            let hits = self.vectors.search_where(&embedding, self.vector_depth(depth), &keep)?;
+            let mut seen = HashSet::with_capacity(hits.len());
+            hits.into_iter().map(|(key, _)| key & !CONTEXT_BIT).filter(|id| seen.insert(*id)).collect::<Vec<_>>()
+        };
+        let tuning = self.tuning();
         let mut fused: HashMap<CrystalId, (f64, Option<usize>, Option<usize>)> = HashMap::new();
-        for (rank, (id, _)) in vector_hits.into_iter().enumerate() {
-            fused.insert(id, (1.0 / (RRF_K + rank as f64 + 1.0), Some(rank + 1), None));
+        for (rank, id) in vector_hits.into_iter().enumerate() {
+            fused.insert(id, (1.0 / (tuning.rrf_k + rank as f64 + 1.0), Some(rank + 1), None));
         }
         for (rank, (id, _)) in text_hits.into_iter().enumerate() {
             let entry = fused.entry(id).or_insert((0.0, None, None));
-            entry.0 += 1.0 / (RRF_K + rank as f64 + 1.0);
+            entry.0 += tuning.text_weight / (tuning.rrf_k + rank as f64 + 1.0);
             entry.2 = Some(rank + 1);
         }
+        if tuning.neighbour_weight > 0.0 {
+            // A turn takes a share of the relevance of the more relevant of the turns said
+            // just before and after it; a neighbour of a candidate becomes one.
+            let found: HashMap<CrystalId, f64> = fused.iter().map(|(id, entry)| (*id, entry.0)).collect();
+            let mut lifted: HashMap<CrystalId, f64> = HashMap::new();
+            for (id, relevance) in &found {
+                let Some(c) = crystals.get(id) else { continue };
+                for neighbour in self.neighbours(c).into_iter().flatten() {
+                    if crystals.get(&neighbour).is_some_and(admits) {
+                        let best = lifted.entry(neighbour).or_insert(0.0);
+                        *best = best.max(*relevance);
+                    }
+                }
+            }
+            for (id, relevance) in lifted {
+                fused.entry(id).or_insert((0.0, None, None)).0 += tuning.neighbour_weight * relevance;
+            }
+        }
         let modulation = self.hormone_state().retrieval(&self.config.hormones, self.network_cortisol(), now);
-        let crystals = read(&self.crystals);
-        let mut hits: Vec<Hit> = fused
+        let mut hits: Vec<(f64, Hit)> = fused
             .into_iter()
             .filter_map(|(id, (rrf, vector_rank, text_rank))| {
-                let c = crystals.get(&id)?;
-                if !c.is_recallable(now) || !c.can_access(caller, now) {
-                    return None;
-                }
-                if query.namespace.as_ref().is_some_and(|n| n != &c.namespace)
-                    || query.kind.is_some_and(|k| k != c.kind)
-                    || query.semantic_type.is_some_and(|t| t != c.semantic_type)
-                {
-                    return None;
-                }
+                // The text half filters by the query; access and lifecycle are checked here.
+                let c = crystals.get(&id).filter(|c| admits(c))?;
                 let importance = self.importance(c, now, 0.0);
                 let days = now.saturating_sub(c.last_access) as f64 / 86_400_000.0;
                 let recency = (-days / 7.0).exp();
-                let score = rrf
-                    * (1.0 + importance * modulation.importance_boost)
-                    * (1.0 + 0.25 * recency * modulation.recency_bias);
-                Some(Hit { crystal: c.clone(), score, vector_rank, text_rank })
+                let signal =
+                    (1.0 + importance * modulation.importance_boost) * (1.0 + 0.25 * recency * modulation.recency_bias);
+                Some((signal, Hit { crystal: c.clone(), score: rrf, vector_rank, text_rank }))
             })
             .collect();
+        let withheld = hits.is_empty() && caller != Caller::LocalAgent && self.withholds(query, caller, now, &crystals);
         drop(crystals);
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.crystal.id.cmp(&a.crystal.id)));
-        hits.truncate(k);
-        Ok(hits)
+        if withheld {
+            return Err(Error::Private(
+                "the memories this search matches are private: send `Authorization: Bearer <token>`".into(),
+            ));
+        }
+        // Relevance first; among equals, the better rank in either list (still relevance);
+        // only then importance, recency and hormones; then the newest.
+        let best_rank = |h: &Hit| h.vector_rank.into_iter().chain(h.text_rank).min().unwrap_or(usize::MAX);
+        hits.sort_by(|(sa, a), (sb, b)| {
+            b.score
+                .total_cmp(&a.score)
+                .then(best_rank(a).cmp(&best_rank(b)))
+                .then(sb.total_cmp(sa))
+                .then(b.crystal.id.cmp(&a.crystal.id))
+        });
+        Ok(hits.into_iter().take(k).map(|(_, hit)| hit).collect())
+    }
+
+    /// Whether a memory passes `query`'s filters but is hidden from `caller`.
+    fn withholds(
+        &self,
+        query: &Query,
+        caller: Caller,
+        now: UnixMillis,
+        crystals: &HashMap<CrystalId, Crystal>,
+    ) -> bool {
+        crystals.values().any(|c| c.is_recallable(now) && query.admits(c) && !c.can_access(caller, now))
     }
 
     /// Retrieval counts as access (seed 004): the count rises and the decay clock restarts.

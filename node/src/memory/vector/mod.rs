@@ -376,7 +376,14 @@ impl VectorIndex {
     /// approximate in the segments, exact in the tail. Fewer than `k` only when fewer are stored.
     /// Keep `k` at most [`Config::ef_search`]: above it each segment is scanned exactly.
     pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {
-        self.top_k(query, k, |segment, query, live, top| {
+        self.search_where(query, k, &|_| true)
+    }
+
+    /// [`VectorIndex::search`] among the ids `keep` accepts: the filter applies inside the
+    /// search, so `k` hits come back whenever `k` live ids pass it (a segment whose graph
+    /// search finds fewer is scanned exactly).
+    pub fn search_where(&self, query: &[f32], k: usize, keep: &dyn Fn(u64) -> bool) -> Result<Vec<(u64, f32)>, Error> {
+        self.top_k(query, k, keep, |segment, query, live, top| {
             for hit in segment.search(query, k, &live) {
                 top.offer(hit);
             }
@@ -386,7 +393,12 @@ impl VectorIndex {
     /// The exact `k` nearest live vectors, by brute force over everything: the reference that
     /// [`VectorIndex::search`]'s recall is measured against.
     pub fn exact(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {
-        self.top_k(query, k, |segment, query, live, top| segment.scan(&query.0, &live, top))
+        self.exact_where(query, k, &|_| true)
+    }
+
+    /// [`VectorIndex::exact`] among the ids `keep` accepts.
+    pub fn exact_where(&self, query: &[f32], k: usize, keep: &dyn Fn(u64) -> bool) -> Result<Vec<(u64, f32)>, Error> {
+        self.top_k(query, k, keep, |segment, query, live, top| segment.scan(&query.0, &live, top))
     }
 
     /// The best `k` live vectors: each segment through `per_segment` (graph or scan), the tail
@@ -395,6 +407,7 @@ impl VectorIndex {
         &self,
         query: &[f32],
         k: usize,
+        keep: &dyn Fn(u64) -> bool,
         per_segment: impl Fn(&Segment, &Point, &dyn Fn(Entry) -> bool, &mut TopK),
     ) -> Result<Vec<(u64, f32)>, Error> {
         let query = self.shared.unit(query)?;
@@ -402,12 +415,12 @@ impl VectorIndex {
             return Ok(Vec::new());
         }
         let state = self.shared.read();
-        let live = |entry: Entry| state.is_live(entry);
+        let live = |entry: Entry| state.is_live(entry) && keep(entry.id);
         let mut top = TopK::new(k);
         for segment in &state.segments {
             per_segment(segment, &query, &live, &mut top);
         }
-        scan_tail(&state, &query.0, &mut top);
+        scan_tail(&state, &query.0, &live, &mut top);
         Ok(hits(top))
     }
 
@@ -479,10 +492,10 @@ fn segment_stats(segment: &Segment) -> SegmentStats {
 }
 
 /// Offers every live tail vector to `top`.
-fn scan_tail(state: &State, query: &[i16], top: &mut TopK) {
+fn scan_tail(state: &State, query: &[i16], live: &dyn Fn(Entry) -> bool, top: &mut TopK) {
     for TailEntry { entry, point } in &state.tail {
         let hit = Hit { score: kernel::dot_q14(query, &point.0), id: entry.id };
-        if top.admits(hit) && state.is_live(*entry) {
+        if top.admits(hit) && live(*entry) {
             top.offer(hit);
         }
     }

@@ -1,0 +1,379 @@
+//! Recall on a LoCoMo-format benchmark (Maharana et al., 2024): long multi-session
+//! conversations whose questions name the turns that hold their evidence.
+//!
+//! `cargo run --release -p druse-node --bin locomo-bench -- <file.json> [--via api|engine]`
+//!
+//! Every turn is stored as a conversation memory (`namespace` = `user:<sample_id>`, `session`
+//! = the session's name, `turn_at` = the session's date plus 30 s a turn, as ISO 8601,
+//! `kind` = `interaction`, text `"Speaker: text"`), then every question (category 5, the
+//! adversarial one, left out) is asked in its conversation's namespace with k = 10. A question
+//! counts as found at k when any of its evidence turns is among the first k hits
+//! (recall_any@k). The figures print overall and per category, with add and search latency.
+//!
+//! `--via api` (the default) starts a real node on loopback in a temporary directory and goes
+//! through its HTTP API, as a user would: one `POST /v1/memories` per turn (or
+//! `POST /v1/memories/batch` with `--batch N`) and one `GET /v1/memories` per question. The
+//! node picks its embedder as any node does: MiniLM when `DRUSE_MINILM_DIR` names the model,
+//! hashing otherwise (run with `env -u DRUSE_MINILM_DIR` for hashing). `--via engine` drives
+//! [`Memory`] directly through the same calls the API handlers make (`add`/`add_many`,
+//! `search`), with `--embedder hashing|minilm`.
+//!
+//! `--repeat` asks every question a second time and reports that pass too: asking again must
+//! not lower recall. To study misses, `LOCOMO_MISSES=1` prints every question whose evidence
+//! is not in the top 10, and `LOCOMO_SHOW=<words>` (with `--via engine`) prints the hits, with
+//! their vector and text ranks, of each question containing those words.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, ValueEnum};
+use druse_node::governance::Caller;
+use druse_node::memory::Memory;
+use druse_node::memory::crystal::{CrystalId, Namespace};
+use druse_node::memory::embed::{self, Embedder, Hashing, MiniLm};
+use druse_node::memory::engine::{Config as EngineConfig, NewMemory, Query};
+use serde_json::{Value, json};
+
+use data::{Question, Turn, load, new_memory};
+
+mod data;
+
+#[derive(Debug, Parser)]
+struct Cli {
+    /// A LoCoMo-format JSON file (a list of conversations with `conversation` and `qa`).
+    file: PathBuf,
+    /// Through a real node's HTTP API, or the engine directly.
+    #[arg(long, value_enum, default_value_t = Via::Api)]
+    via: Via,
+    /// The embedder, with `--via engine` (the API node picks its own).
+    #[arg(long, value_enum, default_value_t = EmbedderArg::Hashing)]
+    embedder: EmbedderArg,
+    /// Memories per add request: 1 is one `POST /v1/memories` per turn.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Ask every question a second time and report that pass as well.
+    #[arg(long)]
+    repeat: bool,
+    /// Append each shared photo's caption to its turn's text ("[shares a photo: ...]").
+    #[arg(long)]
+    captions: bool,
+    /// Override recall's text weight (see `Tuning`).
+    #[arg(long)]
+    text_weight: Option<f64>,
+    /// Override recall's neighbour weight.
+    #[arg(long)]
+    neighbour_weight: Option<f64>,
+    /// Override whether a turn is indexed with the turn after it.
+    #[arg(long)]
+    next_context: Option<bool>,
+    /// Override whether turns are indexed with their context at all.
+    #[arg(long)]
+    context: Option<bool>,
+    /// After the first pass, ask everything again under each of these query-time settings
+    /// (`text_weight:neighbour_weight:rrf_k`, comma separated): a sweep over one stored set.
+    #[arg(long, value_delimiter = ',')]
+    sweep: Vec<String>,
+    /// Only the first N questions of each conversation (a quick run).
+    #[arg(long)]
+    max_questions: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Via {
+    Api,
+    Engine,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum EmbedderArg {
+    Hashing,
+    Minilm,
+}
+
+/// Where memories go and questions are asked.
+enum Target {
+    Api { base: String, token: String, http: reqwest::Client, running: druse_node::daemon::Running },
+    Engine { memory: Arc<Memory> },
+}
+
+impl Target {
+    /// Stores `turns`, returning each one's crystal id.
+    async fn add(&self, turns: &[Turn]) -> anyhow::Result<Vec<CrystalId>> {
+        let ids: Vec<Value> = match self {
+            Target::Api { base, token, http, .. } => {
+                let (path, body) = if turns.len() == 1 {
+                    ("/v1/memories", new_memory(&turns[0]))
+                } else {
+                    ("/v1/memories/batch", json!({ "memories": turns.iter().map(new_memory).collect::<Vec<_>>() }))
+                };
+                let response = http.post(format!("{base}{path}")).bearer_auth(token).json(&body).send().await?;
+                let status = response.status();
+                let body: Value = response.json().await?;
+                if !status.is_success() {
+                    bail!("add answered {status}: {body}");
+                }
+                if turns.len() == 1 { vec![body] } else { body.as_array().cloned().unwrap_or_default() }
+            }
+            Target::Engine { memory, .. } => {
+                let news = turns
+                    .iter()
+                    .map(|t| serde_json::from_value::<NewMemory>(new_memory(t)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let memory = Arc::clone(memory);
+                let added = tokio::task::spawn_blocking(move || memory.add_many(news, "api", now())).await??;
+                added.into_iter().map(|a| serde_json::to_value(a).unwrap_or(Value::Null)).collect()
+            }
+        };
+        ids.iter().map(|added| added["crystal"]["id"].as_u64().context("an add answer without a crystal id")).collect()
+    }
+
+    /// The ids of the first `k` hits for `question`.
+    async fn search(&self, question: &Question, k: usize) -> anyhow::Result<Vec<CrystalId>> {
+        match self {
+            Target::Api { base, token, http, .. } => {
+                let response = http
+                    .get(format!("{base}/v1/memories"))
+                    .query(&[("q", question.text.as_str()), ("namespace", &question.namespace), ("k", &k.to_string())])
+                    .bearer_auth(token)
+                    .send()
+                    .await?;
+                let status = response.status();
+                let body: Value = response.json().await?;
+                if !status.is_success() {
+                    bail!("search answered {status}: {body}");
+                }
+                Ok(body.as_array().into_iter().flatten().filter_map(|h| h["crystal"]["id"].as_u64()).collect())
+            }
+            Target::Engine { memory, .. } => {
+                let namespace = Namespace::try_from(question.namespace.clone()).map_err(anyhow::Error::msg)?;
+                let query = Query { namespace: Some(namespace), ..Query::new(question.text.clone(), k) };
+                let memory = Arc::clone(memory);
+                let hits =
+                    tokio::task::spawn_blocking(move || memory.search(&query, Caller::LocalAgent, now())).await??;
+                if std::env::var("LOCOMO_SHOW").is_ok_and(|s| question.text.contains(&s)) {
+                    for h in &hits {
+                        println!(
+                            "  {:.4} v{:?} t{:?} {}",
+                            h.score,
+                            h.vector_rank,
+                            h.text_rank,
+                            h.crystal.text.chars().take(90).collect::<String>()
+                        );
+                    }
+                }
+                Ok(hits.into_iter().map(|h| h.crystal.id).collect())
+            }
+        }
+    }
+
+    async fn stop(self) {
+        if let Target::Api { running, .. } = self {
+            running.stop().await;
+        }
+    }
+}
+
+/// A fresh directory under the system's temporary folder, removed when the run ends.
+fn scratch_dir() -> anyhow::Result<PathBuf> {
+    let dir = scratch_dir_path();
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn now() -> u64 {
+    druse_node::node::now_ms()
+}
+
+async fn start(cli: &Cli) -> anyhow::Result<(Target, String)> {
+    let dir = scratch_dir()?;
+    let dir = dir.as_path();
+    match cli.via {
+        Via::Api => {
+            let mut config = druse_node::config::Config::default();
+            config.store.data_dir = dir.to_owned();
+            config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse()?];
+            config.p2p.mdns = false;
+            config.api.listen = "127.0.0.1:0".parse()?;
+            config.metrics.listen = "127.0.0.1:0".parse()?;
+            config.api.max_body_bytes = config.api.max_body_bytes.max(8 * 1024 * 1024);
+            let running = druse_node::daemon::start(config, druse_node::Role::Edge, |_| axum::Router::new()).await?;
+            let embedder = running.node.memory().embedder_name().to_owned();
+            let base = format!("http://{}", running.api_addr);
+            let token = running.node.token().to_owned();
+            Ok((Target::Api { base, token, http: reqwest::Client::new(), running }, embedder))
+        }
+        Via::Engine => {
+            let embedder: Arc<dyn Embedder> = match cli.embedder {
+                EmbedderArg::Hashing => Arc::new(Hashing::new(embed::DEFAULT_HASHING_DIM)),
+                EmbedderArg::Minilm => {
+                    let folder = std::env::var(embed::MINILM_DIR_ENV)
+                        .with_context(|| format!("set {} to the MiniLM folder", embed::MINILM_DIR_ENV))?;
+                    Arc::new(MiniLm::load(Path::new(&folder))?)
+                }
+            };
+            let name = embedder.name().to_owned();
+            let db = sled::open(dir.join("db"))?;
+            let memory = Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now())?;
+            Ok((Target::Engine { memory: Arc::new(memory) }, name))
+        }
+    }
+}
+
+/// recall_any@5 and @10 per category, with the latency of each search.
+#[derive(Debug, Default)]
+struct Pass {
+    found: BTreeMap<u32, [usize; 3]>,
+    latency: Vec<Duration>,
+}
+
+impl Pass {
+    fn record(&mut self, category: u32, hits: &[CrystalId], evidence: &[CrystalId]) {
+        let at = |k: usize| hits.iter().take(k).any(|h| evidence.contains(h));
+        let tally = self.found.entry(category).or_default();
+        tally[0] += usize::from(at(5));
+        tally[1] += usize::from(at(10));
+        tally[2] += 1;
+    }
+
+    fn print(&self, name: &str) {
+        let total = self.found.values().fold([0; 3], |a, t| [a[0] + t[0], a[1] + t[1], a[2] + t[2]]);
+        let ratio = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
+        println!(
+            "{name}: recall_any@5 {:.3}  @10 {:.3}  over {} questions",
+            ratio(total[0], total[2]),
+            ratio(total[1], total[2]),
+            total[2]
+        );
+        for (category, [at5, at10, of]) in &self.found {
+            let label = match category {
+                1 => "multi-hop",
+                2 => "temporal",
+                3 => "open-domain",
+                4 => "single-hop",
+                _ => "other",
+            };
+            println!(
+                "  category {category} {label:<12} @5 {:.3}  @10 {:.3}  ({of})",
+                ratio(*at5, *of),
+                ratio(*at10, *of)
+            );
+        }
+        println!("  search latency {}", percentiles(&self.latency));
+    }
+}
+
+fn percentiles(samples: &[Duration]) -> String {
+    if samples.is_empty() {
+        return "n/a".into();
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let at = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0;
+    format!("p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  (n = {})", at(0.5), at(0.95), at(0.99), sorted.len())
+}
+
+async fn ask(target: &Target, questions: &[Question], ids: &HashMap<String, CrystalId>) -> anyhow::Result<Pass> {
+    let mut pass = Pass::default();
+    for question in questions {
+        let evidence: Vec<CrystalId> = question.evidence.iter().filter_map(|e| ids.get(e).copied()).collect();
+        let started = Instant::now();
+        let hits = target.search(question, 10).await?;
+        pass.latency.push(started.elapsed());
+        pass.record(question.category, &hits, &evidence);
+        if std::env::var_os("LOCOMO_MISSES").is_some() && !hits.iter().any(|h| evidence.contains(h)) {
+            println!("MISS [{}] {} <- {:?}", question.category, question.text, question.evidence);
+        }
+    }
+    Ok(pass)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if cli.batch == 0 || cli.batch > druse_node::api::MAX_MEMORY_BATCH {
+        bail!("--batch must be 1 to {}", druse_node::api::MAX_MEMORY_BATCH);
+    }
+    let (turns, mut questions) = load(&cli.file, cli.captions)?;
+    if let Some(max) = cli.max_questions {
+        let mut asked: HashMap<String, usize> = HashMap::new();
+        questions.retain(|q| {
+            let n = asked.entry(q.namespace.clone()).or_default();
+            *n += 1;
+            *n <= max
+        });
+    }
+    let (target, embedder) = start(&cli).await?;
+    let memory = match &target {
+        Target::Api { running, .. } => Arc::clone(running.node.memory()),
+        Target::Engine { memory } => Arc::clone(memory),
+    };
+    let mut tuning = memory.tuning();
+    tuning.text_weight = cli.text_weight.unwrap_or(tuning.text_weight);
+    tuning.neighbour_weight = cli.neighbour_weight.unwrap_or(tuning.neighbour_weight);
+    tuning.next_turn_context = cli.next_context.unwrap_or(tuning.next_turn_context);
+    memory.set_tuning(tuning);
+    if let Some(context) = cli.context {
+        memory.set_context_indexing(context);
+    }
+    println!("{tuning:?}, context indexing {}", memory.context_indexing());
+    println!(
+        "{}: {} turns, {} questions (category 5 left out); via {:?}, embedder {embedder}, batch {}",
+        cli.file.display(),
+        turns.len(),
+        questions.len(),
+        cli.via,
+        cli.batch
+    );
+    let mut ids = HashMap::with_capacity(turns.len());
+    let mut add_latency = Vec::new();
+    let started = Instant::now();
+    for chunk in turns.chunks(cli.batch) {
+        let began = Instant::now();
+        let stored = target.add(chunk).await?;
+        add_latency.push(began.elapsed());
+        for (turn, id) in chunk.iter().zip(stored) {
+            ids.insert(turn.dia_id.clone(), id);
+        }
+    }
+    let add_total = started.elapsed();
+    let unresolved = questions.iter().filter(|q| !q.evidence.iter().any(|e| ids.contains_key(e))).count();
+    println!(
+        "added in {:.1} s ({:.0} turns/s); add request latency {}",
+        add_total.as_secs_f64(),
+        turns.len() as f64 / add_total.as_secs_f64().max(1e-9),
+        percentiles(&add_latency)
+    );
+    if unresolved > 0 {
+        println!("{unresolved} questions name no stored evidence turn; they count as misses");
+    }
+    memory.wait_indexed(Duration::from_secs(600));
+    ask(&target, &questions, &ids).await?.print("first pass");
+    if cli.repeat {
+        ask(&target, &questions, &ids).await?.print("asked again");
+    }
+    for setting in &cli.sweep {
+        let parts: Vec<f64> = setting.split(':').map(str::parse).collect::<Result<_, _>>()?;
+        let [text, neighbour, rrf_k] = parts[..] else {
+            bail!("--sweep takes text_weight:neighbour_weight:rrf_k, not {setting:?}");
+        };
+        let tuning = druse_node::memory::engine::Tuning {
+            text_weight: text,
+            neighbour_weight: neighbour,
+            rrf_k,
+            ..memory.tuning()
+        };
+        memory.set_tuning(tuning);
+        ask(&target, &questions, &ids).await?.print(&format!("text {text}, neighbour {neighbour}, rrf_k {rrf_k}"));
+    }
+    target.stop().await;
+    let _ = std::fs::remove_dir_all(scratch_dir_path());
+    Ok(())
+}
+
+fn scratch_dir_path() -> PathBuf {
+    std::env::temp_dir().join(format!("druse-locomo-bench-{}", std::process::id()))
+}
