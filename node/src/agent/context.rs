@@ -97,7 +97,7 @@ fn recall(
 ) -> Result<Vec<Crystal>, Error> {
     // The engine filters by namespace after ranking its candidates, so a wide net is cast and
     // cut to `k` here; a namespace-scoped search in the engine would make this exact.
-    let query = Query { q: q.to_owned(), k: WIDE, namespace: Some(ns.clone()), kind: Some(kind), semantic_type: None };
+    let query = Query { q: q.to_owned(), k: WIDE, namespace: Some(ns.clone()), kind: Some(kind), ..Default::default() };
     Ok(memory
         .peek(&query, Caller::LocalAgent, now)?
         .into_iter()

@@ -343,8 +343,8 @@ impl Agent {
                 q: "task pattern".into(),
                 k: 10,
                 namespace: Some(Namespace::Episodic),
-                kind: None,
                 semantic_type: Some(SemanticType::TaskPattern),
+                ..Default::default()
             };
             memory.peek(&query, crate::governance::Caller::LocalAgent, now_ms()).unwrap_or_default()
         })
@@ -628,25 +628,18 @@ struct Observation {
     decay_class: DecayClass,
 }
 
-fn memory(text: String, namespace: Namespace, kind: MemoryKind, semantic_type: SemanticType) -> NewMemory {
+/// A private memory the agent keeps about a session, its text capped at 8 KiB.
+pub(super) fn memory(text: String, namespace: Namespace, kind: MemoryKind, semantic_type: SemanticType) -> NewMemory {
     let mut text = text;
     super::llm::truncate(&mut text, 8 * 1024);
     NewMemory {
-        text,
         namespace,
         kind,
         semantic_type,
         origin: Origin::Session,
-        subject: None,
-        attribute: None,
         decay_class: DecayClass::Default,
-        event_at: None,
-        emotional_weight: 0.0,
         scope: crate::governance::Scope::Private,
-        lifespan: Default::default(),
-        ttl_ms: None,
-        session: None,
-        turn_at: None,
+        ..NewMemory::text(text)
     }
 }
 

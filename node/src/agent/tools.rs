@@ -222,8 +222,7 @@ impl Batch {
                     q: a.query.clone(),
                     k: 5,
                     namespace: Some(ns.clone()),
-                    kind: None,
-                    semantic_type: None,
+                    ..Default::default()
                 };
                 if let Ok(hits) = memory.search(&q, crate::governance::Caller::LocalAgent, now_ms()) {
                     for h in hits.into_iter().filter(|h| h.crystal.status == crate::memory::crystal::Status::Active) {
@@ -240,23 +239,12 @@ impl Batch {
 
     async fn remember(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: TextArg = args(call)?;
-        let new = crate::memory::engine::NewMemory {
-            text: a.text,
-            namespace: Namespace::Episodic,
-            kind: MemoryKind::Observation,
-            semantic_type: druse_protocol::body::SemanticType::Episode,
-            origin: crate::memory::crystal::Origin::Session,
-            subject: None,
-            attribute: None,
-            decay_class: Default::default(),
-            event_at: None,
-            emotional_weight: 0.0,
-            scope: crate::governance::Scope::Private,
-            lifespan: Default::default(),
-            ttl_ms: None,
-            session: None,
-            turn_at: None,
-        };
+        let new = super::run::memory(
+            a.text,
+            Namespace::Episodic,
+            MemoryKind::Observation,
+            druse_protocol::body::SemanticType::Episode,
+        );
         self.agent
             .store(new)
             .await
