@@ -166,17 +166,34 @@ pub fn keygen(out: &std::path::Path) -> Result<String, String> {
 
 /// What `memory add` sends: the flags as a `POST /v1/memories` body. A turn in a `session`
 /// without `turn_at` is said now (`now`); `turn_at` is Unix milliseconds or ISO 8601.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct MemoryAdd {
     pub text: String,
+    /// `episodic` or `user:<handle>`.
+    #[arg(long, default_value = "episodic")]
     pub namespace: String,
+    /// observation, interaction, exploration_note or summary.
+    #[arg(long, default_value = "observation")]
     pub kind: String,
+    #[arg(long)]
     pub subject: Option<String>,
+    #[arg(long)]
     pub attribute: Option<String>,
+    /// Seed 003's decay class (never, location, employment, long_term_goal, active_project,
+    /// health, emotional_state, temporary_location, event_bound).
+    #[arg(long)]
     pub decay_class: Option<String>,
+    /// private, shared or public.
+    #[arg(long, default_value = "private")]
     pub scope: String,
+    /// The conversation this turn belongs to.
+    #[arg(long)]
     pub session: Option<String>,
+    /// When the turn was said: Unix milliseconds or ISO 8601 (default: now, with --session).
+    #[arg(long)]
     pub turn_at: Option<String>,
+    /// Your own id for this memory, returned with it.
+    #[arg(long)]
     pub external_id: Option<String>,
 }
 

@@ -91,35 +91,7 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum MemoryCommand {
     /// Store a memory (a correction like "actually, it's March 22" supersedes what it corrects).
-    Add {
-        text: String,
-        /// `episodic` or `user:<handle>`.
-        #[arg(long, default_value = "episodic")]
-        namespace: String,
-        /// observation, interaction, exploration_note or summary.
-        #[arg(long, default_value = "observation")]
-        kind: String,
-        #[arg(long)]
-        subject: Option<String>,
-        #[arg(long)]
-        attribute: Option<String>,
-        /// Seed 003's decay class (never, location, employment, long_term_goal, active_project,
-        /// health, emotional_state, temporary_location, event_bound).
-        #[arg(long)]
-        decay_class: Option<String>,
-        /// private, shared or public.
-        #[arg(long, default_value = "private")]
-        scope: String,
-        /// The conversation this turn belongs to.
-        #[arg(long)]
-        session: Option<String>,
-        /// When the turn was said: Unix milliseconds or ISO 8601 (default: now, with --session).
-        #[arg(long)]
-        turn_at: Option<String>,
-        /// Your own id for this memory, returned with it.
-        #[arg(long)]
-        external_id: Option<String>,
-    },
+    Add(cli::MemoryAdd),
     /// Recall memories.
     Search {
         query: String,
@@ -255,30 +227,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Memory { command, api } => {
             let client = api.writer()?;
             match command {
-                MemoryCommand::Add {
-                    text,
-                    namespace,
-                    kind,
-                    subject,
-                    attribute,
-                    decay_class,
-                    scope,
-                    session,
-                    turn_at,
-                    external_id,
-                } => {
-                    let add = cli::MemoryAdd {
-                        text,
-                        namespace,
-                        kind,
-                        subject,
-                        attribute,
-                        decay_class,
-                        scope,
-                        session,
-                        turn_at,
-                        external_id,
-                    };
+                MemoryCommand::Add(add) => {
                     let body = add.body(druse_node::node::now_ms()).map_err(anyhow::Error::msg)?;
                     print_json(&client.post::<_, Value>("/v1/memories", &body).await?);
                 }

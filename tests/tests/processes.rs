@@ -19,9 +19,7 @@ fn series(scrape: &str, who: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 /// Runs a CLI subcommand pointed at `node`; fails the test quoting the node's log.
 async fn cli(program: &Path, args: &[&str], node: &ProcNode) -> String {
-    let flags = node.cli_flags();
-    let all: Vec<&str> = args.iter().copied().chain(flags.iter().map(String::as_str)).collect();
-    run_cli(program, &all).await.unwrap_or_else(|e| panic!("{e:#}\n{}", node.process.log_tail()))
+    node.cli(program, args).await.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond a Rust toolchain, idempotently (a second run only
+# checks): the js-libp2p peer of the interop test (npm packages from tests/js's lock file) and
+# the local ATProto network of the agent scenarios (Debian's PostgreSQL, Node 22 and
+# @atproto/dev-env). Needs node, npm and, for PostgreSQL, apt-get as root.
+#
+#   bash tests/setup.sh && cargo test --workspace --release
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bash "$here/js/setup.sh"
+bash "$here/atproto/install.sh" >/dev/null
+echo "tests/setup.sh: the js peer and the ATProto network are installed"
