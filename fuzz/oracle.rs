@@ -30,4 +30,12 @@ pub(crate) fn check(data: &[u8]) {
             panic!("fuzzer produced an accepted {:?} message", accepted.body.kind());
         }
     }
+    // The same holds for a message relayed by anti-entropy, which skips the gossip-only rules.
+    if let Ok(accepted) = validate::check_synced(data, NOW, &mut view) {
+        panic!("fuzzer produced an accepted synced {:?} message", accepted.body.kind());
+    }
+    // A sync key from a peer parses or is refused, never panics.
+    if let Some(key) = druse_protocol::sync::Key::from_bytes(data) {
+        assert_eq!(key.as_bytes().as_slice(), data);
+    }
 }

@@ -149,18 +149,14 @@ impl Management {
         Ok(self.node.publish(&Body::Bounty(bounty)).await?)
     }
 
-    /// Broadcasts this node's active weather again, with a fresh seq and the time it has left,
-    /// so a node that joined after the original broadcast obeys it too.
+    /// Broadcasts this node's active weather again, the very message it signed (same seq,
+    /// same issue time), so a node that missed it obeys it too, and weather from another
+    /// management key that is newer stays newer everywhere.
     pub async fn reannounce_weather(&self) -> Result<Option<ContentId>, Error> {
-        let now = now_ms();
-        let Some(active) = self.node.weather().active.filter(|w| w.signer == self.node.key().public()) else {
-            return Ok(None);
-        };
-        let remaining = Duration::from_millis(active.expires_at.saturating_sub(now));
-        if remaining.is_zero() {
+        if self.node.weather().active.filter(|w| w.signer == self.node.key().public()).is_none() {
             return Ok(None);
         }
-        Ok(Some(self.weather(active.level, remaining, active.reason).await?))
+        Ok(self.node.republish_weather().await?)
     }
 
     /// Starts the anomaly detector (unless `management.anomaly.enabled` is false); the node owns

@@ -10,7 +10,7 @@ use druse_protocol::body::{
 use druse_protocol::net::{Acceptance, PeerId};
 use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{self, Accepted, Reason, TrustView};
-use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, topic};
+use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, sync, topic};
 
 use crate::governance::{self, Sensitivity};
 use crate::market::{self, BountyRecord, Counted, Stats, Versions};
@@ -208,6 +208,29 @@ impl Pipeline {
         (Some(kind), outcome)
     }
 
+    /// Runs one message a peer relayed by anti-entropy (DESIGN §6 with `validate::check_synced`
+    /// for steps 1–6): the trust and weather gate then judge its author, as they would have
+    /// judged it arriving over gossip from its author. A message already kept is a duplicate.
+    pub fn ingest_synced(&mut self, bytes: &[u8], now: UnixMillis, metrics: &Metrics) -> (Option<Kind>, Outcome) {
+        let accepted = match validate::check_synced(bytes, now, &mut self.view) {
+            Ok(accepted) => accepted,
+            Err(reason) => return (Envelope::peek_kind(bytes), Outcome::Protocol(reason)),
+        };
+        let kind = accepted.body.kind();
+        match self.store.has_envelope(&sync::Key::new(kind, &accepted.content_id)) {
+            Ok(false) => {}
+            Ok(true) => return (Some(kind), Outcome::Protocol(Reason::Duplicate)),
+            Err(error) => {
+                tracing::error!(%error, "store failed while checking a synced message");
+                return (Some(kind), Outcome::StoreFailed);
+            }
+        }
+        if let Some(refusal) = self.gate(&accepted, &accepted.envelope.signer().peer_id(), now) {
+            return (Some(kind), refusal);
+        }
+        (Some(kind), self.apply(&accepted, Origin::Peer, now, metrics))
+    }
+
     /// Step 7 and 8: the trust and weather gate, and content checks.
     fn gate(&self, accepted: &Accepted, source: &PeerId, now: UnixMillis) -> Option<Outcome> {
         if accepted.body.kind().is_management() {
@@ -259,6 +282,8 @@ impl Pipeline {
         metrics: &Metrics,
     ) -> Result<Outcome, store::Error> {
         let signer = accepted.envelope.signer();
+        // Whether peers that lacked this message should get it from this node (anti-entropy).
+        let mut keep = true;
         match &accepted.body {
             Body::Crystal(listing) => {
                 if governance::tag_sensitivity(&listing.text) == Sensitivity::Confidential
@@ -299,6 +324,7 @@ impl Pipeline {
                 let applied = self.weather.apply(signer, w);
                 tracing::info!(level = w.level, seq = w.seq, reason = %w.reason, ?applied, "weather");
                 self.store.put_state(WEATHER_KEY, &self.weather)?;
+                keep = applied != weather::Applied::Older;
             }
             Body::Ban(ban) => {
                 let ruling = peers::Ruling { level: TrustLevel::Banned, expires_at: ban.expires_at };
@@ -313,6 +339,10 @@ impl Pipeline {
                 None => self.pending_reports.push(report.content_id, signer, report.clone(), now),
             },
             Body::Bounty(bounty) => self.apply_bounty(signer, bounty, now, metrics)?,
+        }
+        if keep {
+            let key = sync::Key::new(accepted.body.kind(), &accepted.content_id);
+            self.store.keep_envelope(&key, &accepted.envelope.to_bytes())?;
         }
         self.view.commit(accepted, now);
         if accepted.body.seq().is_some() {
@@ -656,6 +686,12 @@ pub fn count(metrics: &Metrics, topic: &str, kind: Option<Kind>, outcome: Outcom
         .inc();
     let kind = kind.map_or("unknown", Kind::as_str);
     metrics.ingest.get_or_create(&OutcomeLabels { kind, outcome: outcome.label() }).inc();
+}
+
+/// Counts one message received by anti-entropy sync.
+pub fn count_synced(metrics: &Metrics, kind: Option<Kind>, outcome: Outcome) {
+    let kind = kind.map_or("unknown", Kind::as_str);
+    metrics.synced.get_or_create(&OutcomeLabels { kind, outcome: outcome.label() }).inc();
 }
 
 /// Topic names for labels: druse topics as they are, anything else as "other" (bounded labels).

@@ -32,6 +32,12 @@ pub struct LevelLabel {
     pub level: &'static str,
 }
 
+/// One label: how an operation ended.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
 /// One label: a lifecycle state.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LifecycleLabel {
@@ -124,6 +130,10 @@ pub struct Metrics {
     pub anomaly_weather: Family<TriggerLabel, Counter>,
     /// Peer events the anomaly detector fell too far behind to see.
     pub anomaly_events_dropped: Counter,
+    /// Messages received by anti-entropy sync, by kind and outcome.
+    pub synced: Family<OutcomeLabels, Counter>,
+    /// Syncs with a peer, by how they ended (`complete`, `failed`, `skipped`).
+    pub syncs: Family<ResultLabel, Counter>,
 }
 
 impl Metrics {
@@ -156,12 +166,20 @@ impl Metrics {
             credits: Gauge::default(),
             anomaly_weather: Family::default(),
             anomaly_events_dropped: Counter::default(),
+            synced: Family::default(),
+            syncs: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
         r.register("druse_messages", "Gossip messages by topic and verdict", metrics.messages.clone());
         r.register("druse_ingest_outcomes", "Ingestion outcomes by kind and reason", metrics.ingest.clone());
         r.register("druse_published", "Messages this node published, by kind", metrics.published.clone());
+        r.register(
+            "druse_sync_messages",
+            "Messages received by anti-entropy sync, by kind and outcome",
+            metrics.synced.clone(),
+        );
+        r.register("druse_syncs", "Anti-entropy syncs with a peer, by how they ended", metrics.syncs.clone());
         r.register(
             "druse_weather_cortisol",
             "Effective network cortisol from weather",

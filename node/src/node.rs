@@ -24,8 +24,10 @@ use crate::store::{self, Store};
 use crate::weather;
 
 mod market;
+mod sync;
 
 pub use market::{Adoption, LedgerView, market_error};
+pub use sync::Synced;
 
 /// The version every binary reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -144,6 +146,8 @@ struct Inner {
     evidence: broadcast::Sender<Vec<ContentId>>,
     /// The agent, when `[agent] enabled`.
     agent: std::sync::OnceLock<crate::agent::Handle>,
+    /// Work for the anti-entropy task.
+    sync: sync::Queues,
 }
 
 /// What a peer did, as the node saw it: observers such as the management node's anomaly
@@ -281,6 +285,8 @@ impl Node {
         let me = ingest::Me { key: key.public(), market: config.market.engine() };
         let mut pipeline = Pipeline::restore(store.clone(), view, book, pending, me)?;
         let (effects, effects_rx) = mpsc::channel(EFFECTS_QUEUE);
+        let (syncs, syncs_rx) = mpsc::channel(sync::QUEUE);
+        let (questions, questions_rx) = mpsc::channel(sync::QUEUE);
         pipeline.refresh_gauges(now_ms(), &metrics);
         let node = Node {
             inner: Arc::new(Inner {
@@ -304,6 +310,7 @@ impl Node {
                 activity: broadcast::channel(ACTIVITY_BUFFER).0,
                 evidence: broadcast::channel(EVIDENCE_BATCHES).0,
                 agent: std::sync::OnceLock::new(),
+                sync: sync::Queues { syncs, questions },
             }),
         };
         let ingest = tokio::spawn(node.clone().ingest_loop(events));
@@ -311,7 +318,8 @@ impl Node {
         let consolidation = tokio::spawn(node.clone().consolidation_loop());
         let effects = tokio::spawn(node.clone().effects_loop(effects_rx));
         let sweep = tokio::spawn(node.clone().sweep_loop());
-        lock(&node.inner.tasks).extend([ingest, maintenance, consolidation, effects, sweep]);
+        let sync = tokio::spawn(node.clone().sync_loop(syncs_rx, questions_rx));
+        lock(&node.inner.tasks).extend([ingest, maintenance, consolidation, effects, sweep, sync]);
         // The agent (seeds 000–002): starts its own task when `[agent] enabled`.
         if let Some(agent) = crate::agent::start(&node, agent_metrics, agent_secrets) {
             let _ = node.inner.agent.set(agent);
@@ -447,6 +455,20 @@ impl Node {
             Err(error) => tracing::warn!(%error, kind = %body.kind(), %id, "gossip publish failed; kept locally"),
         }
         Ok(id)
+    }
+
+    /// Gossips the kept weather envelope again, exactly as it was signed, so that a node
+    /// which missed it obeys it too. A re-dated copy would overtake newer weather from another
+    /// management key; the original keeps the order every node agrees on. `None` when nothing
+    /// was sent (no weather kept, or gossip still holds this message as recently sent).
+    pub async fn republish_weather(&self) -> Result<Option<ContentId>, Error> {
+        let Some((key, bytes)) = self.inner.store.weather_envelope()? else { return Ok(None) };
+        let id = key.content_id();
+        match self.inner.net.publish(Kind::Weather.topic(), bytes).await {
+            Ok(_) => Ok(Some(id)),
+            Err(net::Error::NoPeers | net::Error::Duplicate) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// One stored skill.
@@ -612,11 +634,15 @@ impl Node {
                     let _ = self.inner.activity.send(Activity::Connected(peer));
                     let score = lock(&self.inner.pipeline).book.application_score(&peer, now_ms());
                     let _ = self.inner.net.set_application_score(peer, score).await;
+                    self.request_sync(peer);
                 }
                 Event::PeerDisconnected(peer) => {
                     lock(&self.inner.connected).remove(&peer);
                 }
                 Event::NewListenAddr(addr) => tracing::info!(%addr, "listening"),
+                Event::SyncRequest { peer, request, channel } => {
+                    self.question(sync::Question { peer, request, channel });
+                }
             }
         }
     }

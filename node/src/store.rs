@@ -1,12 +1,14 @@
-//! The node's durable state, in sled: skills, peers, and small named state records
-//! (weather, seqs). Records are JSON so an operator can read them with any sled tool.
+//! The node's durable state, in sled: skills, peers, small named state records (weather,
+//! seqs), and the signed envelopes anti-entropy serves to peers. Records are JSON so an
+//! operator can read them with any sled tool; envelopes are kept as the exact bytes signed.
 //!
 //! Writes land in sled's log at once; `flush` makes them survive `kill -9`, and every write the
 //! API acknowledges is flushed first.
 
 use std::path::Path;
 
-use druse_protocol::ContentId;
+use druse_protocol::sync::{self, Key};
+use druse_protocol::{ContentId, Kind};
 use serde::{Serialize, de::DeserializeOwned};
 
 /// Why the store failed.
@@ -142,6 +144,9 @@ pub struct Store {
     pub versions: Table,
     /// The credit ledger, append-only, keyed by a big-endian sequence.
     pub ledger: Table,
+    /// Every signed message the node applied, as received, by `sync::Key`: what anti-entropy
+    /// offers peers (only the weather in force is kept of its kind).
+    envelopes: sled::Tree,
 }
 
 fn decode<T: DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T, Error> {
@@ -166,6 +171,7 @@ impl Store {
             bounties: table("bounties")?,
             versions: table("versions")?,
             ledger: table("ledger")?,
+            envelopes: db.open_tree("envelopes")?,
             db,
         })
     }
@@ -226,6 +232,59 @@ impl Store {
         self.state.put(key.as_bytes(), value)
     }
 
+    /// Keeps a signed message for anti-entropy. Weather replaces the one kept before it.
+    pub fn keep_envelope(&self, key: &Key, bytes: &[u8]) -> Result<(), Error> {
+        if key.kind() == Kind::Weather {
+            for old in self.envelopes.scan_prefix(Key::prefix(Kind::Weather)).keys() {
+                self.envelopes.remove(old?)?;
+            }
+        }
+        self.envelopes.insert(key.as_bytes(), bytes)?;
+        Ok(())
+    }
+
+    /// Whether a signed message is kept.
+    pub fn has_envelope(&self, key: &Key) -> Result<bool, Error> {
+        Ok(self.envelopes.contains_key(key.as_bytes())?)
+    }
+
+    /// A kept signed message's bytes.
+    pub fn envelope(&self, key: &Key) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.envelopes.get(key.as_bytes())?.map(|b| b.to_vec()))
+    }
+
+    /// The kept weather envelope (the weather in force, or the last one applied), if any.
+    pub fn weather_envelope(&self) -> Result<Option<(Key, Vec<u8>)>, Error> {
+        let Some((key, bytes)) = self.envelopes.scan_prefix(Key::prefix(Kind::Weather)).next().transpose()? else {
+            return Ok(None);
+        };
+        // Only `keep_envelope` writes the tree, always under a well-formed key.
+        Ok(Key::from_bytes(&key).map(|key| (key, bytes.to_vec())))
+    }
+
+    /// Up to `n` keys of kept messages after `after` (from the first without it), and whether
+    /// more follow.
+    pub fn envelope_keys(&self, after: Option<&Key>, n: usize) -> Result<(Vec<Key>, bool), Error> {
+        let range = match after {
+            Some(after) => self
+                .envelopes
+                .range::<&[u8], _>((std::ops::Bound::Excluded(&after.as_bytes()[..]), std::ops::Bound::Unbounded)),
+            None => self.envelopes.iter(),
+        };
+        let mut keys = Vec::with_capacity(n.min(sync::PAGE));
+        for entry in range.keys() {
+            let key = entry?;
+            if keys.len() == n {
+                return Ok((keys, true));
+            }
+            // Only this module writes the tree, always under a well-formed key.
+            if let Some(key) = Key::from_bytes(&key) {
+                keys.push(key);
+            }
+        }
+        Ok((keys, false))
+    }
+
     /// Reads a peer record.
     pub fn peer<T: DeserializeOwned>(&self, peer: &[u8]) -> Result<Option<T>, Error> {
         self.peers.get(peer)
@@ -270,6 +329,28 @@ mod tests {
         assert_eq!(store.update_skill::<u64, _>(&id, |v| *v += 1).unwrap(), None);
         store.insert_skill(&id, &1u64).unwrap();
         assert_eq!(store.update_skill::<u64, _>(&id, |v| *v += 1).unwrap(), Some(2));
+    }
+
+    #[test]
+    fn kept_envelopes_page_in_key_order_and_weather_keeps_only_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let key = |kind, n: u8| Key::new(kind, &ContentId::of(&[n]));
+        for n in 0..5 {
+            store.keep_envelope(&key(Kind::Crystal, n), &[n]).unwrap();
+        }
+        store.keep_envelope(&key(Kind::Weather, 1), b"old weather").unwrap();
+        store.keep_envelope(&key(Kind::Weather, 2), b"new weather").unwrap();
+        assert!(!store.has_envelope(&key(Kind::Weather, 1)).unwrap(), "the older weather is dropped");
+        let (kept, bytes) = store.weather_envelope().unwrap().unwrap();
+        assert_eq!((kept, bytes.as_slice()), (key(Kind::Weather, 2), &b"new weather"[..]));
+
+        let (first, more) = store.envelope_keys(None, 4).unwrap();
+        assert_eq!((first.len(), more), (4, true));
+        let (rest, more) = store.envelope_keys(first.last(), 4).unwrap();
+        assert_eq!((rest.len(), more), (2, false), "one crystal and the weather");
+        assert_eq!(rest.last().map(Key::kind), Some(Kind::Weather), "weather sorts last");
+        assert_eq!(store.envelope(&key(Kind::Crystal, 3)).unwrap(), Some(vec![3]));
     }
 
     #[test]

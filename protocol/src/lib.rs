@@ -14,6 +14,7 @@ pub mod market;
 #[cfg(feature = "net")]
 pub mod net;
 pub mod reputation;
+pub mod sync;
 pub mod topic;
 pub mod trust;
 pub mod validate;

@@ -13,9 +13,9 @@
 //! Each half has a management node (both keys are on every trust list) and an edge; the halves
 //! meet only through the two bridges. The bridges shut down (and start again on their data
 //! directories, linked to no one); each half publishes a skill, endorses it and declares
-//! weather (the right half's last, so it is the newest); then the bridges reconnect. Every node must converge on both skills,
-//! both endorsements and the right half's weather. The time from the reconnection to the last
-//! node converging is printed.
+//! weather (the right half's last, so it is the newest); then the bridges reconnect. Every node
+//! must converge on both skills, both endorsements and the right half's weather. The time from
+//! the reconnection to the last node converging is printed.
 
 use std::time::{Duration, Instant};
 
@@ -84,16 +84,10 @@ fn missing(node: &TestNode, skills: &[ContentId], endorsers: &[PublicKey], weath
     lacks
 }
 
-// Fails today, on two defects outside the tests crate (seen on every run):
-// - nothing carries a message published during a partition to the other half once it heals:
-//   gossipsub forwards a message only when it is first seen, and no node syncs skills or
-//   endorsements with a peer that (re)connects; each half keeps only its own skill;
-// - a management node's re-announce re-issues its weather with a fresh `issued_at`, and across
-//   two keys the later `issued_at` wins; after healing each management node's re-announce
-//   overtook the other's, and the swarm ended split between the two weathers (in one run each
-//   half on the other half's weather, in another the right management node alone on the
-//   left's, older one) instead of all on the newest.
-#[ignore = "needs anti-entropy for skills and endorsements, and a weather order a re-announce cannot re-date"]
+// What makes it converge: on every (re)connection each node reads its peer's inventory of
+// signed messages and fetches what it lacks (anti-entropy, `druse_protocol::sync`), since
+// gossip delivers a message only when it is first seen; and a management node re-announces
+// the very weather message it signed, so two keys' weathers keep the order of their issue.
 #[tokio::test(flavor = "multi_thread")]
 async fn halves_that_lost_each_other_converge_on_every_skill_endorsement_and_the_newest_weather_after_healing() {
     druse_tests::init_logging();

@@ -391,3 +391,56 @@ fn a_listing_halted_by_weather_is_accepted_once_the_weather_lifts() {
     assert_eq!(f.ingest(&author, &body), Outcome::Accepted, "the halted listing was remembered as seen");
     assert_eq!(f.pipeline.store.skill_count(), 1);
 }
+
+impl Fixture {
+    fn synced(&mut self, key: &Keypair, body: &Body, now: UnixMillis) -> Outcome {
+        self.pipeline.ingest_synced(&seal(key, body), now, &self.metrics).1
+    }
+}
+
+#[test]
+fn a_synced_message_of_any_age_is_applied_once_even_after_a_restore() {
+    let mut f = fixture();
+    let (author, user) = (Keypair::from_seed([2; 32]), Keypair::from_seed([3; 32]));
+    let body = listing("old", "retry with backoff");
+    let id = ContentId::of(&body.encode().unwrap());
+    let run = report(&user, id, ReportEvent::Execution { success: true, reward: 0.5 });
+    let a_day_later = NOW + 86_400_000;
+    assert_eq!(f.synced(&author, &body, a_day_later), Outcome::Accepted, "a relayed skill is old by nature");
+    assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Accepted);
+    assert!(f.pipeline.store.has_envelope(&sync::Key::new(Kind::Crystal, &id)).unwrap(), "kept for other peers");
+    assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Protocol(Reason::Duplicate));
+
+    // A restarted node has forgotten its seen-set; the kept envelopes still dedupe.
+    let mgmt = f.mgmt.clone();
+    f.pipeline = pipeline_on(f.pipeline.store.clone(), &mgmt);
+    assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Protocol(Reason::Duplicate));
+    let summary = stats(&f, &id).summary(&author.public());
+    assert_eq!(summary.executions, 1, "a report relayed twice counts once");
+}
+
+#[test]
+fn a_synced_skill_is_judged_by_its_author_banned_or_halted_like_gossip() {
+    let mut f = fixture();
+    let (spammer, stranger) = (Keypair::from_seed([2; 32]), Keypair::from_seed([3; 32]));
+    f.ban(&spammer);
+    assert_eq!(f.synced(&spammer, &listing("spam", "buy now"), NOW), Outcome::Banned);
+    f.weather(2);
+    let body = listing("during-weather", "retry with backoff");
+    assert_eq!(f.synced(&stranger, &body, NOW), Outcome::Halted);
+    let key = sync::Key::new(Kind::Crystal, &ContentId::of(&body.encode().unwrap()));
+    assert!(!f.pipeline.store.has_envelope(&key).unwrap(), "a refused message is not kept, so a later sync retries");
+}
+
+#[test]
+fn only_the_newest_weather_is_kept_for_sync_and_an_older_one_synced_late_changes_nothing() {
+    let mut f = fixture();
+    let mgmt = f.mgmt.clone();
+    let weather =
+        |seq, level| Body::Weather(Weather { issued_at: NOW, seq, level, duration_ms: 60_000, reason: "x".into() });
+    assert_eq!(f.ingest(&mgmt, &weather(5, 0.9)), Outcome::Accepted);
+    assert_eq!(f.synced(&mgmt, &weather(4, 0.2), NOW), Outcome::Accepted);
+    assert_eq!(f.pipeline.weather.last().map(|w| (w.seq, w.level)), Some((5, 0.9)), "the older one changes nothing");
+    let (kept, _) = f.pipeline.store.weather_envelope().unwrap().unwrap();
+    assert_eq!(kept.content_id(), ContentId::of(&weather(5, 0.9).encode().unwrap()));
+}

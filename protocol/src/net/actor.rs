@@ -10,6 +10,7 @@ use futures::StreamExt;
 use libp2p::gossipsub::{self, IdentTopic, PublishError};
 use libp2p::metrics::{Metrics, Recorder};
 use libp2p::multiaddr::Protocol;
+use libp2p::request_response::{self, OutboundRequestId};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, DialError, SwarmEvent};
 use libp2p::{Multiaddr, PeerId, Swarm, identify, mdns};
@@ -19,8 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::behaviour::{Behaviour, BehaviourEvent, KAD_PROTOCOL};
-use super::{Acceptance, Command, Error, Event, MessageId, PeerInfo, Registry};
-use crate::topic;
+use super::{Acceptance, Command, Error, Event, MessageId, PeerInfo, Registry, SyncChannel};
+use crate::{sync, topic};
 
 /// How long a leaving node lets in-flight work settle before it closes its connections.
 const LEAVE_FLUSH: Duration = Duration::from_millis(200);
@@ -29,6 +30,7 @@ const LEAVE_FLUSH: Duration = Duration::from_millis(200);
 const LEAVE_CLOSE: Duration = Duration::from_secs(1);
 
 type DialReply = oneshot::Sender<Result<(), Error>>;
+type SyncReply = oneshot::Sender<Result<sync::Response, Error>>;
 
 /// The swarm and everything only the swarm task may touch.
 pub(super) struct Actor {
@@ -42,6 +44,9 @@ pub(super) struct Actor {
     pending_dials: HashMap<ConnectionId, DialReply>,
     /// The remote address of every open connection, for `Handle::peers`.
     connections: HashMap<PeerId, HashMap<ConnectionId, Multiaddr>>,
+    /// Sync requests sent by `Handle::sync`, answered when the peer answers or the request
+    /// fails (request-response times every one out, so this map cannot grow without bound).
+    pending_syncs: HashMap<OutboundRequestId, SyncReply>,
 }
 
 impl Actor {
@@ -58,7 +63,16 @@ impl Actor {
             "Swarm events dropped because the node's event channel was full",
             dropped.clone(),
         );
-        Self { swarm, commands, events, metrics, dropped, pending_dials: HashMap::new(), connections: HashMap::new() }
+        Self {
+            swarm,
+            commands,
+            events,
+            metrics,
+            dropped,
+            pending_dials: HashMap::new(),
+            connections: HashMap::new(),
+            pending_syncs: HashMap::new(),
+        }
     }
 
     /// Listens, then dials the bootstrap peers and seeds Kademlia with them.
@@ -174,6 +188,15 @@ impl Actor {
                 let _ = reply.send(self.swarm.listeners().cloned().collect());
             }
             Command::Dial { addr, reply } => self.dial(addr, reply),
+            Command::Sync { peer, request, reply } => {
+                let id = self.swarm.behaviour_mut().sync.send_request(&peer, request);
+                self.pending_syncs.insert(id, reply);
+            }
+            Command::AnswerSync { channel, response } => {
+                if self.swarm.behaviour_mut().sync.send_response(channel.0, response).is_err() {
+                    tracing::debug!("a sync answer found its peer gone");
+                }
+            }
             Command::Shutdown { reply } => return ControlFlow::Break(reply),
             #[cfg(test)]
             Command::MeshPeers { topic, reply } => {
@@ -316,6 +339,7 @@ impl Actor {
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => self.on_discovered(found),
             BehaviourEvent::Mdns(mdns::Event::Expired(_)) => {}
             BehaviourEvent::ConnectionLimits(never) => match never {},
+            BehaviourEvent::Sync(event) => self.on_sync_event(event),
         }
     }
 
@@ -331,6 +355,34 @@ impl Actor {
         };
         if !self.emit(event) {
             self.gossipsub().report_message_validation_result(&id, &propagation_source, Acceptance::Ignore);
+        }
+    }
+
+    /// Hands a peer's sync request to the node, and matches answers and failures to the
+    /// requests `Handle::sync` sent.
+    fn on_sync_event(&mut self, event: request_response::Event<sync::Request, sync::Response>) {
+        match event {
+            request_response::Event::Message { peer, message, .. } => match message {
+                request_response::Message::Request { request, channel, .. } => {
+                    // When the node cannot take it, the channel drops and the peer's request fails.
+                    self.emit(Event::SyncRequest { peer, request, channel: SyncChannel(channel) });
+                }
+                request_response::Message::Response { request_id, response } => {
+                    if let Some(reply) = self.pending_syncs.remove(&request_id) {
+                        let _ = reply.send(Ok(response));
+                    }
+                }
+            },
+            request_response::Event::OutboundFailure { request_id, error, peer, .. } => {
+                tracing::debug!(%peer, %error, "sync request failed");
+                if let Some(reply) = self.pending_syncs.remove(&request_id) {
+                    let _ = reply.send(Err(Error::Sync(error.to_string())));
+                }
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                tracing::debug!(%peer, %error, "answering a sync request failed");
+            }
+            request_response::Event::ResponseSent { .. } => {}
         }
     }
 

@@ -8,13 +8,14 @@ use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity, MessageId, Valida
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::{
-    StreamProtocol, Swarm, SwarmBuilder, connection_limits, identify, identity, kad, mdns, noise, ping, tcp, yamux,
+    StreamProtocol, Swarm, SwarmBuilder, connection_limits, identify, identity, kad, mdns, noise, ping,
+    request_response, tcp, yamux,
 };
 use sha2::{Digest, Sha256};
 
 use super::{Config, Error, Registry};
 use crate::envelope::MAX_ENVELOPE_LEN;
-use crate::topic;
+use crate::{sync, topic};
 
 /// The identify protocol version druse nodes announce.
 pub(super) const IDENTIFY_PROTOCOL: &str = "/druse/id/1";
@@ -27,6 +28,15 @@ const MAX_PENDING: u32 = 32;
 
 /// How long gossipsub holds a message for the node's verdict, whatever the heartbeat.
 const VALIDATION_WINDOW: Duration = Duration::from_secs(5);
+
+/// How long a sync request may take before it fails.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sync streams open at once on one connection, each way.
+const SYNC_STREAMS: usize = 8;
+
+/// Anti-entropy over request-response ([`crate::sync`]).
+pub(super) type AntiEntropy = request_response::cbor::Behaviour<sync::Request, sync::Response>;
 
 /// Gossipsub as druse runs it: remote subscriptions to anything but druse topics are ignored,
 /// so a peer cannot make us track unbounded topic state.
@@ -47,6 +57,8 @@ pub(super) struct Behaviour {
     pub(super) kademlia: kad::Behaviour<kad::store::MemoryStore>,
     /// Finds peers on the local network, when enabled.
     pub(super) mdns: Toggle<mdns::tokio::Behaviour>,
+    /// Anti-entropy: on a new connection, each side fetches the signed messages it lacks.
+    pub(super) sync: AntiEntropy,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -93,6 +105,12 @@ impl Behaviour {
             ping: ping::Behaviour::new(ping::Config::new()),
             kademlia,
             mdns: Toggle::from(mdns),
+            sync: AntiEntropy::new(
+                [(StreamProtocol::new(sync::PROTOCOL), request_response::ProtocolSupport::Full)],
+                request_response::Config::default()
+                    .with_request_timeout(SYNC_TIMEOUT)
+                    .with_max_concurrent_streams(SYNC_STREAMS),
+            ),
         })
     }
 }

@@ -33,6 +33,8 @@ pub use libp2p::metrics::Registry;
 /// Addresses and peer ids, re-exported so the node needs no libp2p dependency of its own.
 pub use libp2p::{Multiaddr, PeerId};
 
+use crate::sync;
+
 /// How many commands may wait for the swarm task before callers feel backpressure.
 const COMMAND_BUFFER: usize = 256;
 
@@ -97,6 +99,9 @@ pub enum Error {
     /// Gossipsub refused the message for another reason (too large, queues full...).
     #[error("publishing failed: {0}")]
     Publish(String),
+    /// A sync request failed: the peer did not answer, refused the protocol, or went away.
+    #[error("sync with the peer failed: {0}")]
+    Sync(String),
     /// The transport or a behaviour could not be built.
     #[error("building the transport failed: {0}")]
     Transport(String),
@@ -136,7 +141,21 @@ pub enum Event {
     PeerDisconnected(PeerId),
     /// The node can now be reached at this address.
     NewListenAddr(Multiaddr),
+    /// A peer asks for part of this node's inventory or some of its envelopes; answer with
+    /// [`Handle::answer_sync`] (dropping the channel fails the peer's request).
+    SyncRequest {
+        /// Who asks.
+        peer: PeerId,
+        /// What it asks for.
+        request: sync::Request,
+        /// Where the answer goes.
+        channel: SyncChannel,
+    },
 }
+
+/// The way back to a peer that sent a sync request.
+#[derive(Debug)]
+pub struct SyncChannel(libp2p::request_response::ResponseChannel<sync::Response>);
 
 /// A connected peer, as the census and `/v1/peers` show it.
 #[derive(Debug, Clone, PartialEq)]
@@ -182,6 +201,15 @@ enum Command {
     Dial {
         addr: Multiaddr,
         reply: oneshot::Sender<Result<(), Error>>,
+    },
+    Sync {
+        peer: PeerId,
+        request: sync::Request,
+        reply: oneshot::Sender<Result<sync::Response, Error>>,
+    },
+    AnswerSync {
+        channel: SyncChannel,
+        response: sync::Response,
     },
     Shutdown {
         reply: oneshot::Sender<()>,
@@ -263,6 +291,16 @@ impl Handle {
     /// or at once if that peer is already connected.
     pub async fn dial(&self, addr: Multiaddr) -> Result<(), Error> {
         self.request(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// Sends a sync request to a connected peer and waits for its answer.
+    pub async fn sync(&self, peer: PeerId, request: sync::Request) -> Result<sync::Response, Error> {
+        self.request(|reply| Command::Sync { peer, request, reply }).await?
+    }
+
+    /// Answers a peer's sync request; the swarm task sends it without the caller waiting.
+    pub async fn answer_sync(&self, channel: SyncChannel, response: sync::Response) -> Result<(), Error> {
+        self.commands.send(Command::AnswerSync { channel, response }).await.map_err(|_| Error::Closed)
     }
 
     /// Leaves the swarm cleanly: closes every connection and ends the task.

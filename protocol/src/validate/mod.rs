@@ -387,11 +387,21 @@ impl TrustView {
         self.seen.insert(accepted.content_id, ());
     }
 
-    fn check_time(&self, issued_at: UnixMillis, now: UnixMillis) -> Result<(), Reason> {
-        if issued_at > now.saturating_add(self.config.max_skew_ms) {
+    fn check_future(&self, body: &Body, now: UnixMillis) -> Result<(), Reason> {
+        if body.issued_at() > now.saturating_add(self.config.max_skew_ms) {
             return Err(Reason::FutureDated);
         }
-        if issued_at < now.saturating_sub(self.config.max_age_ms) {
+        Ok(())
+    }
+
+    /// The gossip freshness window. Weather is fresh for as long as it is in force: a
+    /// management node re-announces the very message it signed (never a re-dated copy, which
+    /// would overtake newer weather from another key), and a node that joins late obeys it.
+    fn check_time(&self, body: &Body, now: UnixMillis) -> Result<(), Reason> {
+        self.check_future(body, now)?;
+        let oldest = now.saturating_sub(self.config.max_age_ms);
+        let in_force = matches!(body, Body::Weather(w) if w.expires_at() > now);
+        if body.issued_at() < oldest && !in_force {
             return Err(Reason::Stale);
         }
         Ok(())
@@ -419,22 +429,16 @@ pub fn check(
     now: UnixMillis,
     view: &mut TrustView,
 ) -> Result<Accepted, Reason> {
-    let envelope = Envelope::open_with(bytes, |key| view.signers.get(key).copied())?;
-    // A cache, not a rule: a key whose signature verified is worth keeping decoded whatever
-    // the later rules say about this message.
-    view.signers.insert(envelope.signer().to_bytes(), envelope.signer());
+    let envelope = open(bytes, view)?;
     let kind = envelope.kind();
     if !topic::carries(topic, kind) {
         return Err(Reason::WrongTopic);
     }
     let body = Body::decode(kind, envelope.body())?;
-    view.check_time(body.issued_at(), now)?;
+    view.check_time(&body, now)?;
     let signer = envelope.signer();
-    if kind.is_management() {
-        if !view.trust.contains(&signer) {
-            return Err(Reason::UntrustedSigner);
-        }
-    } else if signer.peer_id() != *source || body.named_signer().is_some_and(|named| named != signer) {
+    check_authority(view, &envelope, &body)?;
+    if !kind.is_management() && signer.peer_id() != *source {
         return Err(Reason::AuthorMismatch);
     }
     let content_id = envelope.content_id();
@@ -446,6 +450,49 @@ pub fn check(
     }
     view.check_rate(signer, kind, now)?;
     Ok(Accepted { envelope, body, content_id })
+}
+
+/// Runs the rules that hold for a message a peer relayed by anti-entropy ([`crate::sync`])
+/// rather than gossiped: size, strict decode, signature, body rules, not future-dated, and
+/// authority (a management kind needs a trust-listed signer; a report must name its signer),
+/// then dedupe on the seen-set. It skips what only live gossip can be judged by: the freshness
+/// window (a relayed message is old by nature), the originating peer (the relay is not the
+/// author), the seq window (the receiver orders management messages when it applies them, by
+/// seq from one key and by issue time across keys, and dedupes on its store) and the per-peer
+/// rate (a sync is bounded per peer). Like [`check`], it records nothing.
+pub fn check_synced(bytes: &[u8], now: UnixMillis, view: &mut TrustView) -> Result<Accepted, Reason> {
+    let envelope = open(bytes, view)?;
+    let body = Body::decode(envelope.kind(), envelope.body())?;
+    view.check_future(&body, now)?;
+    check_authority(view, &envelope, &body)?;
+    let content_id = envelope.content_id();
+    if view.seen.contains(&content_id) {
+        return Err(Reason::Duplicate);
+    }
+    Ok(Accepted { envelope, body, content_id })
+}
+
+/// Opens the envelope (size, decode, signature), keeping the verified signer's key decoded.
+fn open(bytes: &[u8], view: &mut TrustView) -> Result<Envelope, Reason> {
+    let envelope = Envelope::open_with(bytes, |key| view.signers.get(key).copied())?;
+    // A cache, not a rule: a key whose signature verified is worth keeping decoded whatever
+    // the later rules say about this message.
+    view.signers.insert(envelope.signer().to_bytes(), envelope.signer());
+    Ok(envelope)
+}
+
+/// Who may sign what: management kinds only a trust-listed key, and a report only the
+/// reporter it names.
+fn check_authority(view: &TrustView, envelope: &Envelope, body: &Body) -> Result<(), Reason> {
+    let signer = envelope.signer();
+    if envelope.kind().is_management() {
+        if !view.trust.contains(&signer) {
+            return Err(Reason::UntrustedSigner);
+        }
+    } else if body.named_signer().is_some_and(|named| named != signer) {
+        return Err(Reason::AuthorMismatch);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

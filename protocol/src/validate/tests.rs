@@ -682,3 +682,61 @@ fn refused_listings_spend_no_rate() {
         assert!(run(&bytes, &e.peer_id(), &mut view).is_accept(), "listing {i}");
     }
 }
+
+#[test]
+fn weather_stays_fresh_for_gossip_while_in_force_and_goes_stale_once_expired() {
+    let m = mgmt();
+    let long = Weather { issued_at: NOW - 400_000, seq: 1, level: 0.9, duration_ms: 600_000, reason: "storm".into() };
+    let bytes = seal(&m, Body::Weather(long));
+    assert!(run(&bytes, &edge().peer_id(), &mut view()).is_accept(), "in force for 200 s more");
+    assert_ignored(run_at(&bytes, &edge().peer_id(), NOW + 200_000, &mut view()), Reason::Stale);
+    let short = Weather { issued_at: NOW - 400_000, seq: 2, level: 0.9, duration_ms: 1_000, reason: "over".into() };
+    assert_ignored(run(&seal(&m, Body::Weather(short)), &edge().peer_id(), &mut view()), Reason::Stale);
+}
+
+#[test]
+fn a_synced_message_of_any_age_from_any_relay_is_accepted_on_its_signature_and_authority() {
+    let (m, e) = (mgmt(), edge());
+    let day = 86_400_000;
+    let mut old_weather = weather(1, 0.5);
+    old_weather.issued_at = NOW - day;
+    let mut old_report = report(&e);
+    old_report.issued_at = NOW - day;
+    for body in [
+        Body::Crystal(listing(NOW - day, "old-skill")),
+        Body::Endorsement(Endorsement { issued_at: NOW - day, ..endorsement(1) }),
+        Body::Weather(old_weather),
+        Body::Report(old_report),
+    ] {
+        let key = if body.kind().is_management() { &m } else { &e };
+        let accepted = check_synced(&seal(key, body.clone()), NOW, &mut view()).expect("a relayed message");
+        assert_eq!(accepted.body, body);
+    }
+}
+
+#[test]
+fn a_synced_message_still_needs_a_valid_signature_the_right_signer_and_no_future_date() {
+    let (m, e, o) = (mgmt(), edge(), outsider());
+    let forged = seal(&o, Body::Weather(weather(1, 0.9)));
+    assert_eq!(check_synced(&forged, NOW, &mut view()).err(), Some(Reason::UntrustedSigner));
+    let foreign_report = seal(&o, Body::Report(report(&e)));
+    assert_eq!(check_synced(&foreign_report, NOW, &mut view()).err(), Some(Reason::AuthorMismatch));
+    let mut tampered = seal(&e, Body::Crystal(listing(NOW, "tampered")));
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    assert!(check_synced(&tampered, NOW, &mut view()).is_err(), "a broken signature is refused");
+    let future = seal(&m, Body::Weather(Weather { issued_at: NOW + 60_001, ..weather(1, 0.9) }));
+    assert_eq!(check_synced(&future, NOW, &mut view()).err(), Some(Reason::FutureDated));
+}
+
+#[test]
+fn a_synced_message_already_accepted_is_a_duplicate_but_an_old_seq_is_not_a_replay() {
+    let m = mgmt();
+    let mut view = view();
+    let newest = seal(&m, Body::Bounty(bounty(500)));
+    assert!(run(&newest, &edge().peer_id(), &mut view).is_accept());
+    assert_eq!(check_synced(&newest, NOW, &mut view).err(), Some(Reason::Duplicate));
+    let missed = seal(&m, Body::Bounty(Bounty { id: "b-0".into(), ..bounty(3) }));
+    assert_ignored(run(&missed, &edge().peer_id(), &mut view), Reason::ReplayedSeq);
+    assert!(check_synced(&missed, NOW, &mut view).is_ok(), "a message missed during a partition still arrives");
+}
