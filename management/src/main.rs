@@ -154,7 +154,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cli::init_logging(args.log_format);
             // The management node's own defaults sit under the file and the flags, so it can
             // run beside an edge node on one machine.
-            let mut base = Config::default();
+            let mut base = cli::run_defaults();
             base.store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
             base.api.listen = ([127, 0, 0, 1], 7710).into();
             base.metrics.listen = ([127, 0, 0, 1], 9465).into();
