@@ -10,7 +10,6 @@ use druse_management::Management;
 use druse_management::api::{AttestRequest, BanRequest, BountyRequest, EndorseRequest, WeatherRequest};
 use druse_node::api::Published;
 use druse_node::cli::{self, ApiArgs, RunArgs, print_json};
-use druse_node::config::Config;
 use druse_node::{Role, daemon};
 use druse_protocol::body::{EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, Keypair};

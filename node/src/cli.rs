@@ -370,8 +370,9 @@ impl ModelCommand {
             job.endpoint,
             job.model_dir().display()
         );
-        let fetched =
-            tokio::task::spawn_blocking(move || job.fetch()).await.map_err(|e| format!("the fetch task failed: {e}"))?;
-        fetched.map_err(|error| format!("{error}\nTo fix it, {}.", fetch::HOW_TO_FIX))
+        let fetched = tokio::task::spawn_blocking(move || job.fetch())
+            .await
+            .map_err(|e| format!("the fetch task failed: {e}"))?;
+        fetched.map_err(|error| format!("{error}\nTo fix it, {}.", fetch::FETCH_HINT))
     }
 }

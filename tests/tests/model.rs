@@ -225,9 +225,10 @@ async fn model_fetch_from_a_hub_serving_a_wrong_file_exits_non_zero_and_says_why
     let bins = tokio::task::spawn_blocking(binaries).await.unwrap().unwrap();
     let data = scratch.data().display().to_string();
 
-    let output = run_cli_env(&bins.node, &["model", "fetch", "--data-dir", &data], &[("HF_ENDPOINT", hub.url.as_str())])
-        .await
-        .unwrap();
+    let output =
+        run_cli_env(&bins.node, &["model", "fetch", "--data-dir", &data], &[("HF_ENDPOINT", hub.url.as_str())])
+            .await
+            .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "model fetch succeeded with a wrong file: {stderr}");
     assert!(stderr.contains("model.safetensors from") && stderr.contains("fails its check: sha256"), "{stderr}");
@@ -244,7 +245,9 @@ async fn model_fetch_from_an_unreachable_hub_exits_non_zero_and_says_why() {
     let endpoint = hub::down().unwrap();
 
     let output =
-        run_cli_env(&bins.node, &["model", "fetch", "--data-dir", &data], &[("HF_ENDPOINT", endpoint.as_str())]).await.unwrap();
+        run_cli_env(&bins.node, &["model", "fetch", "--data-dir", &data], &[("HF_ENDPOINT", endpoint.as_str())])
+            .await
+            .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "model fetch succeeded without a hub: {stderr}");
     assert!(stderr.contains(&format!("cannot reach the model hub at {endpoint}")), "{stderr}");

@@ -47,6 +47,10 @@ pub const HOW_TO_FIX: &str = "run `druse-node model fetch` where the hub is reac
      Hugging Face mirror, or point DRUSE_MINILM_DIR (or memory.embed.minilm_dir) at a folder holding \
      model.safetensors, tokenizer.json and config.json";
 
+/// What an operator can do when `druse-node model fetch` itself failed.
+pub const FETCH_HINT: &str = "check that the hub is reachable from here, set HF_ENDPOINT to a Hugging Face \
+     mirror, or fetch the files elsewhere and point DRUSE_MINILM_DIR (or memory.embed.minilm_dir) at them";
+
 /// Why the model could not be fetched or is not verified.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

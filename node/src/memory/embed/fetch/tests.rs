@@ -129,9 +129,10 @@ fn embedder_minilm_with_an_unreachable_hub_is_an_error_not_a_fallback() {
 
 #[test]
 fn the_embed_section_reads_the_choice_and_the_bounds() {
-    let config: Config =
-        toml::from_str("embedder = \"minilm\"\ndownload = true\ndownload_connect_timeout = \"2s\"\ndownload_timeout = \"3m\"\n")
-            .unwrap();
+    let config: Config = toml::from_str(
+        "embedder = \"minilm\"\ndownload = true\ndownload_connect_timeout = \"2s\"\ndownload_timeout = \"3m\"\n",
+    )
+    .unwrap();
     assert_eq!(config.embedder, Choice::Minilm);
     assert!(config.download);
     assert_eq!(config.download_connect_timeout, Duration::from_secs(2));
