@@ -10,7 +10,6 @@ use druse_management::Management;
 use druse_management::api::{AttestRequest, BanRequest, BountyRequest, EndorseRequest, WeatherRequest};
 use druse_node::api::Published;
 use druse_node::cli::{self, ApiArgs, RunArgs, print_json};
-use druse_node::config::Config;
 use druse_node::{Role, daemon};
 use druse_protocol::body::{EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, Keypair};
@@ -154,7 +153,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cli::init_logging(args.log_format);
             // The management node's own defaults sit under the file and the flags, so it can
             // run beside an edge node on one machine.
-            let mut base = Config::default();
+            let mut base = cli::run_defaults();
             base.store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
             base.api.listen = ([127, 0, 0, 1], 7710).into();
             base.metrics.listen = ([127, 0, 0, 1], 9465).into();

@@ -49,12 +49,25 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "DRUSE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Download all-MiniLM-L6-v2 into the data directory when no model folder is configured
+    /// (`memory.embed.download`).
+    #[arg(long, env = "DRUSE_MODEL_DOWNLOAD")]
+    pub model_download: Option<bool>,
+}
+
+/// The defaults `druse-node run` and `druse-mgmt run` start from: `Config::default()` with the
+/// MiniLM download on, so a node started by hand embeds by meaning. Library code and tests, which
+/// build `Config::default()`, never reach the network.
+pub fn run_defaults() -> Config {
+    let mut config = Config::default();
+    config.memory.embed.download = true;
+    config
 }
 
 impl RunArgs {
-    /// The config file (or the default) with every given flag applied on top.
+    /// The config file (or [`run_defaults`]) with every given flag applied on top.
     pub fn load(&self) -> Result<Config, config::Error> {
-        self.load_over(Config::default())
+        self.load_over(run_defaults())
     }
 
     /// Like [`RunArgs::load`], with `base` (a binary's own defaults) under the file.
@@ -86,6 +99,9 @@ impl RunArgs {
         }
         if let Some(heartbeat) = self.heartbeat {
             config.p2p.heartbeat = heartbeat;
+        }
+        if let Some(download) = self.model_download {
+            config.memory.embed.download = download;
         }
         config.check()?;
         Ok(config)
@@ -315,5 +331,48 @@ mod memory_flag_tests {
             search.path(),
             "/v1/memories?q=when%20did%20she%20run%3F&k=5&namespace=user:mel&session=s%201&since=2023-05-01"
         );
+    }
+}
+
+/// `druse-node model …`: the embedding model, fetched by hand.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ModelCommand {
+    /// Download all-MiniLM-L6-v2 from the Hugging Face hub (or the mirror HF_ENDPOINT names) into
+    /// the data directory and check it against its pinned sha256; prints the model folder. A node
+    /// started on that data directory then embeds with it, without downloading.
+    Fetch {
+        /// The node's data directory.
+        #[arg(long, env = "DRUSE_DATA_DIR", default_value = "./druse-data")]
+        data_dir: PathBuf,
+        /// Give up when the hub has not answered within this long.
+        #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+        connect_timeout: std::time::Duration,
+        /// Give up when the download has not finished within this long.
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
+}
+
+impl ModelCommand {
+    /// Runs the command; returns the folder that holds the verified model.
+    pub async fn run(self) -> Result<PathBuf, String> {
+        use crate::memory::embed::fetch;
+        use std::io::IsTerminal;
+        let Self::Fetch { data_dir, connect_timeout, timeout } = self;
+        let mut job = fetch::Fetch::new(&data_dir, std::env::var(fetch::ENDPOINT_ENV).ok());
+        job.connect_timeout = connect_timeout;
+        job.timeout = timeout;
+        job.progress = std::io::stderr().is_terminal();
+        eprintln!(
+            "fetching {} at revision {} from {} into {}",
+            fetch::REPO,
+            fetch::REVISION,
+            job.endpoint,
+            job.model_dir().display()
+        );
+        let fetched = tokio::task::spawn_blocking(move || job.fetch())
+            .await
+            .map_err(|e| format!("the fetch task failed: {e}"))?;
+        fetched.map_err(|error| format!("{error}\nTo fix it, {}.", fetch::FETCH_HINT))
     }
 }

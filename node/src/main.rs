@@ -86,6 +86,11 @@ enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// The all-MiniLM-L6-v2 embedding model: `model fetch`.
+    Model {
+        #[command(subcommand)]
+        command: cli::ModelCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,6 +313,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ledger { limit, api } => {
             print_json(&api.reader().get::<Value>(&format!("/v1/ledger?limit={limit}")).await?)
         }
+        Command::Model { command } => println!("{}", command.run().await.map_err(anyhow::Error::msg)?.display()),
     }
     Ok(())
 }

@@ -260,8 +260,9 @@ impl Node {
             let engine = config.memory.engine();
             let db = store.db().clone();
             let index = config.index_path();
+            let data_dir = config.store.data_dir.clone();
             blocking(move || -> Result<_, Error> {
-                let embedder = crate::memory::embed::from_config(&embed)?;
+                let embedder = crate::memory::embed::for_node(&embed, &data_dir)?;
                 Ok(Arc::new(crate::memory::Memory::open(&db, &index, engine, embedder, now_ms())?))
             })
             .await??

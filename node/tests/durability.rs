@@ -36,6 +36,8 @@ fn start(dir: &Path) -> Node {
         .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
         .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port())])
         .env("RUST_LOG", "warn")
+        // The embedder it always had (MiniLM when DRUSE_MINILM_DIR names it): no hub download.
+        .env("DRUSE_MODEL_DOWNLOAD", "false")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

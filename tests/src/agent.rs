@@ -75,6 +75,8 @@ impl AgentNode {
         }
         let child = command
             .args(["run", "--config", &config_path.display().to_string()])
+            // A test node never reaches the Hugging Face hub.
+            .env("DRUSE_MODEL_DOWNLOAD", "false")
             .env(PASSWORD_ENV, &setup.password)
             .env("RUST_LOG", "info,druse_node::agent=debug")
             .stdin(Stdio::null())

@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod atproto;
+pub mod hub;
 pub mod js;
 pub mod llm;
 pub mod metrics;

@@ -130,7 +130,9 @@ pub fn free_port() -> Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// A command with no `DRUSE_*` variable leaking in from the test's environment.
+/// A command with no `DRUSE_*` variable leaking in from the test's environment, and with the
+/// MiniLM download off: a test node never reaches the Hugging Face hub (CI has no route to it).
+/// A test of the download turns it on with `--model-download true`.
 fn command(program: &Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
     for (name, _) in std::env::vars_os() {
@@ -138,6 +140,7 @@ fn command(program: &Path) -> tokio::process::Command {
             command.env_remove(name);
         }
     }
+    command.env("DRUSE_MODEL_DOWNLOAD", "false");
     command
 }
 
@@ -152,9 +155,15 @@ pub struct Process {
 impl Process {
     /// Spawns `program args`, with stdout and stderr appended to `log`.
     pub fn spawn(name: &str, program: &Path, args: &[String], log: PathBuf) -> Result<Self> {
+        Self::spawn_env(name, program, args, &[], log)
+    }
+
+    /// [`Process::spawn`] with `env` set in the child's environment.
+    pub fn spawn_env(name: &str, program: &Path, args: &[String], env: &[(&str, &str)], log: PathBuf) -> Result<Self> {
         let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = command(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
@@ -225,6 +234,14 @@ pub async fn run_cli(program: &Path, args: &[&str]) -> Result<String> {
     String::from_utf8(output.stdout).context("the CLI printed non-UTF-8")
 }
 
+/// Runs `program args` with `env` set to completion, whatever its exit status; returns its output.
+pub async fn run_cli_env(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<std::process::Output> {
+    tokio::time::timeout(CLI_TIMEOUT, command(program).args(args).envs(env.iter().copied()).kill_on_drop(true).output())
+        .await
+        .with_context(|| format!("{} {args:?} did not finish within {CLI_TIMEOUT:?}", program.display()))?
+        .with_context(|| format!("running {}", program.display()))
+}
+
 /// A `druse-node run` or `druse-mgmt run` child with its API and metrics listeners.
 #[derive(Debug)]
 pub struct ProcNode {
@@ -260,6 +277,19 @@ impl ProcNode {
         bootstrap: &[Multiaddr],
         extra: &[&str],
     ) -> Result<Self> {
+        Self::spawn_env(name, program, data_dir, trust_list, bootstrap, extra, &[])
+    }
+
+    /// [`ProcNode::spawn_with`] with `env` set in the child's environment.
+    pub fn spawn_env(
+        name: &str,
+        program: &Path,
+        data_dir: &Path,
+        trust_list: &Path,
+        bootstrap: &[Multiaddr],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let api = format!("127.0.0.1:{}", free_port()?);
         let metrics = format!("127.0.0.1:{}", free_port()?);
         let mut args: Vec<String> = [
@@ -288,7 +318,7 @@ impl ProcNode {
         }
         args.extend(extra.iter().map(ToString::to_string));
         let log = data_dir.with_extension("log");
-        let process = Process::spawn(name, program, &args, log)?;
+        let process = Process::spawn_env(name, program, &args, env, log)?;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
         Ok(Self {
             process,
@@ -313,7 +343,8 @@ impl ProcNode {
         Ok(node)
     }
 
-    async fn wait_healthy(&mut self) -> Result<()> {
+    /// Waits until the API answers; fails, quoting the log, if the child exits first.
+    pub async fn wait_healthy(&mut self) -> Result<()> {
         let url = format!("{}/healthz", self.api);
         let http = self.http.clone();
         let mut waited = eventually(WAIT, format_args!("{} to answer {url}", self.process.name), async || {

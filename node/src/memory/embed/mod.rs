@@ -7,15 +7,18 @@
 //! - [`MiniLm`]: all-MiniLM-L6-v2 (384-d) through candle on the CPU, when its weights are on disk.
 //! - [`OpenAi`]: any OpenAI-compatible `POST /v1/embeddings` endpoint.
 //!
-//! [`from_config`] picks one. Every vector that leaves this module is L2-normalised and finite, so the
+//! [`from_config`] picks one; [`for_node`] does the same for a node, which may also find or
+//! fetch MiniLM in its data directory ([`fetch`]). Every vector that leaves this module is L2-normalised and finite, so the
 //! cosine of two of them is their dot product ([`cosine`]).
 //!
 //! Embedding is blocking (CPU-bound or blocking HTTP): async callers wrap it in
 //! `tokio::task::spawn_blocking`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
+pub mod fetch;
 mod hashing;
 mod minilm;
 mod openai;
@@ -137,12 +140,33 @@ pub enum Error {
     /// The worker thread that keeps a blocking request off the async runtime failed.
     #[error("embedding worker thread failed: {0}")]
     Worker(String),
+    /// `embedder = "minilm"` was asked for and the model could not be fetched.
+    #[error("all-MiniLM-L6-v2 is required (memory.embed.embedder = \"minilm\") but {0}; {how}", how = fetch::HOW_TO_FIX)]
+    Fetch(#[source] fetch::Error),
+}
+
+/// Which embedder a node uses (`memory.embed.embedder`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Choice {
+    /// An OpenAI-compatible endpoint when `openai_url` is set; else MiniLM from a folder, the data
+    /// directory or a download; else the hashing embedder, with one warning that says why.
+    #[default]
+    Auto,
+    /// The hashing embedder, whatever else is configured; nothing is downloaded.
+    Hashing,
+    /// MiniLM (from a folder, the data directory or a download), or the node refuses to start.
+    Minilm,
+    /// The OpenAI-compatible endpoint `openai_url` names, or the node refuses to start.
+    Openai,
 }
 
 /// Which embedder a node uses (the `[memory.embed]` part of its config), so operators choose without code.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// `auto` (the default), `hashing`, `minilm` or `openai`: see [`Choice`].
+    pub embedder: Choice,
     /// A folder holding model.safetensors and tokenizer.json (and config.json) of all-MiniLM-L6-v2.
     /// When set, it must be valid; when unset, `DRUSE_MINILM_DIR` is tried.
     pub minilm_dir: Option<PathBuf>,
@@ -155,55 +179,84 @@ pub struct Config {
     /// Vector dimension: the hashing embedder's bucket count (default 384), or the dimension the
     /// OpenAI-compatible endpoint must return (learned from a probe request when unset). MiniLM ignores it.
     pub dim: Option<usize>,
+    /// Whether a node with no model folder downloads all-MiniLM-L6-v2 from the Hugging Face hub (or
+    /// `HF_ENDPOINT`) into its data directory. Off in `Config::default()`, so library code and tests
+    /// never reach the network; `druse-node run` and `druse-mgmt run` turn it on.
+    pub download: bool,
+    /// Bound on the hub's first answer; an unreachable hub costs a start no more than this.
+    #[serde(with = "humantime_serde")]
+    pub download_connect_timeout: Duration,
+    /// Bound on the whole download (about 90 MB).
+    #[serde(with = "humantime_serde")]
+    pub download_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            embedder: Choice::Auto,
+            minilm_dir: None,
+            openai_url: None,
+            openai_model: None,
+            openai_api_key_env: None,
+            dim: None,
+            download: false,
+            download_connect_timeout: fetch::DEFAULT_CONNECT_TIMEOUT,
+            download_timeout: fetch::DEFAULT_TIMEOUT,
+        }
+    }
 }
 
 /// Picks the embedder: an OpenAI-compatible endpoint if configured; else MiniLM from `minilm_dir` or the
 /// `DRUSE_MINILM_DIR` env var if that folder holds model.safetensors + tokenizer.json (+ config.json if
 /// present); else the hashing embedder, logging once (tracing::info!) that it is used and why.
+/// It never downloads: [`for_node`] does, for a node with a data directory.
 ///
 /// With `openai_url` and no `dim`, this sends one probe request to learn the dimension: call it off the
 /// async runtime (spawn_blocking) or before starting one.
 pub fn from_config(config: &Config) -> Result<Arc<dyn Embedder>, Error> {
-    select(config, |name| std::env::var(name).ok())
+    select(config, None, |name| std::env::var(name).ok())
 }
 
-/// [`from_config`] with the environment passed in, so tests need not mutate the process environment.
-fn select(config: &Config, env: impl Fn(&str) -> Option<String>) -> Result<Arc<dyn Embedder>, Error> {
+/// [`from_config`] for a node whose data directory is `data_dir`: MiniLM may also come from the verified
+/// files in `data_dir/models`, or, with `download` on, be fetched there first ([`fetch`]). A failed fetch
+/// falls back to the hashing embedder with one warning that says what failed and how to fix it (or is an
+/// error with `embedder = "minilm"`). Blocking: call it off the async runtime.
+pub fn for_node(config: &Config, data_dir: &Path) -> Result<Arc<dyn Embedder>, Error> {
+    select(config, Some(data_dir), |name| std::env::var(name).ok())
+}
+
+/// The selection, with the data directory and the environment passed in, so tests need not mutate the
+/// process environment.
+fn select(
+    config: &Config,
+    data_dir: Option<&Path>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Embedder>, Error> {
     if config.dim == Some(0) {
         return Err(Error::Config("dim must be at least 1".into()));
     }
-    match (&config.openai_url, &config.openai_model) {
-        (Some(url), Some(model)) => {
-            let api_key = match &config.openai_api_key_env {
-                None => None,
-                Some(var) => match env(var) {
-                    Some(key) if !key.is_empty() => Some(key),
-                    _ => {
-                        return Err(Error::Config(format!(
-                            "environment variable {var} (named by openai_api_key_env) is not set or empty"
-                        )));
-                    }
-                },
-            };
-            let embedder = OpenAi::new(url, model, api_key, config.dim)?;
-            tracing::info!(
-                endpoint = %embedder.endpoint(),
-                model = %model,
-                dim = embedder.dim(),
-                "embedding with an OpenAI-compatible endpoint"
-            );
-            return Ok(Arc::new(embedder));
-        }
+    let openai = match (&config.openai_url, &config.openai_model) {
+        (Some(url), Some(model)) => Some((url, model)),
         (Some(_), None) => return Err(Error::Config("openai_url is set but openai_model is not".into())),
         (None, Some(_)) => return Err(Error::Config("openai_model is set but openai_url is not".into())),
-        (None, None) => {}
-    }
+        (None, None) => None,
+    };
     let dim = config.dim.unwrap_or(DEFAULT_HASHING_DIM);
+    match (config.embedder, openai) {
+        (Choice::Openai | Choice::Auto, Some((url, model))) => return openai_embedder(config, url, model, &env),
+        (Choice::Openai, None) => {
+            return Err(Error::Config("embedder = \"openai\" needs openai_url and openai_model".into()));
+        }
+        (Choice::Hashing, _) => return Ok(hashing(dim, "memory.embed.embedder = \"hashing\"")),
+        (Choice::Auto | Choice::Minilm, _) => {}
+    }
+    let strict = config.embedder == Choice::Minilm;
     if let Some(dir) = &config.minilm_dir {
         // An explicit folder is a promise: failing to honour it is an error, not a silent downgrade.
         return Ok(Arc::new(MiniLm::load(dir)?));
     }
-    let why = match env(MINILM_DIR_ENV).filter(|dir| !dir.is_empty()) {
+    let mut why = match env(MINILM_DIR_ENV).filter(|dir| !dir.is_empty()) {
         Some(dir) => {
             let dir = PathBuf::from(dir);
             match minilm::missing_file(&dir) {
@@ -213,11 +266,84 @@ fn select(config: &Config, env: impl Fn(&str) -> Option<String>) -> Result<Arc<d
         }
         None => format!("neither minilm_dir nor {MINILM_DIR_ENV} names a MiniLM model folder"),
     };
+    if let Some(data_dir) = data_dir {
+        let mut fetch = fetch::Fetch::new(data_dir, env(fetch::ENDPOINT_ENV));
+        fetch.connect_timeout = config.download_connect_timeout;
+        fetch.timeout = config.download_timeout;
+        let dir = fetch.model_dir();
+        match fetch::verify(&dir) {
+            Ok(()) => return Ok(Arc::new(MiniLm::load(&dir)?)),
+            Err(problem) if config.download => {
+                tracing::info!(
+                    from = %fetch.endpoint,
+                    revision = fetch::REVISION,
+                    into = %dir.display(),
+                    "downloading the all-MiniLM-L6-v2 embedder (about 90 MB; once)"
+                );
+                tracing::debug!(%problem, "no verified model in the data directory yet");
+                match fetch.fetch() {
+                    Ok(dir) => return Ok(Arc::new(MiniLm::load(&dir)?)),
+                    Err(error) if strict => return Err(Error::Fetch(error)),
+                    Err(error) => {
+                        let embedder = Hashing::new(dim);
+                        tracing::warn!(
+                            embedder = embedder.name(),
+                            "all-MiniLM-L6-v2 could not be fetched: {error}. Embedding with the feature-hashing \
+                             embedder instead, which matches shared words, not meaning. To fix it, {how}, then \
+                             restart; memory.embed.embedder = \"hashing\" keeps the hashing embedder without trying",
+                            how = fetch::HOW_TO_FIX,
+                        );
+                        return Ok(Arc::new(embedder));
+                    }
+                }
+            }
+            Err(problem) => why = format!("{why}; {problem} and memory.embed.download is off"),
+        }
+    }
+    if strict {
+        return Err(Error::Config(format!(
+            "embedder = \"minilm\" but there is no model: {why}; {}",
+            fetch::HOW_TO_FIX
+        )));
+    }
+    Ok(hashing(dim, &why))
+}
+
+/// The hashing embedder, saying once why it is used.
+fn hashing(dim: usize, why: &str) -> Arc<dyn Embedder> {
     let embedder = Hashing::new(dim);
     tracing::info!(
         embedder = embedder.name(),
         reason = %why,
         "using the feature-hashing embedder (it matches shared words, not meaning)"
+    );
+    Arc::new(embedder)
+}
+
+/// The OpenAI-compatible embedder the config names.
+fn openai_embedder(
+    config: &Config,
+    url: &str,
+    model: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Embedder>, Error> {
+    let api_key = match &config.openai_api_key_env {
+        None => None,
+        Some(var) => match env(var) {
+            Some(key) if !key.is_empty() => Some(key),
+            _ => {
+                return Err(Error::Config(format!(
+                    "environment variable {var} (named by openai_api_key_env) is not set or empty"
+                )));
+            }
+        },
+    };
+    let embedder = OpenAi::new(url, model, api_key, config.dim)?;
+    tracing::info!(
+        endpoint = %embedder.endpoint(),
+        model = %model,
+        dim = embedder.dim(),
+        "embedding with an OpenAI-compatible endpoint"
     );
     Ok(Arc::new(embedder))
 }

@@ -18,14 +18,14 @@ fn minilm_dir() -> Option<PathBuf> {
 
 #[test]
 fn from_config_falls_back_to_hashing_without_model_files() {
-    let embedder = select(&Config::default(), no_env).unwrap();
+    let embedder = select(&Config::default(), None, no_env).unwrap();
     assert_eq!(embedder.name(), "hashing-384");
     assert_eq!(embedder.dim(), DEFAULT_HASHING_DIM);
 }
 
 #[test]
 fn from_config_sizes_the_hashing_embedder_from_dim() {
-    let embedder = select(&Config { dim: Some(128), ..Config::default() }, no_env).unwrap();
+    let embedder = select(&Config { dim: Some(128), ..Config::default() }, None, no_env).unwrap();
     assert_eq!((embedder.name(), embedder.dim()), ("hashing-128", 128));
 }
 
@@ -33,7 +33,7 @@ fn from_config_sizes_the_hashing_embedder_from_dim() {
 fn from_config_falls_back_to_hashing_when_env_dir_lacks_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_string_lossy().into_owned();
-    let embedder = select(&Config::default(), |name| (name == MINILM_DIR_ENV).then(|| path.clone())).unwrap();
+    let embedder = select(&Config::default(), None, |name| (name == MINILM_DIR_ENV).then(|| path.clone())).unwrap();
     assert_eq!(embedder.name(), "hashing-384");
 }
 
@@ -41,7 +41,7 @@ fn from_config_falls_back_to_hashing_when_env_dir_lacks_the_model() {
 fn from_config_errors_when_explicit_minilm_dir_is_invalid() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config { minilm_dir: Some(dir.path().to_path_buf()), ..Config::default() };
-    let err = select(&config, no_env).unwrap_err();
+    let err = select(&config, None, no_env).unwrap_err();
     let missing = dir.path().join("model.safetensors");
     assert!(matches!(&err, Error::MissingFile { path } if *path == missing), "{err:?}");
     assert!(err.to_string().contains(&missing.display().to_string()), "{err}");
@@ -50,7 +50,7 @@ fn from_config_errors_when_explicit_minilm_dir_is_invalid() {
 #[test]
 fn from_config_picks_minilm_from_an_explicit_dir() {
     let Some(dir) = minilm_dir() else { return };
-    let embedder = select(&Config { minilm_dir: Some(dir), ..Config::default() }, no_env).unwrap();
+    let embedder = select(&Config { minilm_dir: Some(dir), ..Config::default() }, None, no_env).unwrap();
     assert_eq!((embedder.name(), embedder.dim()), ("all-MiniLM-L6-v2", 384));
 }
 
@@ -58,7 +58,7 @@ fn from_config_picks_minilm_from_an_explicit_dir() {
 fn from_config_picks_minilm_from_the_env_var() {
     let Some(dir) = minilm_dir() else { return };
     let dir = dir.to_string_lossy().into_owned();
-    let embedder = select(&Config::default(), |name| (name == MINILM_DIR_ENV).then(|| dir.clone())).unwrap();
+    let embedder = select(&Config::default(), None, |name| (name == MINILM_DIR_ENV).then(|| dir.clone())).unwrap();
     assert_eq!(embedder.name(), "all-MiniLM-L6-v2");
 }
 
@@ -67,7 +67,7 @@ fn from_config_rejects_half_an_openai_config() {
     let url_only = Config { openai_url: Some("http://127.0.0.1:9".into()), ..Config::default() };
     let model_only = Config { openai_model: Some("m".into()), ..Config::default() };
     for config in [url_only, model_only] {
-        let err = select(&config, no_env).unwrap_err();
+        let err = select(&config, None, no_env).unwrap_err();
         assert!(matches!(err, Error::Config(_)), "{err:?}");
     }
 }
@@ -81,13 +81,13 @@ fn from_config_names_an_unset_api_key_variable() {
         dim: Some(8),
         ..Config::default()
     };
-    let err = select(&config, no_env).unwrap_err();
+    let err = select(&config, None, no_env).unwrap_err();
     assert!(err.to_string().contains("DRUSE_TEST_EMBED_KEY"), "{err}");
 }
 
 #[test]
 fn from_config_rejects_dim_zero() {
-    let err = select(&Config { dim: Some(0), ..Config::default() }, no_env).unwrap_err();
+    let err = select(&Config { dim: Some(0), ..Config::default() }, None, no_env).unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err:?}");
 }
 

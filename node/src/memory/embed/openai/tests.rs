@@ -297,7 +297,8 @@ fn from_config_picks_openai_when_configured() {
         openai_api_key_env: Some("DRUSE_TEST_EMBED_KEY".into()),
         ..Default::default()
     };
-    let embedder = select(&config, |name| (name == "DRUSE_TEST_EMBED_KEY").then(|| "sk-from-env".to_string())).unwrap();
+    let embedder =
+        select(&config, None, |name| (name == "DRUSE_TEST_EMBED_KEY").then(|| "sk-from-env".to_string())).unwrap();
     assert_eq!((embedder.name(), embedder.dim()), ("openai:test-model", DIM));
     assert_eq!(*server.seen.authorization.lock().unwrap(), vec![Some("Bearer sk-from-env".to_string())]);
 }
