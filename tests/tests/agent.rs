@@ -337,15 +337,11 @@ async fn an_llm_that_is_down_or_answers_garbage_loses_nothing() -> anyhow::Resul
     let node = AgentNode::start(&setup, &dir.path().join("node")).await?;
     eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))
         .await?;
-    let post = gus
-        .post(&format!("@{} are you there?", agent.handle), &[(&agent.handle, &agent.did)], None)
-        .await?;
-    let failed = async |n: f64| {
-        node.metric("druse_agent_batches_total{label=\"llm_failed\"}").await.is_ok_and(|v| v >= n)
-    };
-    let logged = |what: &str| {
-        node.log_text().lines().any(|l| l.contains("the LLM gave no usable answer") && l.contains(what))
-    };
+    let post = gus.post(&format!("@{} are you there?", agent.handle), &[(&agent.handle, &agent.did)], None).await?;
+    let failed =
+        async |n: f64| node.metric("druse_agent_batches_total{label=\"llm_failed\"}").await.is_ok_and(|v| v >= n);
+    let logged =
+        |what: &str| node.log_text().lines().any(|l| l.contains("the LLM gave no usable answer") && l.contains(what));
     eventually(ANSWERED, "a batch failed on the model being down", async || failed(1.0).await)
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
@@ -382,11 +378,9 @@ async fn an_llm_that_is_down_or_answers_garbage_loses_nothing() -> anyhow::Resul
 
     // The model is back: the mention kept for later is answered, once.
     mode.store(HEALTHY, Ordering::SeqCst);
-    wait_for(Duration::from_secs(60), "the kept mention to be answered", async || {
-        replies().await.filter(|n| *n > 0)
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    wait_for(Duration::from_secs(60), "the kept mention to be answered", async || replies().await.filter(|n| *n > 0))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
     assert_eq!(replies().await, Some(1));
     assert!(llm.requests().iter().any(|r| r.batch_uris().contains(&post.uri)));
     node.stop().await
@@ -522,11 +516,10 @@ async fn musing_posts_on_its_schedule_at_most_once_per_session() -> anyhow::Resu
     // musing_interval is 1 m: a fresh agent's first tick is due, so the timer fires at once.
     let world = World::new(script).await?;
     let node = world.node("musing = true\nmusing_interval = \"1m\"").await?;
-    let posted = wait_for(ANSWERED, "the scheduled musing", async || {
-        own_posts(&world).await.ok().filter(|p| !p.is_empty())
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let posted =
+        wait_for(ANSWERED, "the scheduled musing", async || own_posts(&world).await.ok().filter(|p| !p.is_empty()))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
     assert_eq!(posted, ["a quiet thought from the swarm"], "an original post, outside any thread");
     assert_eq!(node.metric("druse_agent_entries_total{label=\"musing_posted\"}").await?, 1.0);
 
@@ -568,8 +561,9 @@ async fn a_musing_waits_while_a_conversation_goes_on() -> anyhow::Result<()> {
 }
 
 async fn summaries(node: &AgentNode) -> anyhow::Result<Vec<Value>> {
-    let hits =
-        node.get_auth("/v1/memories", &[("q", "reflection day"), ("namespace", "episodic"), ("kind", "summary")]).await?;
+    let hits = node
+        .get_auth("/v1/memories", &[("q", "reflection day"), ("namespace", "episodic"), ("kind", "summary")])
+        .await?;
     Ok(hits.as_array().cloned().unwrap_or_default())
 }
 
@@ -579,8 +573,10 @@ async fn the_daily_reflection_makes_one_summary_crystal_once_per_day() -> anyhow
     let world = World::new(script).await?;
     let node = world.node("reflection_hour = 0").await?;
     let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
-    eventually(ANSWERED, "a few polls", async || node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 2)))
-        .await?;
+    eventually(ANSWERED, "a few polls", async || {
+        node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 2))
+    })
+    .await?;
     assert!(summaries(&node).await?.is_empty(), "nothing to reflect on yet");
     assert!(node.metric("druse_agent_entries_total{label=\"reflection_skipped\"}").await? >= 1.0);
     let added = node
@@ -610,8 +606,10 @@ async fn the_daily_reflection_makes_one_summary_crystal_once_per_day() -> anyhow
 
     // Once per day: the timer does not fire again, and the operator's run is refused.
     let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
-    eventually(ANSWERED, "more polls", async || node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 3)))
-        .await?;
+    eventually(ANSWERED, "more polls", async || {
+        node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 3))
+    })
+    .await?;
     let again = node.run_entry("reflection").await?;
     assert_eq!(again["result"], "skipped", "{again}");
     assert!(again["detail"].as_str().is_some_and(|d| d.contains("once per day")), "{again}");
@@ -632,9 +630,7 @@ async fn a_review_keeps_updates_and_archives_recent_observations_and_deletes_not
     let world = World::new(script).await?;
     let node = world.node("").await?;
     let ns = "user:lee.test";
-    let observation = |text: &str, attribute: &str| {
-        json!({"text": text, "namespace": ns, "kind": "observation", "subject": "user", "attribute": attribute})
-    };
+    let observation = |text: &str, attribute: &str| json!({"text": text, "namespace": ns, "kind": "observation", "subject": "user", "attribute": attribute});
     let added = node
         .post_auth(
             "/v1/memories/batch",
@@ -692,9 +688,11 @@ async fn a_follow_waits_for_the_owners_like_of_its_exact_request() -> anyhow::Re
         cid: request["cid"].as_str().unwrap_or_default().into(),
     };
     let follows = async || {
-        world.owner.records(&world.agent.did, "app.bsky.graph.follow").await.map(|rs| {
-            rs.iter().filter(|r| r["value"]["subject"] == target.did.as_str()).count()
-        })
+        world
+            .owner
+            .records(&world.agent.did, "app.bsky.graph.follow")
+            .await
+            .map(|rs| rs.iter().filter(|r| r["value"]["subject"] == target.did.as_str()).count())
     };
     stranger.like(&request).await?;
     eventually(ANSWERED, "the stranger's like to approve nothing", async || {
@@ -707,8 +705,10 @@ async fn a_follow_waits_for_the_owners_like_of_its_exact_request() -> anyhow::Re
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
     let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
-    eventually(ANSWERED, "more polls", async || node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 3)))
-        .await?;
+    eventually(ANSWERED, "more polls", async || {
+        node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 3))
+    })
+    .await?;
     assert_eq!(follows().await?, 1, "approved once");
     assert_eq!(node.metric("druse_agent_actions_total{label=\"follow\"}").await?, 1.0);
     node.stop().await

@@ -86,13 +86,8 @@ async fn an_expired_access_token_is_refreshed_with_the_refresh_token_not_by_logg
     saved["accessJwt"] = expired.clone().into();
     std::fs::write(&path, saved.to_string())?;
     // A wrong password: a new login would fail, so only the refresh token can bring it back.
-    let (bsky, origin) = Bluesky::connect(
-        &net.pds,
-        &account.handle,
-        &Secret::new("not-the-password".into()),
-        path.clone(),
-    )
-    .await?;
+    let (bsky, origin) =
+        Bluesky::connect(&net.pds, &account.handle, &Secret::new("not-the-password".into()), path.clone()).await?;
     assert_eq!(origin, SessionOrigin::Reused);
     assert_eq!(bsky.refreshes(), 1, "the access token was refreshed once");
     let now: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;

@@ -243,7 +243,9 @@ mod reconciler {
     }
 
     /// A model that answers every reconciliation with `decide(ids listed)`.
-    async fn model(decide: impl Fn(&[u64]) -> serde_json::Value + Send + Sync + 'static) -> anyhow::Result<ScriptedLlm> {
+    async fn model(
+        decide: impl Fn(&[u64]) -> serde_json::Value + Send + Sync + 'static,
+    ) -> anyhow::Result<ScriptedLlm> {
         ScriptedLlm::start(move |r: &Request| {
             let ids: Vec<u64> = r
                 .text()

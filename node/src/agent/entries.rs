@@ -245,9 +245,8 @@ impl Run {
             MemoryKind::Summary,
             SemanticType::Episode,
         );
-        new.metadata = Some(
-            json!({"reflection_of": self.sources, "day": date}).as_object().cloned().unwrap_or_default(),
-        );
+        new.metadata =
+            Some(json!({"reflection_of": self.sources, "day": date}).as_object().cloned().unwrap_or_default());
         let id = self.agent.store(new).await?;
         self.outcome.crystals.push(id);
         Ok(format!("ok: the summary is crystal {id}"))
@@ -361,7 +360,9 @@ impl Agent {
         Metrics::count(&self.metrics.entries, label);
         match outcome.result.as_str() {
             "failed" => tracing::error!(entry = entry.as_str(), detail = %outcome.detail, "an entry point failed"),
-            _ => tracing::info!(entry = entry.as_str(), result = %outcome.result, detail = %outcome.detail, "ran an entry point"),
+            _ => {
+                tracing::info!(entry = entry.as_str(), result = %outcome.result, detail = %outcome.detail, "ran an entry point")
+            }
         }
         outcome
     }

@@ -166,7 +166,8 @@ pub async fn run_now(
             e.body_text()
         ))
     })?;
-    let unavailable = |detail: String| crate::api::Error::new(StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable", detail);
+    let unavailable =
+        |detail: String| crate::api::Error::new(StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable", detail);
     let Some(agent) = node.agent() else {
         return Err(crate::api::Error::new(
             StatusCode::CONFLICT,

@@ -91,8 +91,7 @@ pub async fn decide(
             detail: format!("{} names no stored observation ({:?})", answer.action, answer.target),
         })
     };
-    let confidence =
-        if new.correction { config.explicit_correction_confidence } else { config.supersede_confidence };
+    let confidence = if new.correction { config.explicit_correction_confidence } else { config.supersede_confidence };
     match answer.action.as_str() {
         "add" => Ok(Decision::Add),
         "update" => Ok(Decision::Update { target: target()?, confidence }),
@@ -211,8 +210,7 @@ mod tests {
 
     #[test]
     fn a_decision_is_kept_only_on_the_candidates_it_was_taken_on() {
-        let decided =
-            Decided { decision: Decision::Delete { target: 2 }, asked: vec![1, 2], rules: Rules::default() };
+        let decided = Decided { decision: Decision::Delete { target: 2 }, asked: vec![1, 2], rules: Rules::default() };
         let now = [candidate(1, "likes tea"), candidate(2, "works at Acme")];
         assert_eq!(decided.reconcile("x", None, None, &now), Decision::Delete { target: 2 });
         // Crystal 2 was superseded by another write in between: the rules decide.

@@ -111,11 +111,13 @@ fn reconcile(request: &Request) -> Answer {
         let id: u64 = l.split([' ', ':']).next()?.parse().ok()?;
         (new_key.is_some() && key(l) == new_key).then_some(id)
     });
-    Answer::Text(match target {
-        Some(id) => json!({"action": "update", "target": id, "reason": "a new value"}),
-        None => json!({"action": "add", "target": null, "reason": "new"}),
-    }
-    .to_string())
+    Answer::Text(
+        match target {
+            Some(id) => json!({"action": "update", "target": id, "reason": "a new value"}),
+            None => json!({"action": "add", "target": null, "reason": "new"}),
+        }
+        .to_string(),
+    )
 }
 
 /// Archives what says "stale", fixes the typo "crwo", keeps the rest, and tries one crystal
@@ -135,4 +137,3 @@ fn review(request: &Request) -> Answer {
     }
     Answer::Tools(calls)
 }
-

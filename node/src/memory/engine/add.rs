@@ -124,8 +124,9 @@ impl Memory {
         }
         let mut added = Vec::with_capacity(items.len());
         let mut pending = TextPending::default();
-        let outcome =
-            items.chunks(EMBED_BATCH).try_for_each(|chunk| self.add_chunk(chunk, now, &mut added, &mut pending, reconciler));
+        let outcome = items
+            .chunks(EMBED_BATCH)
+            .try_for_each(|chunk| self.add_chunk(chunk, now, &mut added, &mut pending, reconciler));
         let outcome = outcome.and(self.settle(pending));
         (added, outcome)
     }
@@ -163,7 +164,8 @@ impl Memory {
         let mut batch = sled::Batch::default();
         let mut contexts = Vec::new();
         let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, embedding)| {
-            let (one, mut changes) = self.prepare(&item.new, item.peer.clone(), embedding, &item.actor, now, reconciler)?;
+            let (one, mut changes) =
+                self.prepare(&item.new, item.peer.clone(), embedding, &item.actor, now, reconciler)?;
             contexts.append(&mut changes.contexts);
             self.add_to_batch(&changes, &mut batch)?;
             *pending = pending.and(self.index(changes)?);
