@@ -475,8 +475,11 @@ impl Agent {
                 };
                 outcome
             }
-            // Not marked done: tried again at the next tick.
-            Err(e) => Outcome::new(Entry::Reflection, "failed", e),
+            // Not marked done: tried again after a pause.
+            Err(e) => {
+                self.with_schedule(|s| s.reflection_failed_at = now);
+                Outcome::new(Entry::Reflection, "failed", e)
+            }
         }
     }
 

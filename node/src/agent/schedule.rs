@@ -66,7 +66,12 @@ pub struct Schedule {
     pub musing_tried_at: UnixMillis,
     /// The UTC day of the last reflection, plus one (0: never).
     pub reflected_day: u64,
+    /// When a reflection last failed (the model down): it is tried again after a pause.
+    pub reflection_failed_at: UnixMillis,
 }
+
+/// The pause before a failed reflection is tried again.
+pub const REFLECTION_RETRY_MS: u64 = 10 * 60 * 1000;
 
 /// Why a musing may not run now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +127,10 @@ impl Schedule {
         if config.musing && now.saturating_sub(self.musing_tried_at) >= config.musing_interval.as_millis() as u64 {
             out.push(Entry::Musing);
         }
-        if config.reflection_hour.is_some_and(|h| hour(now) >= h) && !self.reflected_today(now) {
+        if config.reflection_hour.is_some_and(|h| hour(now) >= h)
+            && !self.reflected_today(now)
+            && now.saturating_sub(self.reflection_failed_at) >= REFLECTION_RETRY_MS
+        {
             out.push(Entry::Reflection);
         }
         out
@@ -140,8 +148,7 @@ mod tests {
 
     #[test]
     fn musing_is_off_by_default_and_fires_on_its_interval_when_on() {
-        let mut config = config::Agent::default();
-        config.reflection_hour = None;
+        let mut config = config::Agent { reflection_hour: None, ..config::Agent::default() };
         let s = Schedule::default();
         assert!(s.due(&config, MIDNIGHT).is_empty(), "off by default");
         config.musing = true;
@@ -163,6 +170,10 @@ mod tests {
         let tomorrow = MIDNIGHT + DAY_MS;
         assert!(s.due(&config, tomorrow).is_empty(), "the next day, before the hour");
         assert_eq!(s.due(&config, tomorrow + 23 * 60 * MIN), [Entry::Reflection]);
+        // A reflection that failed (the model down) waits before it is tried again.
+        let failed = Schedule { reflection_failed_at: tomorrow + 23 * 60 * MIN, ..s };
+        assert!(failed.due(&config, tomorrow + 23 * 60 * MIN + 9 * MIN).is_empty());
+        assert_eq!(failed.due(&config, tomorrow + 23 * 60 * MIN + 10 * MIN), [Entry::Reflection]);
         let off = config::Agent { reflection_hour: None, ..config::Agent::default() };
         assert!(Schedule::default().due(&off, tomorrow + 23 * 60 * MIN).is_empty());
     }
