@@ -146,6 +146,7 @@ pub fn router(node: Node, extra: Router) -> Router {
             .route("/v1/skills/{id}/adopt", axum::routing::post(adopt_skill))
             .route("/v1/memories", axum::routing::post(add_memory))
             .route("/v1/memories/batch", axum::routing::post(add_memories))
+            .route("/v1/agent/run", axum::routing::post(crate::agent::run_now))
             .route("/v1/consolidate", axum::routing::post(consolidate)),
         node.token(),
     );

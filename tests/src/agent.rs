@@ -85,7 +85,7 @@ impl AgentNode {
             .kill_on_drop(true)
             .spawn()
             .context("spawning druse-node")?;
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
         let mut node = Self {
             data_dir: data_dir.to_owned(),
             api: format!("http://{api}"),
@@ -143,6 +143,24 @@ impl AgentNode {
             .error_for_status()?
             .json()
             .await?)
+    }
+
+    /// A POST with the node's token.
+    pub async fn post_auth(&self, path: &str, body: &Value) -> Result<Value> {
+        let token = std::fs::read_to_string(self.data_dir.join("api.token"))?;
+        let response =
+            self.http.post(format!("{}{path}", self.api)).bearer_auth(token.trim()).json(body).send().await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if !status.is_success() {
+            bail!("POST {path}: {status} {text}");
+        }
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// `POST /v1/agent/run {"entry": entry}`: what the entry point did.
+    pub async fn run_entry(&self, entry: &str) -> Result<Value> {
+        self.post_auth("/v1/agent/run", &serde_json::json!({ "entry": entry })).await
     }
 
     pub fn log_text(&self) -> String {

@@ -206,13 +206,18 @@ impl Account {
         self.call(reqwest::Method::GET, "app.bsky.feed.getPostThread", &[("uri", uri), ("depth", "10")], None).await
     }
 
-    /// This account's posts (newest first), from its own repository.
+    /// The posts of `of_did` (newest first), from its repository.
     pub async fn posts(&self, of_did: &str) -> Result<Vec<Value>> {
+        self.records(of_did, "app.bsky.feed.post").await
+    }
+
+    /// The records of one collection in the repository of `of_did` (newest first).
+    pub async fn records(&self, of_did: &str, collection: &str) -> Result<Vec<Value>> {
         let out = self
             .call(
                 reqwest::Method::GET,
                 "com.atproto.repo.listRecords",
-                &[("repo", of_did), ("collection", "app.bsky.feed.post"), ("limit", "100")],
+                &[("repo", of_did), ("collection", collection), ("limit", "100")],
                 None,
             )
             .await?;

@@ -47,6 +47,17 @@ impl Request {
     pub fn has_tools(&self) -> bool {
         self.body.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty())
     }
+    /// The name of the JSON schema asked for (`observations`, `reconciliation`), if any.
+    pub fn schema_name(&self) -> Option<String> {
+        self.body["response_format"]["json_schema"]["name"].as_str().map(str::to_owned)
+    }
+    /// The names of the tools offered.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.body["tools"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    }
     /// The role of the last message (`tool` once the agent sent tool results back).
     pub fn last_role(&self) -> String {
         self.messages().last().and_then(|m| m["role"].as_str()).unwrap_or("").to_owned()
@@ -107,6 +118,15 @@ impl ScriptedLlm {
     /// Starts on a free loopback port. Queued answers (see [`ScriptedLlm::push`]) go first;
     /// when the queue is empty, `script` decides.
     pub async fn start(script: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> anyhow::Result<Self> {
+        Self::start_on("127.0.0.1:0", script).await
+    }
+
+    /// [`ScriptedLlm::start`] on a given address (a model that comes up where the agent was
+    /// told it would be).
+    pub async fn start_on(
+        addr: &str,
+        script: impl Fn(&Request) -> Answer + Send + Sync + 'static,
+    ) -> anyhow::Result<Self> {
         let inner = Arc::new(Inner {
             script: Box::new(script),
             queue: Mutex::new(VecDeque::new()),
@@ -115,7 +135,7 @@ impl ScriptedLlm {
         let app = axum::Router::new()
             .route("/v1/chat/completions", axum::routing::post(complete))
             .with_state(Arc::clone(&inner));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;

@@ -13,79 +13,9 @@ use serde_json::{Value, json};
 /// Indexing by the AppView plus a few 300 ms polls of the agent.
 const ANSWERED: Duration = Duration::from_secs(30);
 
-/// One notification of the batch, as the prompt lists it.
-#[derive(Debug, Clone)]
-struct Listed {
-    uri: String,
-    text: String,
-}
-
-fn listed(request: &Request) -> Vec<Listed> {
-    let text = request.text();
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if let Some(uri) = line.trim().strip_prefix("- uri: ") {
-            let text = lines
-                .get(i + 2)
-                .and_then(|l| l.trim().strip_prefix("text: "))
-                .and_then(|q| serde_json::from_str::<String>(q).ok())
-                .unwrap_or_default();
-            out.push(Listed { uri: uri.trim().to_owned(), text });
-        }
-    }
-    out
-}
-
-/// The scenarios' model: replies to every notification of a batch, following simple
-/// commands in the post text, and extracts "my favorite color is X" as an observation.
-fn script(request: &Request) -> Answer {
-    if request.is_extraction() {
-        let user = request.messages().last().and_then(|m| m["content"].as_str().map(str::to_owned)).unwrap_or_default();
-        let lower = user.to_lowercase();
-        let observations = match lower.find("favorite color is ") {
-            Some(i) => {
-                let color: String = lower[i + 18..].chars().take_while(|c| c.is_alphabetic()).collect();
-                vec![json!({"subject": "user", "attribute": "favorite_color",
-                            "fact": format!("Their favorite color is {color}"), "decay_class": "never"})]
-            }
-            None => Vec::new(),
-        };
-        return Answer::Text(json!({ "observations": observations }).to_string());
-    }
-    if request.last_role() == "tool" {
-        return Answer::Text("done".into());
-    }
-    let mut calls = Vec::new();
-    for n in listed(request) {
-        if let Some(rest) = n.text.split("reply elsewhere ").nth(1) {
-            let target = rest.split_whitespace().next().unwrap_or_default().to_owned();
-            calls.push(("reply".to_owned(), json!({"uri": target, "text": "hijacked"})));
-        } else if let Some(text) = n.text.split("post for me: ").nth(1) {
-            calls.push(("post".to_owned(), json!({"text": text})));
-        } else if n.text.contains("publish your skill") {
-            let text = request.text();
-            let crystal = text.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("- crystal ")
-                    .and_then(|r| r.split(':').next())
-                    .and_then(|id| id.parse::<u64>().ok())
-            });
-            match crystal {
-                Some(id) => calls.push(("publish_skill".to_owned(), json!({"crystal": id}))),
-                None => calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": "I have no skill yet"}))),
-            }
-        } else if let Some(rest) = n.text.split("say hi to ").nth(1) {
-            calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": format!("hi {rest}!")})));
-        } else {
-            calls.push((
-                "reply".to_owned(),
-                json!({"uri": n.uri, "text": format!("you said: {}", n.text.chars().take(80).collect::<String>())}),
-            ));
-        }
-    }
-    if calls.is_empty() { Answer::Tools(vec![("do_nothing".into(), json!({}))]) } else { Answer::Tools(calls) }
-}
+#[path = "agent/script.rs"]
+mod script;
+use script::script;
 
 struct World {
     net: &'static Network,
@@ -207,6 +137,12 @@ async fn a_mention_is_answered_in_its_thread_and_remembered_then_a_correction_su
     assert_eq!(history["chain"][0]["status"], "superseded");
     assert_eq!(history["chain"][1]["supersedes"], history["chain"][0]["id"], "{history}");
     assert_eq!(blue["crystal"]["confidence"].as_f64(), Some(1.0), "an explicit correction supersedes at 1.0");
+    assert_eq!(blue["crystal"]["text"], "Their favorite color is blue", "the correction is a field, not a prefix");
+    assert!(history["audit"].to_string().contains("explicit correction"), "{history}");
+    // The LLM reconciler took the decision (the rules would have too, but it was asked).
+    assert_eq!(node.metric("druse_agent_reconciled_total{label=\"update\"}").await?, 1.0);
+    let asked = world.llm.requests();
+    assert!(asked.iter().any(|r| r.schema_name().as_deref() == Some("reconciliation")));
 
     // Seed 004: the tool sequence that succeeded twice (crystallize_after = 2) is a skill now.
     let patterns = wait_for(ANSWERED, "a task-pattern crystal", async || {
@@ -379,39 +315,74 @@ async fn a_mention_of_someone_who_did_not_consent_carries_no_facet() -> anyhow::
 #[tokio::test]
 async fn an_llm_that_is_down_or_answers_garbage_loses_nothing() -> anyhow::Result<()> {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let healthy = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&healthy);
-    let world = World::new(move |r| {
-        if flag.load(Ordering::SeqCst) {
-            script(r)
-        } else if r.messages().len() % 2 == 0 {
-            Answer::Status(500, "model crashed".into())
-        } else {
-            Answer::Garbage("<html>bad gateway</html>".into())
-        }
+    use std::sync::atomic::{AtomicU8, Ordering};
+    const CRASHING: u8 = 0;
+    const GARBAGE: u8 = 1;
+    const HEALTHY: u8 = 2;
+    let net = Network::shared().await?;
+    let agent = Account::create(net, &handle("ag")).await?;
+    let owner = Account::create(net, &handle("ow")).await?;
+    let gus = Account::create(net, &handle("gu")).await?;
+    let dir = tempfile::tempdir()?;
+    // The model's address, where nothing listens yet: the model is down.
+    let addr = format!("127.0.0.1:{}", druse_tests::process::free_port()?);
+    let setup = AgentSetup {
+        pds: net.pds.clone(),
+        handle: agent.handle.clone(),
+        password: agent.password.clone(),
+        owner: owner.handle.clone(),
+        llm: format!("http://{addr}/v1"),
+        extra: String::new(),
+    };
+    let node = AgentNode::start(&setup, &dir.path().join("node")).await?;
+    eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))
+        .await?;
+    let post = gus.post(&format!("@{} are you there?", agent.handle), &[(&agent.handle, &agent.did)], None).await?;
+    let failed =
+        async |n: f64| node.metric("druse_agent_batches_total{label=\"llm_failed\"}").await.is_ok_and(|v| v >= n);
+    let logged =
+        |what: &str| node.log_text().lines().any(|l| l.contains("the LLM gave no usable answer") && l.contains(what));
+    eventually(ANSWERED, "a batch failed on the model being down", async || failed(1.0).await)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    assert!(logged("could not be reached"), "the log says the model is down:\n{}", node.log_tail());
+
+    // The model comes up, but answers 500, then garbage.
+    let mode = Arc::new(AtomicU8::new(CRASHING));
+    let now = Arc::clone(&mode);
+    let llm = ScriptedLlm::start_on(&addr, move |r| match now.load(Ordering::SeqCst) {
+        CRASHING => Answer::Status(500, "model crashed".into()),
+        GARBAGE => Answer::Garbage("<html>bad gateway</html>".into()),
+        _ => script(r),
     })
     .await?;
-    let node = world.node("").await?;
-    let gus = Account::create(world.net, &handle("gu")).await?;
-    let post = world.mention(&gus, "are you there?").await?;
-    eventually(ANSWERED, "a failed batch", async || {
-        node.metric("druse_agent_batches_total{label=\"llm_failed\"}").await.is_ok_and(|v| v >= 2.0)
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    eventually(Duration::from_secs(60), "a batch to fail on 500", async || logged("answered 500"))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    mode.store(GARBAGE, Ordering::SeqCst);
+    eventually(Duration::from_secs(60), "a batch to fail on garbage", async || logged("not a chat completion"))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
     let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
     eventually(ANSWERED, "polling to go on", async || {
         node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 2))
     })
     .await?;
-    assert!(world.replies_to(&gus, &post).await.is_empty());
-    assert!(node.log_text().contains("the LLM gave no usable answer"), "a clear log line explains");
     let status = node.agent().await?;
     assert!(status["last_error"].as_str().is_some_and(|e| e.starts_with("LLM:")), "{status}");
-    // The model comes back: the mention kept for later is answered.
-    healthy.store(true, Ordering::SeqCst);
-    world.reply_to(&gus, &post, &node).await?;
+    let replies = async || {
+        let thread = gus.thread(&post.uri).await.ok()?;
+        Some(replies(&thread).into_iter().filter(|(h, _, _)| *h == agent.handle).count())
+    };
+    assert_eq!(replies().await, Some(0));
+
+    // The model is back: the mention kept for later is answered, once.
+    mode.store(HEALTHY, Ordering::SeqCst);
+    wait_for(Duration::from_secs(60), "the kept mention to be answered", async || replies().await.filter(|n| *n > 0))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    assert_eq!(replies().await, Some(1));
+    assert!(llm.requests().iter().any(|r| r.batch_uris().contains(&post.uri)));
     node.stop().await
 }
 
@@ -425,8 +396,17 @@ async fn after_a_restart_the_session_is_reused_and_nothing_is_answered_twice() -
     world.reply_to(&hal, &post, &node).await?;
     node.stop().await?;
 
+    let session_file = world.dir.path().join("node").join("agent-session.json");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&session_file)?)?;
     let node = world.node("").await?;
     assert_eq!(node.agent().await?["session"], "reused", "{}", node.log_tail());
+    // No new createSession: the node counts no login, and the tokens on disk are the same.
+    assert_eq!(node.metric("druse_agent_sessions_total{label=\"reused\"}").await?, 1.0);
+    assert_eq!(node.metric("druse_agent_sessions_total{label=\"logged_in\"}").await?, 0.0);
+    let logins = node.log_text().matches("(createSession)").count();
+    assert_eq!(logins, 1, "only the first run logged in:\n{}", node.log_tail());
+    let now: Value = serde_json::from_str(&std::fs::read_to_string(&session_file)?)?;
+    assert_eq!(now["refreshJwt"], saved["refreshJwt"], "the saved session is the one in use");
     // The CLI shows the same status.
     let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
     let out = druse_tests::process::run_cli(&bins.node, &["agent", "status", "--api", &node.api]).await?;
@@ -516,5 +496,220 @@ async fn an_earned_skill_reaches_a_second_node_with_its_computed_price() -> anyh
     assert!(skill["listing"]["name"].as_str().is_some_and(|n| n.contains("Task pattern")), "{skill}");
     assert_eq!(skill["gate_passed"], true, "{skill}");
     assert!(skill["stats"]["executions"].as_u64() >= Some(3), "{skill}");
+    node.stop().await
+}
+
+/// The agent's posts that are not replies, with their text.
+async fn own_posts(world: &World) -> anyhow::Result<Vec<String>> {
+    Ok(world
+        .owner
+        .posts(&world.agent.did)
+        .await?
+        .iter()
+        .filter(|p| p["value"]["reply"].is_null())
+        .filter_map(|p| p["value"]["text"].as_str().map(str::to_owned))
+        .collect())
+}
+
+#[tokio::test]
+async fn musing_posts_on_its_schedule_at_most_once_per_session() -> anyhow::Result<()> {
+    // musing_interval is 1 m: a fresh agent's first tick is due, so the timer fires at once.
+    let world = World::new(script).await?;
+    let node = world.node("musing = true\nmusing_interval = \"1m\"").await?;
+    let posted =
+        wait_for(ANSWERED, "the scheduled musing", async || own_posts(&world).await.ok().filter(|p| !p.is_empty()))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    assert_eq!(posted, ["a quiet thought from the swarm"], "an original post, outside any thread");
+    assert_eq!(node.metric("druse_agent_entries_total{label=\"musing_posted\"}").await?, 1.0);
+
+    // The operator's trigger (the CLI) runs it again now: the session already had its musing.
+    let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
+    let data_dir = node.data_dir.display().to_string();
+    let out = druse_tests::process::run_cli(
+        &bins.node,
+        &["agent", "run", "musing", "--api", &node.api, "--node-data-dir", &data_dir],
+    )
+    .await?;
+    let outcome: Value = serde_json::from_str(&out)?;
+    assert_eq!(outcome["result"], "skipped", "{out}");
+    assert!(outcome["detail"].as_str().is_some_and(|d| d.contains("one musing per session")), "{out}");
+    assert_eq!(own_posts(&world).await?.len(), 1);
+    let musings = world.llm.requests().iter().filter(|r| r.tool_names().iter().any(|t| t == "post")).count();
+    assert!(musings >= 1);
+    let asked = world.llm.requests();
+    let first = asked.iter().find(|r| !r.tool_names().iter().any(|t| t == "reply")).expect("a musing request");
+    assert!(first.text().contains("You have a moment"), "the musing prompt: {}", first.text());
+    node.stop().await
+}
+
+#[tokio::test]
+async fn a_musing_waits_while_a_conversation_goes_on() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("").await?;
+    let kim = Account::create(world.net, &handle("ki")).await?;
+    let post = world.mention(&kim, "hello there").await?;
+    world.reply_to(&kim, &post, &node).await?;
+    let outcome = node.run_entry("musing").await?;
+    assert_eq!(outcome["result"], "skipped", "{outcome}");
+    assert!(outcome["detail"].as_str().is_some_and(|d| d.contains("never mid-conversation")), "{outcome}");
+    assert!(own_posts(&world).await?.is_empty());
+    // A bad entry is refused with a sentence.
+    let bad = node.post_auth("/v1/agent/run", &json!({"entry": "dance"})).await.unwrap_err().to_string();
+    assert!(bad.contains("400") && bad.contains("musing"), "{bad}");
+    node.stop().await
+}
+
+async fn summaries(node: &AgentNode) -> anyhow::Result<Vec<Value>> {
+    let hits = node
+        .get_auth("/v1/memories", &[("q", "reflection day"), ("namespace", "episodic"), ("kind", "summary")])
+        .await?;
+    Ok(hits.as_array().cloned().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn the_daily_reflection_makes_one_summary_crystal_once_per_day() -> anyhow::Result<()> {
+    // reflection_hour = 0: due at any hour of the day, so the timer fires at the next tick.
+    let world = World::new(script).await?;
+    let node = world.node("reflection_hour = 0").await?;
+    let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
+    eventually(ANSWERED, "a few polls", async || {
+        node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 2))
+    })
+    .await?;
+    assert!(summaries(&node).await?.is_empty(), "nothing to reflect on yet");
+    assert!(node.metric("druse_agent_entries_total{label=\"reflection_skipped\"}").await? >= 1.0);
+    let added = node
+        .post_auth(
+            "/v1/memories/batch",
+            &json!({"memories": [
+                {"text": "Learned that crows remember faces", "namespace": "episodic"},
+                {"text": "The swarm grew to twelve nodes today", "namespace": "episodic"}
+            ]}),
+        )
+        .await?;
+    let ids: Vec<u64> = added.as_array().into_iter().flatten().filter_map(|a| a["crystal"]["id"].as_u64()).collect();
+    assert_eq!(ids.len(), 2, "{added}");
+    let summary = wait_for(ANSWERED, "the summary crystal", async || {
+        summaries(&node).await.ok().and_then(|s| s.into_iter().next())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let crystal = &summary["crystal"];
+    assert_eq!(crystal["kind"], "summary", "{crystal}");
+    assert!(crystal["text"].as_str().is_some_and(|t| t.starts_with("Reflection on ")), "{crystal}");
+    let sources: Vec<u64> = crystal["metadata"]["reflection_of"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    assert!(!sources.is_empty() && sources.iter().all(|s| ids.contains(s)), "{crystal}");
+
+    // Once per day: the timer does not fire again, and the operator's run is refused.
+    let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
+    eventually(ANSWERED, "more polls", async || {
+        node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 3))
+    })
+    .await?;
+    let again = node.run_entry("reflection").await?;
+    assert_eq!(again["result"], "skipped", "{again}");
+    assert!(again["detail"].as_str().is_some_and(|d| d.contains("once per day")), "{again}");
+    assert_eq!(summaries(&node).await?.len(), 1);
+    let runs = world
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| r.tool_names().iter().any(|t| t == "write_summary") && r.last_role() != "tool")
+        .count();
+    assert_eq!(runs, 1, "the model was asked for one reflection");
+    assert_eq!(node.metric("druse_agent_entries_total{label=\"reflection_written\"}").await?, 1.0);
+    node.stop().await
+}
+
+#[tokio::test]
+async fn a_review_keeps_updates_and_archives_recent_observations_and_deletes_nothing() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("").await?;
+    let ns = "user:lee.test";
+    let observation = |text: &str, attribute: &str| json!({"text": text, "namespace": ns, "kind": "observation", "subject": "user", "attribute": attribute});
+    let added = node
+        .post_auth(
+            "/v1/memories/batch",
+            &json!({"memories": [
+                observation("Lives in Lisbon", "city"),
+                observation("Their favourite bird is the crwo", "favourite_bird"),
+                observation("Is at a conference this week (stale)", "whereabouts"),
+            ]}),
+        )
+        .await?;
+    let ids: Vec<u64> = added.as_array().into_iter().flatten().filter_map(|a| a["crystal"]["id"].as_u64()).collect();
+    let [city, bird, away] = ids[..] else { anyhow::bail!("three ids: {added}") };
+
+    let outcome = node.run_entry("review").await?;
+    assert_eq!(outcome["result"], "done", "{outcome}");
+    assert_eq!(outcome["kept"], json!([city]), "{outcome}");
+    assert_eq!(outcome["updated"], json!([bird]), "{outcome}");
+    assert_eq!(outcome["archived"], json!([away]), "{outcome}");
+    let results: Vec<String> = world.llm.requests().iter().flat_map(|r| r.tool_results()).collect();
+    assert!(results.iter().any(|r| r.contains("not among the observations listed")), "{results:?}");
+
+    // The archived one is superseded, not deleted: it and its story are still there.
+    let archived = node.get_auth(&format!("/v1/crystals/{away}"), &[]).await?;
+    assert_eq!(archived["status"], "superseded", "{archived}");
+    let story = node.get_auth(&format!("/v1/crystals/{away}/history"), &[]).await?;
+    assert!(story["audit"].to_string().contains("archived in review: stale"), "{story}");
+    // The updated one is superseded by its new value, the old one kept in the chain.
+    let new_id = outcome["crystals"][0].as_u64().expect("the new value's id");
+    let chain = node.get_auth(&format!("/v1/crystals/{new_id}/history"), &[]).await?;
+    let texts: Vec<&str> = chain["chain"].as_array().into_iter().flatten().filter_map(|c| c["text"].as_str()).collect();
+    assert_eq!(texts, ["Their favourite bird is the crwo", "Their favourite bird is the crow"], "{chain}");
+    let kept = node.get_auth(&format!("/v1/crystals/{city}"), &[]).await?;
+    assert_eq!(kept["status"], "active");
+    assert!(node.metric("druse_agent_refused_total{label=\"review_unlisted\"}").await? >= 1.0);
+    node.stop().await
+}
+
+#[tokio::test]
+async fn a_follow_waits_for_the_owners_like_of_its_exact_request() -> anyhow::Result<()> {
+    let world = World::new(script).await?;
+    let node = world.node("").await?;
+    let stranger = Account::create(world.net, &handle("st")).await?;
+    let target = Account::create(world.net, &handle("tg")).await?;
+    world.mention(&world.owner, &format!("please follow @{}", target.handle)).await?;
+    let request = wait_for(ANSWERED, "the follow approval request", async || {
+        let posts = world.owner.posts(&world.agent.did).await.ok()?;
+        posts.into_iter().find(|p| p["value"]["text"].as_str().is_some_and(|t| t.contains("may I follow")))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let text = request["value"]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(&target.did), "the request names exactly whom: {text}");
+    let request = Post {
+        uri: request["uri"].as_str().unwrap_or_default().into(),
+        cid: request["cid"].as_str().unwrap_or_default().into(),
+    };
+    let follows = async || {
+        world
+            .owner
+            .records(&world.agent.did, "app.bsky.graph.follow")
+            .await
+            .map(|rs| rs.iter().filter(|r| r["value"]["subject"] == target.did.as_str()).count())
+    };
+    stranger.like(&request).await?;
+    eventually(ANSWERED, "the stranger's like to approve nothing", async || {
+        node.metric("druse_agent_refused_total{label=\"gate_not_owner\"}").await.is_ok_and(|v| v >= 1.0)
+    })
+    .await?;
+    assert_eq!(follows().await?, 0);
+    world.owner.like(&request).await?;
+    eventually(ANSWERED, "the approved follow", async || follows().await.is_ok_and(|n| n == 1))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
+    eventually(ANSWERED, "more polls", async || {
+        node.agent().await.is_ok_and(|a| a["polls"].as_u64() > Some(polls + 3))
+    })
+    .await?;
+    assert_eq!(follows().await?, 1, "approved once");
+    assert_eq!(node.metric("druse_agent_actions_total{label=\"follow\"}").await?, 1.0);
     node.stop().await
 }

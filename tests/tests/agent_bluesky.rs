@@ -50,6 +50,53 @@ async fn the_session_is_persisted_0600_and_reused() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An access token like `valid` but expired a minute ago, signed as the dev PDS signs its
+/// tokens (HS256 with @atproto/dev-env's JWT secret).
+fn expired_copy(valid: &str) -> anyhow::Result<String> {
+    use data_encoding::BASE64URL_NOPAD;
+    use sha2::{Digest, Sha256};
+    let payload = valid.split('.').nth(1).ok_or_else(|| anyhow::anyhow!("not a JWT"))?;
+    let mut claims: serde_json::Value = serde_json::from_slice(&BASE64URL_NOPAD.decode(payload.as_bytes())?)?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    claims["iat"] = (now - 7200).into();
+    claims["exp"] = (now - 60).into();
+    let header = serde_json::json!({"typ": "at+jwt", "alg": "HS256"});
+    let signing = format!(
+        "{}.{}",
+        BASE64URL_NOPAD.encode(header.to_string().as_bytes()),
+        BASE64URL_NOPAD.encode(claims.to_string().as_bytes())
+    );
+    // HMAC-SHA256 (RFC 2104) with the dev-env secret, shorter than a block.
+    let mut key = [0u8; 64];
+    key[..10].copy_from_slice(b"jwt-secret");
+    let inner = Sha256::new().chain_update(key.map(|b| b ^ 0x36)).chain_update(signing.as_bytes()).finalize();
+    let mac = Sha256::new().chain_update(key.map(|b| b ^ 0x5c)).chain_update(inner).finalize();
+    Ok(format!("{signing}.{}", BASE64URL_NOPAD.encode(&mac)))
+}
+
+#[tokio::test]
+async fn an_expired_access_token_is_refreshed_with_the_refresh_token_not_by_logging_in() -> anyhow::Result<()> {
+    let net = Network::shared().await?;
+    let (account, dir) = agent_account(net).await?;
+    let (_, origin) = connect(net, &account, &dir).await?;
+    assert_eq!(origin, SessionOrigin::LoggedIn);
+    let path = dir.path().join("session.json");
+    let mut saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let expired = expired_copy(saved["accessJwt"].as_str().unwrap_or_default())?;
+    saved["accessJwt"] = expired.clone().into();
+    std::fs::write(&path, saved.to_string())?;
+    // A wrong password: a new login would fail, so only the refresh token can bring it back.
+    let (bsky, origin) =
+        Bluesky::connect(&net.pds, &account.handle, &Secret::new("not-the-password".into()), path.clone()).await?;
+    assert_eq!(origin, SessionOrigin::Reused);
+    assert_eq!(bsky.refreshes(), 1, "the access token was refreshed once");
+    let now: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    assert_ne!(now["accessJwt"], expired.as_str(), "a fresh access token is saved");
+    assert_ne!(now["refreshJwt"], saved["refreshJwt"], "the refresh token was used (and rotated)");
+    bsky.post("refreshed and still here", Vec::new()).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_wrong_password_is_refused_without_printing_it() -> anyhow::Result<()> {
     let net = Network::shared().await?;

@@ -199,3 +199,180 @@ async fn the_key_is_sent_as_a_bearer_and_never_printed() -> anyhow::Result<()> {
     assert!(!err.to_string().contains("sk-very-secret"));
     Ok(())
 }
+
+// The LLM reconciler (seed 000): ADD, UPDATE, DELETE or NOOP against the top similar
+// memories of a real memory engine, with the rule-based reconciler as the fallback.
+
+mod reconciler {
+    use std::sync::Arc;
+
+    use druse_node::agent::metrics::Metrics;
+    use druse_node::agent::reconcile::{self, By};
+    use druse_node::memory::Memory;
+    use druse_node::memory::correction::Decision;
+    use druse_node::memory::crystal::{Crystal, MemoryKind, Namespace, Status};
+    use druse_node::memory::embed::Hashing;
+    use druse_node::memory::engine::{Config, NewMemory};
+    use druse_tests::llm::{Answer, Request, ScriptedLlm};
+    use serde_json::json;
+
+    use super::config;
+    use druse_node::agent::llm::Llm;
+
+    struct Engine {
+        memory: Arc<Memory>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn engine() -> anyhow::Result<Engine> {
+        let dir = tempfile::tempdir()?;
+        let db = sled::open(dir.path().join("db"))?;
+        let now = druse_node::node::now_ms();
+        let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), now)?;
+        Ok(Engine { memory: Arc::new(memory), _dir: dir })
+    }
+
+    fn observation(text: &str, attribute: &str) -> NewMemory {
+        NewMemory {
+            namespace: Namespace::User("alice.test".into()),
+            kind: MemoryKind::Observation,
+            subject: Some("user".into()),
+            attribute: Some(attribute.into()),
+            ..NewMemory::text(text)
+        }
+    }
+
+    /// A model that answers every reconciliation with `decide(ids listed)`.
+    async fn model(
+        decide: impl Fn(&[u64]) -> serde_json::Value + Send + Sync + 'static,
+    ) -> anyhow::Result<ScriptedLlm> {
+        ScriptedLlm::start(move |r: &Request| {
+            let ids: Vec<u64> = r
+                .text()
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("- id ")?.split([' ', ':']).next()?.parse().ok())
+                .collect();
+            Answer::Text(decide(&ids).to_string())
+        })
+        .await
+    }
+
+    async fn store(engine: &Engine, llm: &ScriptedLlm, new: NewMemory) -> anyhow::Result<(Crystal, Decision, By)> {
+        let client = Llm::new(&config(llm), None, Metrics::default())?;
+        let (added, by) = reconcile::store(&engine.memory, &client, &Metrics::default(), new, "test")
+            .await
+            .map_err(anyhow::Error::msg)?;
+        Ok((added.crystal, added.decision, by))
+    }
+
+    /// How many crystals the engine holds, whatever their status.
+    fn stored(engine: &Engine) -> usize {
+        engine.memory.counts().values().sum()
+    }
+
+    fn seed(engine: &Engine) -> anyhow::Result<Crystal> {
+        Ok(engine.memory.add(observation("Lives in Lisbon", "city"), "test", druse_node::node::now_ms())?.crystal)
+    }
+
+    #[tokio::test]
+    async fn update_supersedes_the_target_and_keeps_it_in_the_history() -> anyhow::Result<()> {
+        let engine = engine()?;
+        let old = seed(&engine)?;
+        let llm = model(|ids| json!({"action": "update", "target": ids[0], "reason": "moved"})).await?;
+        let (new, decision, by) = store(&engine, &llm, observation("Lives in Porto", "city")).await?;
+        assert_eq!(by, By::Llm);
+        assert_eq!(decision, Decision::Update { target: old.id, confidence: 0.7 });
+        let history = engine.memory.history(new.id)?;
+        let chain: Vec<&str> = history.chain.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(chain, ["Lives in Lisbon", "Lives in Porto"]);
+        assert_eq!(history.chain[0].status, Status::Superseded);
+        // The model saw the stored observation, and answered in the JSON schema asked for.
+        let asked = llm.requests();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].body["response_format"]["json_schema"]["name"], "reconciliation");
+        assert!(asked[0].text().contains(&format!("- id {} (user / city)", old.id)), "{}", asked[0].text());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_correction_updates_at_full_confidence() -> anyhow::Result<()> {
+        let engine = engine()?;
+        let old = seed(&engine)?;
+        let llm = model(|ids| json!({"action": "update", "target": ids[0], "reason": "corrected"})).await?;
+        let new = NewMemory { correction: true, ..observation("Lives in Porto", "city") };
+        let (crystal, decision, _) = store(&engine, &llm, new).await?;
+        assert_eq!(decision, Decision::Update { target: old.id, confidence: 1.0 });
+        assert_eq!(crystal.confidence, 1.0);
+        assert!(llm.requests()[0].text().contains("corrects what they said before"));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn delete_archives_the_target_and_stores_nothing_new() -> anyhow::Result<()> {
+        let engine = engine()?;
+        let old = seed(&engine)?;
+        let llm = model(|ids| json!({"action": "delete", "target": ids[0], "reason": "no longer true"})).await?;
+        let (_, decision, by) = store(&engine, &llm, observation("No longer lives in Lisbon", "city")).await?;
+        assert_eq!((decision, by), (Decision::Delete { target: old.id }, By::Llm));
+        let kept = engine.memory.get(old.id).expect("nothing is hard-deleted");
+        assert_eq!(kept.status, Status::Superseded);
+        let history = engine.memory.history(old.id)?;
+        assert!(history.audit.iter().any(|a| a.to == "superseded" && a.why.contains("retracted")), "{history:?}");
+        assert_eq!(stored(&engine), 1, "no new row was stored");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn noop_reinforces_the_target_and_add_stores_a_new_row() -> anyhow::Result<()> {
+        let engine = engine()?;
+        let old = seed(&engine)?;
+        let llm = model(|ids| json!({"action": "noop", "target": ids[0], "reason": "same"})).await?;
+        let (crystal, decision, _) = store(&engine, &llm, observation("Lives in Lisbon, Portugal", "home")).await?;
+        assert_eq!(decision, Decision::Noop { target: old.id });
+        assert_eq!(crystal.id, old.id, "the stored one is reinforced, nothing new is written");
+        assert_eq!(stored(&engine), 1);
+
+        let llm = model(|_| json!({"action": "add", "target": null, "reason": "new"})).await?;
+        let (crystal, decision, by) = store(&engine, &llm, observation("Lives near the river", "street")).await?;
+        assert_eq!((decision, by), (Decision::Add, By::Llm));
+        assert_ne!(crystal.id, old.id);
+        assert_eq!(engine.memory.get(old.id).map(|c| c.status), Some(Status::Active));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_rules_decide_when_the_model_is_down_or_answers_no_valid_decision() -> anyhow::Result<()> {
+        // Garbage, a decision on no listed candidate, and an unknown action: the rules decide
+        // (same subject and attribute, a new value: UPDATE at 0.7).
+        for answer in [
+            json!("not a decision").to_string(),
+            json!({"action": "delete", "target": 999_999, "reason": "x"}).to_string(),
+            json!({"action": "merge", "target": null, "reason": "x"}).to_string(),
+        ] {
+            let engine = engine()?;
+            let old = seed(&engine)?;
+            let text = answer.clone();
+            let llm = ScriptedLlm::start(move |_| Answer::Text(text.clone())).await?;
+            let (_, decision, by) = store(&engine, &llm, observation("Lives in Porto", "city")).await?;
+            assert_eq!(by, By::Rules, "{answer}");
+            assert_eq!(decision, Decision::Update { target: old.id, confidence: 0.7 }, "{answer}");
+        }
+        // A model that is down.
+        let engine = engine()?;
+        let old = seed(&engine)?;
+        let llm = ScriptedLlm::start(|_| Answer::Status(503, "down".into())).await?;
+        let (_, decision, by) = store(&engine, &llm, observation("Lives in Porto", "city")).await?;
+        assert_eq!((decision, by), (Decision::Update { target: old.id, confidence: 0.7 }, By::Rules));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn with_nothing_similar_stored_the_model_is_not_asked() -> anyhow::Result<()> {
+        let engine = engine()?;
+        let llm = model(|_| json!({"action": "noop", "target": 1, "reason": "x"})).await?;
+        let (_, decision, by) = store(&engine, &llm, observation("Lives in Lisbon", "city")).await?;
+        assert_eq!((decision, by), (Decision::Add, By::Llm));
+        assert!(llm.requests().is_empty());
+        Ok(())
+    }
+}

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -128,13 +129,15 @@ impl XrpcClient for Transport {
 pub struct SessionFile {
     path: PathBuf,
     cache: Mutex<Option<AtpSession>>,
+    /// Sessions written: one per login, one per refresh.
+    writes: Arc<AtomicU64>,
 }
 
 impl SessionFile {
     /// Opens the file; one that cannot be read or parsed is ignored (the agent logs in again).
     pub fn open(path: PathBuf) -> Self {
         let cache = std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice::<AtpSession>(&bytes).ok());
-        Self { path, cache: Mutex::new(cache) }
+        Self { path, cache: Mutex::new(cache), writes: Arc::new(AtomicU64::new(0)) }
     }
 
     fn cached(&self) -> Option<AtpSession> {
@@ -167,6 +170,7 @@ impl Store<(), AtpSession> for SessionFile {
     }
 
     async fn set(&self, _key: (), value: AtpSession) -> Result<(), Error> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
         let written = self.write(&value);
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(value);
         if let Err(error) = &written {
@@ -237,6 +241,9 @@ pub struct Bluesky {
     agent: AtpAgent<SessionFile, Transport>,
     did: String,
     handle: String,
+    /// The session file's writes, and how many of them were logins.
+    writes: Arc<AtomicU64>,
+    logins: u64,
 }
 
 impl std::fmt::Debug for Bluesky {
@@ -266,13 +273,17 @@ impl Bluesky {
     ) -> Result<(Self, SessionOrigin), Error> {
         let handle = handle.trim_start_matches('@').to_ascii_lowercase();
         let store = SessionFile::open(session_path);
+        let writes = Arc::clone(&store.writes);
         let saved = store.cached().filter(|s| s.handle.as_str().eq_ignore_ascii_case(&handle));
         let agent = AtpAgent::new(Transport::new(service)?, store);
         if let Some(saved) = saved {
             match agent.api.com.atproto.server.get_session().await {
                 Ok(current) if current.did == saved.did => {
                     let did = current.did.as_str().to_owned();
-                    return Ok((Self { agent, did, handle }, SessionOrigin::Reused));
+                    if writes.load(Ordering::Relaxed) > 0 {
+                        tracing::info!("the saved Bluesky session's access token had expired: refreshed it");
+                    }
+                    return Ok((Self { agent, did, handle, writes, logins: 0 }, SessionOrigin::Reused));
                 }
                 Ok(_) => tracing::warn!("the saved Bluesky session is another account's; logging in again"),
                 Err(error) => tracing::info!(%error, "the saved Bluesky session no longer works; logging in again"),
@@ -285,7 +296,8 @@ impl Bluesky {
         // Requests keep going to the configured service (a PDS or an entryway).
         agent.configure_endpoint(service.trim_end_matches('/').to_owned());
         let did = session.did.as_str().to_owned();
-        Ok((Self { agent, did, handle }, SessionOrigin::LoggedIn))
+        tracing::info!(handle, "logged in to Bluesky with the app password (createSession)");
+        Ok((Self { agent, did, handle, writes, logins: 1 }, SessionOrigin::LoggedIn))
     }
 
     pub fn did(&self) -> &str {
@@ -294,6 +306,18 @@ impl Bluesky {
 
     pub fn handle(&self) -> &str {
         &self.handle
+    }
+
+    /// How often the access token was refreshed with the refresh token since `connect`.
+    pub fn refreshes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed).saturating_sub(self.logins)
+    }
+
+    /// Follows the account `did`.
+    pub async fn follow(&self, did: &str) -> Result<PostRef, Error> {
+        let subject = Did::new(did.to_owned()).map_err(|e| Error::Invalid(format!("did {did:?}: {e}")))?;
+        let record = bsky::graph::follow::RecordData { created_at: Datetime::now(), subject, via: None };
+        self.create(KnownRecord::AppBskyGraphFollow(Box::new(record.into())), "app.bsky.graph.follow").await
     }
 
     /// Unread-or-not notifications, newest first, at most `limit` (1–100).

@@ -5,6 +5,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -39,6 +40,15 @@ pub struct Metrics {
     pub gate_approvals: Counter,
     /// Batches run, by outcome (`ok`, `llm_failed`, …).
     pub batches: Family<Label, Counter>,
+    /// Runs of the other entry points, by entry and outcome (`musing_posted`, …).
+    pub entries: Family<Label, Counter>,
+    /// Observations reconciled, by the model's decision (`add`, `update`, `delete`, `noop`)
+    /// or `rules` when the rule-based reconciler decided instead.
+    pub reconciled: Family<Label, Counter>,
+    /// Bluesky sessions started, by how (`logged_in`, `reused`).
+    pub sessions: Family<Label, Counter>,
+    /// Access tokens refreshed with the refresh token.
+    pub session_refreshes: Gauge,
 }
 
 fn histogram() -> Histogram {
@@ -60,6 +70,10 @@ impl Default for Metrics {
             gate_requests: Counter::default(),
             gate_approvals: Counter::default(),
             batches: Family::default(),
+            entries: Family::default(),
+            reconciled: Family::default(),
+            sessions: Family::default(),
+            session_refreshes: Gauge::default(),
         }
     }
 }
@@ -79,7 +93,11 @@ impl Metrics {
         r.register("refused", "Actions refused by a rule, by rule", m.refused.clone());
         r.register("gate_requests", "Owner approval requests posted", m.gate_requests.clone());
         r.register("gate_approvals", "Owner approvals granted", m.gate_approvals.clone());
-        r.register("batches", "Agent runs by entry point and outcome", m.batches.clone());
+        r.register("batches", "Notification batches by outcome", m.batches.clone());
+        r.register("entries", "Musing, reflection and review runs by outcome", m.entries.clone());
+        r.register("reconciled", "Observations reconciled, by decision or by the rules", m.reconciled.clone());
+        r.register("sessions", "Bluesky sessions started, by how", m.sessions.clone());
+        r.register("session_refreshes", "Access tokens refreshed with the refresh token", m.session_refreshes.clone());
         m
     }
 

@@ -6,24 +6,34 @@
 //! - [`bluesky`]: the account (session, notifications, threads, replies, likes, facets);
 //! - [`context`]: the trust-labelled blocks of the system prompt;
 //! - [`rules`]: batch-only URIs, per-author limit, the owner gate bound to its request post;
-//! - `run` and `tools`: the loop and the tools the model calls.
+//! - `run` and `tools`: the loop and the tools the model calls;
+//! - [`schedule`] and `entries`: musing, the daily reflection and review beside the batches;
+//! - [`reconcile`]: the LLM reconciler of new observations, with the rules as fallback.
 
 pub mod bluesky;
 pub mod context;
+mod entries;
 pub mod facets;
 pub mod llm;
 pub mod metrics;
+pub mod reconcile;
 pub mod rules;
 mod run;
+pub mod schedule;
 mod state;
 mod tools;
+
+pub use entries::Outcome;
+pub use schedule::Entry;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State as AxumState;
-use serde::Serialize;
+use axum::extract::rejection::JsonRejection;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{self, Config};
 use crate::node::{Node, now_ms};
@@ -108,10 +118,20 @@ pub struct Status {
     pub last_error: Option<String>,
 }
 
+/// An operator's request to run an entry point now, and where its outcome goes.
+type RunRequest = (Entry, oneshot::Sender<Outcome>);
+
+/// Entry-point requests waiting at most; more are refused as busy.
+const MAX_WAITING_RUNS: usize = 4;
+
+/// The longest an operator's run may take (a few LLM round trips).
+const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// A handle to the running agent.
 #[derive(Debug, Clone)]
 pub struct Handle {
     status: Arc<Mutex<Status>>,
+    runs: mpsc::Sender<RunRequest>,
 }
 
 impl Handle {
@@ -123,6 +143,52 @@ impl Handle {
 /// `GET /v1/agent`.
 pub async fn status(AxumState(node): AxumState<Node>) -> Json<Status> {
     Json(node.agent().map(Handle::status).unwrap_or_default())
+}
+
+/// The body of `POST /v1/agent/run`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunBody {
+    pub entry: Entry,
+}
+
+/// `POST /v1/agent/run {"entry": "musing" | "reflection" | "review" | "notifications"}`: runs
+/// that entry point now, in the agent's loop and with its rules (a musing still posts at most
+/// once per session, a reflection once per day), and answers what it did.
+pub async fn run_now(
+    AxumState(node): AxumState<Node>,
+    body: Result<Json<RunBody>, JsonRejection>,
+) -> Result<Json<Outcome>, crate::api::Error> {
+    use axum::http::StatusCode;
+    let Json(body) = body.map_err(|e| {
+        crate::api::Error::bad_request(format!(
+            "{}: send {{\"entry\": \"musing\" | \"reflection\" | \"review\" | \"notifications\"}}",
+            e.body_text()
+        ))
+    })?;
+    let unavailable =
+        |detail: String| crate::api::Error::new(StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable", detail);
+    let Some(agent) = node.agent() else {
+        return Err(crate::api::Error::new(
+            StatusCode::CONFLICT,
+            "agent_disabled",
+            "the agent is off: set [agent] enabled = true",
+        ));
+    };
+    let state = agent.status().state;
+    if state != "running" {
+        return Err(unavailable(format!("the agent is {state}, not running yet; try again shortly")));
+    }
+    let (tx, rx) = oneshot::channel();
+    agent
+        .runs
+        .try_send((body.entry, tx))
+        .map_err(|_| unavailable(format!("{MAX_WAITING_RUNS} runs are already waiting; try again later")))?;
+    match tokio::time::timeout(RUN_TIMEOUT, rx).await {
+        Ok(Ok(outcome)) => Ok(Json(outcome)),
+        Ok(Err(_)) => Err(unavailable("the agent stopped before the run ended".into())),
+        Err(_) => Err(unavailable(format!("the run took longer than {RUN_TIMEOUT:?}"))),
+    }
 }
 
 /// Starts the agent's task if the config enables it. Returns at once: logging in and
@@ -138,8 +204,9 @@ pub fn start(node: &Node, metrics: metrics::Metrics, secrets: Option<Secrets>) -
         model: config.llm.model.clone(),
         ..Status::default()
     }));
-    let handle = Handle { status: Arc::clone(&status) };
-    let task = tokio::spawn(run_agent(node.clone(), metrics, secrets, status));
+    let (runs, requests) = mpsc::channel(MAX_WAITING_RUNS);
+    let handle = Handle { status: Arc::clone(&status), runs };
+    let task = tokio::spawn(run_agent(node.clone(), metrics, secrets, status, requests));
     node.own_task(task);
     Some(handle)
 }
@@ -169,6 +236,12 @@ async fn connect(
     let state = state::State::open(node.store().db()).map_err(|e| e.to_string())?;
     let pruned = state.prune(now_ms());
     tracing::info!(handle = bsky.handle(), did = bsky.did(), session = ?origin, pruned, "the agent is on Bluesky");
+    let how = match origin {
+        bluesky::SessionOrigin::Reused => "reused",
+        bluesky::SessionOrigin::LoggedIn => "logged_in",
+    };
+    metrics::Metrics::count(&metrics.sessions, how);
+    metrics.session_refreshes.set(bsky.refreshes() as i64);
     set(status, |s| {
         s.state = "running";
         s.did = Some(bsky.did().to_owned());
@@ -177,7 +250,13 @@ async fn connect(
     Ok(Arc::new(run::Agent::new(node.clone(), llm, bsky, owner_did, state, metrics.clone(), Arc::clone(status))))
 }
 
-async fn run_agent(node: Node, metrics: metrics::Metrics, secrets: Secrets, status: Arc<Mutex<Status>>) {
+async fn run_agent(
+    node: Node,
+    metrics: metrics::Metrics,
+    secrets: Secrets,
+    status: Arc<Mutex<Status>>,
+    mut requests: mpsc::Receiver<RunRequest>,
+) {
     let mut backoff = Duration::from_secs(2);
     let agent = loop {
         match connect(&node, &metrics, &secrets, &status).await {
@@ -196,8 +275,17 @@ async fn run_agent(node: Node, metrics: metrics::Metrics, secrets: Secrets, stat
     let mut tick = tokio::time::interval(node.config().agent.poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        // One loop for every entry point: an operator's run waits for the batch in progress.
+        tokio::select! {
+            _ = tick.tick() => {}
+            Some((entry, reply)) = requests.recv() => {
+                let outcome = agent.run_entry(entry).await;
+                let _ = reply.send(outcome);
+                continue;
+            }
+        }
         let result = agent.poll().await;
+        metrics.session_refreshes.set(agent.bsky.refreshes() as i64);
         set(&status, |s| {
             s.polls += 1;
             s.last_poll_at = Some(now_ms());
@@ -208,6 +296,10 @@ async fn run_agent(node: Node, metrics: metrics::Metrics, secrets: Secrets, stat
         if let Err(error) = result {
             tracing::warn!(%error, "polling notifications failed; trying again next tick");
         }
+        // The scheduled entry points whose time has come (seed 001: checked on every tick).
+        for entry in agent.due(now_ms()) {
+            agent.run_entry(entry).await;
+        }
     }
 }
 
@@ -216,6 +308,12 @@ async fn run_agent(node: Node, metrics: metrics::Metrics, secrets: Secrets, stat
 pub enum Cli {
     /// Show the agent's status (`GET /v1/agent`): its account, session, polls and replies.
     Status,
+    /// Run an entry point now (`POST /v1/agent/run`), with its rules, and print what it did.
+    Run {
+        /// musing, reflection, review or notifications.
+        #[arg(value_enum)]
+        entry: Entry,
+    },
 }
 
 impl Cli {
@@ -223,6 +321,7 @@ impl Cli {
     pub async fn run(self, api: &crate::cli::ApiArgs) -> Result<serde_json::Value, crate::client::Error> {
         match self {
             Cli::Status => api.reader().get("/v1/agent").await,
+            Cli::Run { entry } => api.writer()?.post("/v1/agent/run", &serde_json::json!({ "entry": entry })).await,
         }
     }
 }

@@ -84,7 +84,11 @@ pub enum Gated {
     /// Post outside any thread.
     Post { text: String },
     /// Follow an account.
-    Follow { did: String },
+    Follow {
+        did: String,
+        #[serde(default)]
+        handle: String,
+    },
 }
 
 impl Gated {
@@ -93,7 +97,8 @@ impl Gated {
         match self {
             Gated::PublishSkill { name, .. } => format!("publish the skill \"{name}\" to the swarm"),
             Gated::Post { text } => format!("post: \"{text}\""),
-            Gated::Follow { did } => format!("follow {did}"),
+            Gated::Follow { did, handle } if !handle.is_empty() => format!("follow {handle} ({did})"),
+            Gated::Follow { did, .. } => format!("follow {did}"),
         }
     }
 }
@@ -205,7 +210,7 @@ mod tests {
     #[test]
     fn only_the_owners_like_of_the_exact_request_approves_and_only_once() {
         let mut gate = Gate::default();
-        let action = Gated::Follow { did: "did:plc:x".into() };
+        let action = Gated::Follow { did: "did:plc:x".into(), handle: "x.test".into() };
         gate.open("at://agent/post/req".into(), action.clone(), 1_000, Duration::from_secs(60));
         // phi's gate opened on any like by the owner: here a like of another post does nothing.
         assert_eq!(gate.like("at://agent/post/other", "did:owner", "did:owner", 2_000), Err(NotApproved::NoRequest));

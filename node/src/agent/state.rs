@@ -12,6 +12,7 @@ const SEQUENCE: &[u8] = b"s/";
 const GATE: &[u8] = b"gate";
 const PATTERN: &[u8] = b"p/";
 const PUBLISHED: &[u8] = b"u/";
+const SCHEDULE: &[u8] = b"schedule";
 
 /// Handled notifications are forgotten after this long (they are long out of the feed).
 const HANDLED_KEEP_MS: u64 = 14 * 24 * 3600 * 1000;
@@ -101,6 +102,18 @@ impl State {
 }
 
 impl State {
+    /// What the schedule of the entry points remembers.
+    pub(crate) fn schedule(&self) -> super::schedule::Schedule {
+        self.tree.get(SCHEDULE).ok().flatten().and_then(|v| serde_json::from_slice(&v).ok()).unwrap_or_default()
+    }
+
+    pub(crate) fn save_schedule(&self, schedule: &super::schedule::Schedule) -> Result<(), sled::Error> {
+        let bytes = serde_json::to_vec(schedule).unwrap_or_default();
+        self.tree.insert(SCHEDULE, bytes)?;
+        self.tree.flush()?;
+        Ok(())
+    }
+
     /// How often a tool sequence succeeded so far.
     pub(crate) fn count_of(&self, sequence: &str) -> u64 {
         self.tree

@@ -55,6 +55,11 @@ pub(crate) fn definitions() -> Vec<Tool> {
             json!({"type": "object", "properties": {"crystal": {"type": "integer"}}, "required": ["crystal"]}),
         ),
         Tool::new(
+            "follow",
+            "Propose following an account, by its handle. It is not followed until the owner approves.",
+            json!({"type": "object", "properties": {"handle": text}, "required": ["handle"]}),
+        ),
+        Tool::new(
             "do_nothing",
             "Decide to do nothing for this batch; silence is fine.",
             json!({"type": "object", "properties": {"reason": text}}),
@@ -99,6 +104,10 @@ struct QueryArg {
     query: String,
 }
 #[derive(Deserialize)]
+struct HandleArg {
+    handle: String,
+}
+#[derive(Deserialize)]
 struct CrystalArg {
     crystal: u64,
 }
@@ -118,6 +127,7 @@ impl Tools for Batch {
             "remember" => self.remember(call).await,
             "search_skills" => self.search_skills(call).await,
             "publish_skill" => self.publish_skill(call).await,
+            "follow" => self.follow(call).await,
             "do_nothing" => Ok("ok: nothing done".to_owned()),
             other => Err(format!("error: there is no tool named {other:?}")),
         };
@@ -188,6 +198,17 @@ impl Batch {
     async fn post(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: TextArg = args(call)?;
         self.agent.request_approval(Gated::Post { text: a.text }).await.map_err(|e| format!("error: {e}"))
+    }
+
+    async fn follow(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: HandleArg = args(call)?;
+        let handle = a.handle.trim().trim_start_matches('@').to_ascii_lowercase();
+        let did = match self.agent.bsky.resolve(&handle).await {
+            Ok(Some(did)) => did,
+            Ok(None) => return Err(format!("error: the handle {handle:?} does not resolve")),
+            Err(e) => return Err(format!("error: {e}")),
+        };
+        self.agent.request_approval(Gated::Follow { did, handle }).await.map_err(|e| format!("error: {e}"))
     }
 
     async fn publish_skill(&mut self, call: &ToolCall) -> Result<String, String> {

@@ -393,6 +393,7 @@ fn synthetic_memory(i: usize, rng: &mut Rng) -> anyhow::Result<NewMemory> {
         turn_at: None,
         external_id: None,
         metadata: None,
+        correction: false,
     })
 }
 

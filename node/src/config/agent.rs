@@ -29,6 +29,10 @@ pub struct Agent {
     pub musing: bool,
     #[serde(with = "humantime_serde")]
     pub musing_interval: Duration,
+    /// Seed 003: activity after a longer gap starts a new session; a musing is never posted
+    /// within this long of a conversation, and at most once per session.
+    #[serde(with = "humantime_serde")]
+    pub session_gap: Duration,
     /// The UTC hour (0–23) of the daily reflection; none turns it off.
     pub reflection_hour: Option<u8>,
     /// How long an approval request waits for the owner's like.
@@ -52,6 +56,7 @@ impl Default for Agent {
             max_batch: 50,
             musing: false,
             musing_interval: Duration::from_secs(2 * 3600),
+            session_gap: Duration::from_secs(30 * 60),
             reflection_hour: Some(23),
             approval_ttl: Duration::from_secs(3600),
             crystallize_after: 3,
@@ -151,6 +156,9 @@ impl Agent {
         }
         if self.musing_interval < Duration::from_secs(60) {
             return bad("musing_interval", "must be at least 1m");
+        }
+        if self.session_gap.is_zero() || self.session_gap > Duration::from_secs(24 * 3600) {
+            return bad("session_gap", "must be between 1s and 24h");
         }
         if self.reflection_hour.is_some_and(|h| h > 23) {
             return bad("reflection_hour", "must be an hour from 0 to 23");

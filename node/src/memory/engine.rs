@@ -113,6 +113,10 @@ pub struct NewMemory {
     /// The caller's own metadata, a JSON object of at most [`MAX_METADATA`] bytes.
     #[serde(default)]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The user explicitly corrected an earlier value with this one (seed 003): the value it
+    /// supersedes is replaced at confidence 1.0, without relying on the text's wording.
+    #[serde(default)]
+    pub correction: bool,
 }
 
 impl NewMemory {
@@ -136,6 +140,7 @@ impl NewMemory {
             turn_at: None,
             external_id: None,
             metadata: None,
+            correction: false,
         }
     }
 

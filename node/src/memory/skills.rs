@@ -44,6 +44,7 @@ fn incoming(skill: SkillMemory<'_>) -> Incoming {
         turn_at: None,
         external_id: None,
         metadata: None,
+        correction: false,
     };
     Incoming { new, peer: skill.peer, actor }
 }

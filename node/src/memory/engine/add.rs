@@ -82,6 +82,39 @@ impl Memory {
     /// was stored, in order, beside whether everything was: after a failure, the memories
     /// before it are stored and returned.
     pub(crate) fn add_incoming(&self, items: Vec<Incoming>, now: UnixMillis) -> (Vec<Added>, Result<(), Error>) {
+        self.add_incoming_with(items, now, &*self.reconciler)
+    }
+
+    /// Stores `new` exactly as [`Memory::add`] does, with `reconciler` deciding instead of the
+    /// engine's own rules (the agent's LLM reconciler, whose decision was asked beforehand so
+    /// that no model call holds the writer lock).
+    pub fn add_with(
+        &self,
+        new: NewMemory,
+        reconciler: &dyn correction::Reconciler,
+        actor: &str,
+        now: UnixMillis,
+    ) -> Result<Added, Error> {
+        let items = vec![Incoming { new, peer: None, actor: actor.to_owned() }];
+        let (mut added, outcome) = self.add_incoming_with(items, now, reconciler);
+        outcome?;
+        added.pop().ok_or_else(|| Error::Invalid("the memory was not stored".into()))
+    }
+
+    /// The active observations `new` would be reconciled against now (seed 000's top 3, plus
+    /// any with its subject and attribute), best first.
+    pub fn reconciliation_candidates(&self, new: &NewMemory) -> Result<Vec<Candidate>, Error> {
+        check(new)?;
+        let embedding = self.embedder.embed(&[new.text.as_str()])?.pop().unwrap_or_default();
+        self.candidates(new, &embedding)
+    }
+
+    fn add_incoming_with(
+        &self,
+        items: Vec<Incoming>,
+        now: UnixMillis,
+        reconciler: &dyn correction::Reconciler,
+    ) -> (Vec<Added>, Result<(), Error>) {
         if items.is_empty() {
             // Nothing to make durable or searchable: no flush, no commit.
             return (Vec::new(), Ok(()));
@@ -91,8 +124,9 @@ impl Memory {
         }
         let mut added = Vec::with_capacity(items.len());
         let mut pending = TextPending::default();
-        let outcome =
-            items.chunks(EMBED_BATCH).try_for_each(|chunk| self.add_chunk(chunk, now, &mut added, &mut pending));
+        let outcome = items
+            .chunks(EMBED_BATCH)
+            .try_for_each(|chunk| self.add_chunk(chunk, now, &mut added, &mut pending, reconciler));
         let outcome = outcome.and(self.settle(pending));
         (added, outcome)
     }
@@ -119,6 +153,7 @@ impl Memory {
         now: UnixMillis,
         added: &mut Vec<Added>,
         pending: &mut TextPending,
+        reconciler: &dyn correction::Reconciler,
     ) -> Result<(), Error> {
         let texts: Vec<&str> = chunk.iter().map(|i| i.new.text.as_str()).collect();
         let embeddings = self.embedder.embed(&texts)?;
@@ -129,7 +164,8 @@ impl Memory {
         let mut batch = sled::Batch::default();
         let mut contexts = Vec::new();
         let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, embedding)| {
-            let (one, mut changes) = self.prepare(&item.new, item.peer.clone(), embedding, &item.actor, now)?;
+            let (one, mut changes) =
+                self.prepare(&item.new, item.peer.clone(), embedding, &item.actor, now, reconciler)?;
             contexts.append(&mut changes.contexts);
             self.add_to_batch(&changes, &mut batch)?;
             *pending = pending.and(self.index(changes)?);
@@ -173,6 +209,7 @@ impl Memory {
         embedding: Vec<f32>,
         actor: &str,
         now: UnixMillis,
+        reconciler: &dyn correction::Reconciler,
     ) -> Result<(Added, Changes), Error> {
         let turn = new.is_conversation_turn();
         let influence = {
@@ -191,7 +228,15 @@ impl Memory {
         // stays, whatever its kind.
         let decision = if new.kind == MemoryKind::Observation && !turn {
             let candidates = self.candidates(new, &embedding)?;
-            self.reconciler.reconcile(&new.text, new.subject.as_deref(), new.attribute.as_deref(), &candidates)
+            let decision =
+                reconciler.reconcile(&new.text, new.subject.as_deref(), new.attribute.as_deref(), &candidates);
+            match decision {
+                // The caller says the user explicitly corrected this value (seed 003: 1.0).
+                Decision::Update { target, .. } if new.correction => {
+                    Decision::Update { target, confidence: self.config.correction.explicit_correction_confidence }
+                }
+                other => other,
+            }
         } else {
             Decision::Add
         };
@@ -238,7 +283,7 @@ impl Memory {
                     });
                     old.status = Status::Superseded;
                     old.superseded_by = Some(id);
-                    let why = if correction::is_explicit_correction(&new.text) {
+                    let why = if new.correction || correction::is_explicit_correction(&new.text) {
                         format!("explicit correction by {id} (confidence 1.0)")
                     } else {
                         tracing::info!(
