@@ -9,9 +9,11 @@
 
 pub mod agent;
 pub mod atproto;
+pub mod browser;
 pub mod js;
 pub mod llm;
 pub mod metrics;
+pub mod page;
 pub mod process;
 pub mod swarm;
 
