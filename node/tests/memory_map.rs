@@ -52,7 +52,8 @@ async fn private_crystals_are_on_the_map_only_with_the_token() {
     let (running, _dir) = start().await;
     let public = add(&running, json!({"text": "The swarm meets on Thursdays", "scope": "public"})).await;
     let private = add(&running, json!({"text": "Sam's dad has surgery in March", "namespace": "user:sam"})).await;
-    let (public_id, private_id) = (public["crystal"]["id"].as_u64().unwrap(), private["crystal"]["id"].as_u64().unwrap());
+    let (public_id, private_id) =
+        (public["crystal"]["id"].as_u64().unwrap(), private["crystal"]["id"].as_u64().unwrap());
 
     let (status, map) = get(&running, "/v1/memory/map", false).await;
     assert_eq!(status, 200, "{map}");
@@ -124,7 +125,8 @@ async fn the_map_is_bounded_by_its_limit_and_says_so() {
     let (status, map) = get(&running, "/v1/memory/map", false).await;
     assert_eq!((status, map["truncated"].clone(), map["limit"].clone()), (200, json!(false), json!(10_000)));
 
-    for bad in [format!("limit={}", MAX_LIMIT + 1), "limit=0".to_owned(), "limit=many".to_owned(), "lmit=3".to_owned()] {
+    for bad in [format!("limit={}", MAX_LIMIT + 1), "limit=0".to_owned(), "limit=many".to_owned(), "lmit=3".to_owned()]
+    {
         let (status, body) = get(&running, &format!("/v1/memory/map?{bad}"), true).await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert_eq!(body["error"], "bad_request");
@@ -159,7 +161,9 @@ async fn the_same_memories_always_make_the_same_map() {
     }
     let (_, first) = get(&running, "/v1/memory/map", false).await;
     let (_, second) = get(&running, "/v1/memory/map", false).await;
-    let at = |m: &Value| m["points"].as_array().unwrap().iter().map(|p| (p["x"].clone(), p["y"].clone())).collect::<Vec<_>>();
+    let at = |m: &Value| {
+        m["points"].as_array().unwrap().iter().map(|p| (p["x"].clone(), p["y"].clone())).collect::<Vec<_>>()
+    };
     assert_eq!(at(&first), at(&second));
     let spread = at(&first).iter().map(|(x, _)| x.as_f64().unwrap()).fold(0.0, |m: f64, x| m.max(x.abs()));
     assert!(spread > 0.0, "different texts are spread out: {first}");

@@ -237,7 +237,11 @@ async fn read_messages(
                 let params = &message["params"];
                 let args: Vec<String> = params["args"]
                     .as_array()
-                    .map(|a| a.iter().map(|v| v["value"].as_str().map_or_else(|| v["value"].to_string(), str::to_owned)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .map(|v| v["value"].as_str().map_or_else(|| v["value"].to_string(), str::to_owned))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 format!("console.{}: {}", params["type"].as_str().unwrap_or("log"), args.join(" "))
             }
@@ -279,7 +283,10 @@ impl Page<'_> {
             .call("Runtime.evaluate", json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }))
             .await?;
         if let Some(details) = answer.get("exceptionDetails") {
-            bail!("{expression}: threw {}", details["exception"]["description"].as_str().unwrap_or(&details.to_string()));
+            bail!(
+                "{expression}: threw {}",
+                details["exception"]["description"].as_str().unwrap_or(&details.to_string())
+            );
         }
         Ok(answer["result"].get("value").cloned().unwrap_or(Value::Null))
     }

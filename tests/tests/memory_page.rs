@@ -20,7 +20,12 @@ use serde_json::Value;
 const DRAW: Duration = Duration::from_secs(30);
 
 fn ids(map: &Value) -> Result<Vec<u64>> {
-    map["points"].as_array().context("the map has points")?.iter().map(|p| p["id"].as_u64().context("a point's id")).collect()
+    map["points"]
+        .as_array()
+        .context("the map has points")?
+        .iter()
+        .map(|p| p["id"].as_u64().context("a point's id"))
+        .collect()
 }
 
 /// The map element's `data-*` record.
@@ -73,8 +78,7 @@ async fn the_memory_page_draws_the_map_highlights_recall_and_hides_private_cryst
     ensure!(edges >= 10 && superseded == edges, "corrections are edges: {edges} edges, {superseded} superseded");
     ensure!(private.iter().all(|id| !on_map.contains(id)), "no private crystal on the public map");
     ensure!(public.iter().all(|id| on_map.contains(id)), "every public crystal stored is on the map");
-    let full: Value =
-        http.get(format!("{}/v1/memory/map", node.api)).bearer_auth(&token).send().await?.json().await?;
+    let full: Value = http.get(format!("{}/v1/memory/map", node.api)).bearer_auth(&token).send().await?.json().await?;
     let everything = ids(&full)?;
     ensure!(everything.len() == on_map.len() + private.len(), "the token shows the private crystals too");
 
@@ -88,9 +92,8 @@ async fn the_memory_page_draws_the_map_highlights_recall_and_hides_private_cryst
     let text: String = page.eval("document.body.innerText").await?.as_str().unwrap_or_default().to_owned();
     ensure!(!text.contains(PRIVATE_WORD), "the page shows nothing private without the token");
     ensure!(text.contains("public memories only"), "the page says what it leaves out without the token");
-    let private_drawn = page
-        .eval(&format!("{:?}.filter(id => window.druseMemory.screenPoint(id) !== null).length", private))
-        .await?;
+    let private_drawn =
+        page.eval(&format!("{:?}.filter(id => window.druseMemory.screenPoint(id) !== null).length", private)).await?;
     ensure!(private_drawn == 0, "no private crystal is on the page: {private_drawn}");
 
     // Hover a crystal: its details show in the tooltip.
@@ -118,24 +121,17 @@ async fn the_memory_page_draws_the_map_highlights_recall_and_hides_private_cryst
 
     // Search through the node's own recall: the hits it answers are highlighted.
     let query = "sailing harbour regatta";
-    let recalled: Value = http.get(format!("{}/v1/memories", node.api)).query(&[("q", query), ("k", "100")]).send().await?.json().await?;
-    let recalled: HashSet<u64> = recalled
-        .as_array()
-        .context("hits")?
-        .iter()
-        .filter_map(|h| h["crystal"]["id"].as_u64())
-        .collect();
+    let recalled: Value =
+        http.get(format!("{}/v1/memories", node.api)).query(&[("q", query), ("k", "100")]).send().await?.json().await?;
+    let recalled: HashSet<u64> =
+        recalled.as_array().context("hits")?.iter().filter_map(|h| h["crystal"]["id"].as_u64()).collect();
     ensure!(!recalled.is_empty(), "recall finds the sailing crystals");
     let before = count(&record(&page).await?, "draws")?;
     page.type_into("#search", query).await?;
     page.press_enter().await?;
     let searched = drawn_after(&page, before, Some("done")).await?;
-    let highlighted: HashSet<u64> = searched["hitIds"]
-        .as_str()
-        .context("data-hit-ids")?
-        .split(',')
-        .filter_map(|id| id.parse().ok())
-        .collect();
+    let highlighted: HashSet<u64> =
+        searched["hitIds"].as_str().context("data-hit-ids")?.split(',').filter_map(|id| id.parse().ok()).collect();
     ensure!(highlighted == recalled, "the page highlights what the node recalls: {highlighted:?} vs {recalled:?}");
     ensure!(count(&searched, "highlighted")? == recalled.len() as u64, "every hit is drawn highlighted: {searched}");
     let hit_texts = page.eval("JSON.stringify(document.getElementById('search-status').textContent)").await?;
@@ -167,9 +163,8 @@ async fn the_memory_page_draws_the_map_highlights_recall_and_hides_private_cryst
 
 /// A crystal on the map with no other within 14 px of it, and where it is drawn.
 async fn isolated_point(page: &Page<'_>, ids: &[u64]) -> Result<(u64, f64, f64)> {
-    let positions = page
-        .eval(&format!("JSON.stringify({ids:?}.map(id => [id, window.druseMemory.screenPoint(id)]))"))
-        .await?;
+    let positions =
+        page.eval(&format!("JSON.stringify({ids:?}.map(id => [id, window.druseMemory.screenPoint(id)]))")).await?;
     let positions: Vec<(u64, Option<Value>)> = serde_json::from_str(positions.as_str().context("positions")?)?;
     let points: Vec<(u64, f64, f64)> = positions
         .into_iter()
