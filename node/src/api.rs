@@ -165,6 +165,7 @@ pub fn router(node: Node, extra: Router) -> Router {
         .route("/v1/peers", get(peers))
         .route("/v1/weather", get(weather))
         .route("/v1/agent", get(crate::agent::status))
+        .merge(crate::memory_map::routes())
         .merge(writes)
         .with_state(node)
         .merge(extra)
@@ -345,7 +346,7 @@ async fn ledger(
 }
 
 /// Who an API read comes from: the node's own agent when it carries the bearer token.
-fn caller(node: &Node, headers: &HeaderMap) -> Caller {
+pub(crate) fn caller(node: &Node, headers: &HeaderMap) -> Caller {
     let expected = format!("Bearer {}", node.token());
     let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) { Caller::LocalAgent } else { Caller::Anyone }

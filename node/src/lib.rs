@@ -15,6 +15,7 @@ pub mod governance;
 pub mod ingest;
 pub mod market;
 pub mod memory;
+pub mod memory_map;
 pub mod metrics;
 pub mod node;
 pub mod peers;

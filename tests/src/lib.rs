@@ -10,9 +10,11 @@
 pub mod agent;
 pub mod atproto;
 pub mod hub;
+pub mod browser;
 pub mod js;
 pub mod llm;
 pub mod metrics;
+pub mod page;
 pub mod process;
 pub mod swarm;
 
