@@ -48,6 +48,10 @@ struct Args {
     /// Concurrent API writers.
     #[arg(long, default_value_t = 4)]
     writers: usize,
+    /// Gossiped listings per second at most (each is stored and indexed as a crystal, so this
+    /// bounds how fast the store and the memory grow); 0 for as fast as the node takes them.
+    #[arg(long, default_value_t = 300)]
+    gossip_per_second: u64,
     /// Distinct authors of the gossiped listings.
     #[arg(long, default_value_t = 1_000)]
     authors: usize,
@@ -173,12 +177,7 @@ fn thread_states() -> String {
         let stat = read("stat");
         // The state follows the parenthesised name: `tid (name) S ...`.
         let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().next()).unwrap_or("?");
-        out.push(format!(
-            "  {:>7} {:<18} {state} {}",
-            task.file_name().to_string_lossy(),
-            read("comm"),
-            read("wchan")
-        ));
+        out.push(format!("  {:>7} {:<18} {state} {}", task.file_name().to_string_lossy(), read("comm"), read("wchan")));
     }
     out.sort();
     out.join("\n")
@@ -333,7 +332,7 @@ fn listing(n: u64, rng: &mut StdRng) -> CrystalListing {
 }
 
 /// Signs and ingests listings one by one on a blocking thread, as the gossip path would.
-fn gossip(node: Node, shared: Arc<Shared>, authors: usize, seed: u64) -> Result<()> {
+fn gossip(node: Node, shared: Arc<Shared>, authors: usize, per_second: u64, seed: u64) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x9055_1900);
     let authors: Vec<(Keypair, PeerId)> = (0..authors.max(1))
         .map(|_| {
@@ -342,9 +341,17 @@ fn gossip(node: Node, shared: Arc<Shared>, authors: usize, seed: u64) -> Result<
             (key, peer)
         })
         .collect();
+    let started = Instant::now();
     for n in 0u64.. {
         if shared.stop.load(Ordering::Relaxed) {
             break;
+        }
+        if per_second > 0 {
+            // Pacing, not synchronisation: listing n is due n / rate seconds after the start.
+            let due = Duration::from_secs_f64(n as f64 / per_second as f64);
+            if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(ahead);
+            }
         }
         let (key, peer) = &authors[n as usize % authors.len()];
         let bytes = seal(key, &Body::Crystal(listing(n, &mut rng)))?;
@@ -429,8 +436,9 @@ async fn main() -> Result<()> {
     );
 
     println!(
-        "running for {} min: {} API writers, gossip ingest from {} authors, consolidation passes; stall limit {stall:?}",
-        args.minutes, args.writers, args.authors
+        "running for {} min: {} API writers, gossip ingest from {} authors (at most {}/s, 0 = unpaced), consolidation \
+         passes; stall limit {stall:?}",
+        args.minutes, args.writers, args.authors, args.gossip_per_second
     );
     let http = reqwest::Client::builder().timeout(stall * 2).build()?;
     for part in [&shared.api, &shared.gossip, &shared.consolidate] {
@@ -442,7 +450,7 @@ async fn main() -> Result<()> {
     }
     let gossiper = tokio::task::spawn_blocking({
         let (node, shared) = (node.clone(), Arc::clone(&shared));
-        move || gossip(node, shared, args.authors, args.seed)
+        move || gossip(node, shared, args.authors, args.gossip_per_second, args.seed)
     });
     let consolidation = tokio::spawn(consolidator(http.clone(), api.clone(), token.clone(), Arc::clone(&shared)));
 
@@ -460,9 +468,13 @@ async fn main() -> Result<()> {
 
     let mut sorted = passes.clone();
     sorted.sort();
-    let pct = |p: f64| sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).map_or(0.0, Duration::as_secs_f64);
+    let pct =
+        |p: f64| sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).map_or(0.0, Duration::as_secs_f64);
     println!();
-    println!("| part (over {:>5.1} min)             | done      | per second | errors  |", run_time.as_secs_f64() / 60.0);
+    println!(
+        "| part (over {:>5.1} min)             | done      | per second | errors  |",
+        run_time.as_secs_f64() / 60.0
+    );
     println!("|-----------------------------------|-----------|------------|---------|");
     for part in [&shared.api, &shared.gossip, &shared.consolidate] {
         let done = part.done.load(Ordering::Relaxed);
