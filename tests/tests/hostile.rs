@@ -34,7 +34,7 @@ async fn cluster_with_rogue() -> anyhow::Result<(Cluster, TestNode)> {
 /// subscriptions first on a new connection, and gossipsub delivers one peer's messages in
 /// order, so from then on `node` knows every topic the sniffer listens on and sends it what it
 /// broadcasts there.
-async fn heard_by(sniffer: &Sniffer, node: &TestNode) {
+async fn heard_by(sniffer: &Sniffer, node: &TestNode) -> anyhow::Result<()> {
     let before = node.messages_on(topic::REPORTS);
     let probe = Body::Report(Report {
         issued_at: now_ms(),
@@ -42,12 +42,11 @@ async fn heard_by(sniffer: &Sniffer, node: &TestNode) {
         content_id: ContentId::of(b"subscription probe"),
         event: ReportEvent::Execution { success: true, reward: 0.0 },
     });
-    sniffer.publish(topic::REPORTS, seal(&sniffer.key, &probe).unwrap()).await.unwrap();
+    sniffer.publish(topic::REPORTS, seal(&sniffer.key, &probe)?).await?;
     eventually(WAIT, format_args!("{} to hear the sniffer's probe", node.name), async || {
         node.messages_on(topic::REPORTS) > before
     })
     .await
-    .unwrap();
 }
 
 fn storm(seq: u64) -> Body {
@@ -92,7 +91,7 @@ async fn replayed_weather_is_refused_after_a_restart_and_counted() {
     let mut cluster = Cluster::start(&[("e", 1)], |_| {}).await.unwrap();
     let sniffer = Sniffer::start(70).unwrap();
     connect(&sniffer.net, cluster.mgmt.net()).await.unwrap();
-    heard_by(&sniffer, &cluster.mgmt).await;
+    heard_by(&sniffer, &cluster.mgmt).await.unwrap();
 
     cluster.management.weather(0.9, Duration::from_secs(60), "storm".into()).await.unwrap();
     let captured = wait_for(WAIT, "the sniffer to capture the weather broadcast", async || {

@@ -94,7 +94,7 @@ fn largest_mappings(pid: u32, count: usize) -> Result<Vec<(u64, String)>> {
         *grouped.entry(name).or_default() += kb;
     }
     let mut sorted: Vec<(u64, String)> = grouped.into_iter().map(|(name, kb)| (kb, name)).collect();
-    sorted.sort_by(|a, b| b.0.cmp(&a.0));
+    sorted.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     sorted.truncate(count);
     Ok(sorted)
 }
