@@ -131,8 +131,9 @@ pub fn require_token<S: Clone + Send + Sync + 'static>(routes: Router<S>, token:
     }))
 }
 
+/// Compares in time that does not depend on where the inputs differ (only on their lengths).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 /// The node's routes with `extra` (the management role's) merged in, every one of them under

@@ -4,19 +4,16 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
-use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 struct Node {
     child: Child,
+    log: PathBuf,
+    /// The API's base URL, read from the startup line (empty until then).
     api: String,
 }
 
@@ -27,34 +24,50 @@ impl Drop for Node {
     }
 }
 
-fn start(dir: &Path) -> Node {
-    let api_port = free_port();
+/// Starts the node with every port chosen by the OS; its startup line names the API's.
+fn start(dir: &Path, round: usize) -> Node {
+    let log = dir.with_extension(format!("{round}.log"));
+    let file = std::fs::File::create(&log).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_druse-node"))
         .args(["run", "--data-dir"])
         .arg(dir)
         .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--mdns", "false"])
-        .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
-        .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port())])
-        .env("RUST_LOG", "warn")
+        .args(["--api-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn,druse_node::daemon=info")
         // The embedder it always had (MiniLM when DRUSE_MINILM_DIR names it): no hub download.
         .env("DRUSE_MODEL_DOWNLOAD", "false")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(file)
         .spawn()
         .unwrap();
-    Node { child, api: format!("http://127.0.0.1:{api_port}") }
+    Node { child, log, api: String::new() }
 }
 
+/// The API address in the startup line (`...; API http://127.0.0.1:PORT; metrics ...`).
+fn startup_api(log: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains(" started: p2p "))?;
+    let (_, rest) = line.split_once("; API ")?;
+    Some(rest.split_once(';')?.0.to_owned())
+}
+
+/// Waits for the startup line, then until the API answers.
 async fn wait_ready(client: &reqwest::Client, node: &mut Node) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(response) = client.get(format!("{}/healthz", node.api)).send().await
+        if node.api.is_empty()
+            && let Some(api) = startup_api(&std::fs::read_to_string(&node.log).unwrap_or_default())
+        {
+            node.api = api;
+        }
+        if !node.api.is_empty()
+            && let Ok(response) = client.get(format!("{}/healthz", node.api)).send().await
             && response.status().is_success()
         {
             return;
         }
         if let Ok(Some(status)) = node.child.try_wait() {
-            panic!("the node exited at start-up with {status}: the store did not open");
+            let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+            panic!("the node exited at start-up with {status}: the store did not open\n{log}");
         }
         assert!(Instant::now() < deadline, "the node did not become ready within 30 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -78,9 +91,9 @@ async fn acknowledged_memories_survive_kill_9_at_random_moments() {
     let mut rng = Lcg(0x5eed);
     let mut acknowledged: Vec<(u64, String)> = Vec::new();
     for round in 0..20 {
-        let mut node = start(dir.path());
+        let mut node = start(&dir.path().join("node"), round);
         wait_ready(&client, &mut node).await;
-        let token = std::fs::read_to_string(dir.path().join("api.token")).unwrap().trim().to_owned();
+        let token = std::fs::read_to_string(dir.path().join("node").join("api.token")).unwrap().trim().to_owned();
         for (id, text) in &acknowledged {
             let response =
                 client.get(format!("{}/v1/crystals/{id}", node.api)).bearer_auth(&token).send().await.unwrap();
@@ -110,9 +123,9 @@ async fn acknowledged_memories_survive_kill_9_at_random_moments() {
         node.child.wait().unwrap();
     }
     assert!(acknowledged.len() >= 20, "too few writes were acknowledged to prove anything: {}", acknowledged.len());
-    let mut node = start(dir.path());
+    let mut node = start(&dir.path().join("node"), 20);
     wait_ready(&client, &mut node).await;
-    let token = std::fs::read_to_string(dir.path().join("api.token")).unwrap().trim().to_owned();
+    let token = std::fs::read_to_string(dir.path().join("node").join("api.token")).unwrap().trim().to_owned();
     let hits: Value = client
         .get(format!("{}/v1/memories?q=parcel%20locker&k=100", node.api))
         .bearer_auth(&token)

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use prometheus_parse::Value;
+
 /// One sample line: a series name, its labels and its value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -11,56 +13,45 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// Every sample in `text`; comments and lines that do not parse are skipped.
+/// Every sample in `text`, read by `prometheus-parse`; comments and lines that do not parse
+/// are skipped. A histogram comes back as its `_bucket` samples (with their `le` label) and
+/// its `_sum` and `_count`; a summary as its samples with their `quantile` label.
+///
+/// Label values are read as the node writes them: no label value it exports holds a comma, an
+/// equals sign or an escaped quote, which this reader does not unescape.
 pub fn parse(text: &str) -> Vec<Sample> {
-    text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).filter_map(parse_line).collect()
-}
-
-fn parse_line(line: &str) -> Option<Sample> {
-    let name_end = line.find(['{', ' '])?;
-    let name = line[..name_end].to_owned();
-    let mut labels = BTreeMap::new();
-    let mut rest = &line[name_end..];
-    if let Some(mut inside) = rest.strip_prefix('{') {
-        loop {
-            inside = inside.trim_start_matches([',', ' ']);
-            if let Some(tail) = inside.strip_prefix('}') {
-                rest = tail;
-                break;
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let Ok(scrape) = prometheus_parse::Scrape::parse(lines) else { return Vec::new() };
+    let mut samples = Vec::new();
+    for sample in scrape.samples {
+        let labels: BTreeMap<String, String> = sample.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut push = |name: String, labels: BTreeMap<String, String>, value: f64| {
+            samples.push(Sample { name, labels, value });
+        };
+        match sample.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => push(sample.metric, labels, v),
+            Value::Histogram(buckets) => {
+                for bucket in buckets {
+                    let mut labels = labels.clone();
+                    labels.insert("le".into(), bound(bucket.less_than));
+                    push(format!("{}_bucket", sample.metric), labels, bucket.count);
+                }
             }
-            let eq = inside.find('=')?;
-            let key = inside[..eq].trim().to_owned();
-            let (value, tail) = quoted(&inside[eq + 1..])?;
-            labels.insert(key, value);
-            inside = tail;
+            Value::Summary(quantiles) => {
+                for quantile in quantiles {
+                    let mut labels = labels.clone();
+                    labels.insert("quantile".into(), bound(quantile.quantile));
+                    push(sample.metric.clone(), labels, quantile.count);
+                }
+            }
         }
     }
-    // The value; an optional timestamp may follow it.
-    let value = rest.split_whitespace().next()?.parse().ok()?;
-    Some(Sample { name, labels, value })
+    samples
 }
 
-/// Reads one `"..."` label value; returns it unescaped with the text after the closing quote.
-fn quoted(text: &str) -> Option<(String, &str)> {
-    let body = text.strip_prefix('"')?;
-    let mut value = String::new();
-    let mut escaped = false;
-    for (i, c) in body.char_indices() {
-        match (escaped, c) {
-            (true, 'n') => {
-                value.push('\n');
-                escaped = false;
-            }
-            (true, c) => {
-                value.push(c);
-                escaped = false;
-            }
-            (false, '\\') => escaped = true,
-            (false, '"') => return Some((value, &body[i + 1..])),
-            (false, c) => value.push(c),
-        }
-    }
-    None
+/// A bucket bound or quantile as the exposition format writes it.
+fn bound(value: f64) -> String {
+    if value == f64::INFINITY { "+Inf".into() } else { value.to_string() }
 }
 
 /// The sum of the samples named `name` whose labels include every pair of `labels`; `None`
@@ -79,10 +70,13 @@ mod tests {
     use super::*;
 
     const BODY: &str = "# HELP druse_halted 1 while halted.\n# TYPE druse_halted gauge\ndruse_halted 1\n\
+        # TYPE druse_ingest_outcomes counter\n\
         druse_ingest_outcomes_total{kind=\"weather\",outcome=\"untrusted_signer\"} 3\n\
         druse_ingest_outcomes_total{kind=\"crystal\",outcome=\"untrusted_signer\"} 2\n\
         druse_messages_total{topic=\"druse/weather/1\",verdict=\"reject\"} 1 1700000000\n\
-        odd{a=\"x\\\"y,}\",b=\"z\"} 4.5\n# EOF\n";
+        # HELP druse_ingest_seconds Time to ingest one message.\n# TYPE druse_ingest_seconds histogram\n\
+        druse_ingest_seconds_sum 0.75\ndruse_ingest_seconds_count 4\n\
+        druse_ingest_seconds_bucket{le=\"0.1\"} 1\ndruse_ingest_seconds_bucket{le=\"+Inf\"} 4\n# EOF\n";
 
     #[test]
     fn values_are_found_by_name_and_label_subset() {
@@ -94,7 +88,16 @@ mod tests {
     }
 
     #[test]
-    fn escaped_label_values_are_unescaped() {
-        assert_eq!(value(BODY, "odd", &[("a", "x\"y,}"), ("b", "z")]), Some(4.5));
+    fn a_histogram_reads_as_its_buckets_sum_and_count() {
+        assert_eq!(value(BODY, "druse_ingest_seconds_count", &[]), Some(4.0));
+        assert_eq!(value(BODY, "druse_ingest_seconds_sum", &[]), Some(0.75));
+        assert_eq!(value(BODY, "druse_ingest_seconds_bucket", &[("le", "0.1")]), Some(1.0));
+        assert_eq!(value(BODY, "druse_ingest_seconds_bucket", &[("le", "+Inf")]), Some(4.0));
+    }
+
+    #[test]
+    fn lines_that_are_not_samples_are_skipped() {
+        let samples = parse("# EOF\nnot a sample\ndruse_halted one\n\ndruse_halted 0\n");
+        assert_eq!(samples, vec![Sample { name: "druse_halted".into(), labels: BTreeMap::new(), value: 0.0 }]);
     }
 }

@@ -1,6 +1,7 @@
 //! The real binaries as child processes: building them once per test process, spawning
-//! `druse-node run` / `druse-mgmt run` on free loopback ports with kill-on-drop, running CLI
-//! subcommands, and reading a child's log when something fails.
+//! `druse-node run` / `druse-mgmt run` on loopback with every port chosen by the OS (the bound
+//! addresses are read from the node's startup line) and kill-on-drop, running CLI subcommands,
+//! and reading a child's log when something fails.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -124,7 +125,8 @@ fn scrub_test_env(command: &mut std::process::Command, target_dir: &Path) {
     }
 }
 
-/// A free TCP port on loopback (free when asked; a child binds it a moment later).
+/// A free TCP port on loopback (free when asked; a child binds it a moment later, so another
+/// process may take it first: prefer port 0 and [`Startup`] where the child reports its ports).
 pub fn free_port() -> Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
@@ -171,6 +173,16 @@ impl Process {
             .spawn()
             .with_context(|| format!("spawning {}", program.display()))?;
         Ok(Self { name: name.to_owned(), child, log })
+    }
+
+    /// The operating system's id of the child; `None` once it has been reaped.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// The file the child logs to.
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// The child's whole log so far (empty if it cannot be read yet).
@@ -242,6 +254,90 @@ pub async fn run_cli_env(program: &Path, args: &[&str], env: &[(&str, &str)]) ->
         .with_context(|| format!("running {}", program.display()))
 }
 
+/// The addresses a node names in its startup line (`druse edge node <peer> started: p2p
+/// <addrs>; API http://<addr>; metrics http://<addr>/metrics; ...`), which are the ones it
+/// bound, so a node started on port 0 tells where it listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Startup {
+    /// Base URL of the API, like `http://127.0.0.1:41234`.
+    pub api: String,
+    /// Base URL of the metrics listener.
+    pub metrics: String,
+    /// The P2P listen addresses, without `/p2p/<peer id>`.
+    pub p2p: Vec<String>,
+}
+
+impl Startup {
+    /// The startup line's addresses, from a log in the text or the JSON format; `None` while
+    /// the log has no startup line.
+    pub fn find(log: &str) -> Option<Self> {
+        log.lines().find_map(Self::parse_line)
+    }
+
+    fn parse_line(line: &str) -> Option<Self> {
+        let (_, rest) = line.split_once(" started: p2p ")?;
+        let (p2p, rest) = rest.split_once("; API http://")?;
+        let (api, rest) = rest.split_once("; metrics http://")?;
+        let (metrics, _) = rest.split_once("/metrics")?;
+        let p2p = p2p.split(", ").filter(|a| !a.is_empty()).map(str::to_owned).collect();
+        Some(Self { api: format!("http://{api}"), metrics: format!("http://{metrics}"), p2p })
+    }
+
+    /// Waits until `process` logs its startup line; fails if it exits first or after `timeout`.
+    pub async fn wait(process: &mut Process, timeout: Duration) -> Result<Self> {
+        let name = process.name.clone();
+        let mut exited = None;
+        let found = wait_for(timeout, format_args!("{name} to log its startup line"), async || {
+            if let Err(error) = process.check_running() {
+                exited = Some(error);
+                return Some(None);
+            }
+            Self::find(&process.log()).map(Some)
+        })
+        .await?;
+        match (found, exited) {
+            (Some(startup), _) => Ok(startup),
+            (None, Some(error)) => Err(error),
+            (None, None) => bail!("{name} logged no startup line"),
+        }
+    }
+}
+
+/// A `druse-node run` or `druse-mgmt run` child that may not have bound its listeners yet.
+#[derive(Debug)]
+pub struct Starting {
+    pub process: Process,
+    pub data_dir: PathBuf,
+}
+
+impl Starting {
+    /// Waits for the startup line, then until the API answers.
+    pub async fn ready(mut self) -> Result<ProcNode> {
+        let startup = Startup::wait(&mut self.process, WAIT).await.with_context(|| self.process.log_tail())?;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+        let mut node = ProcNode {
+            process: self.process,
+            data_dir: self.data_dir,
+            api: startup.api,
+            metrics: startup.metrics,
+            http,
+        };
+        node.wait_healthy().await?;
+        Ok(node)
+    }
+
+    /// The `--api` and `--node-data-dir` flags of a CLI subcommand pointed at this node, once
+    /// its startup line has named the API's address; `None` before.
+    pub fn cli_flags(&self) -> Option<Vec<String>> {
+        let startup = Startup::find(&self.process.log())?;
+        Some(cli_flags(&startup.api, &self.data_dir))
+    }
+}
+
+fn cli_flags(api: &str, data_dir: &Path) -> Vec<String> {
+    vec!["--api".into(), api.to_owned(), "--node-data-dir".into(), data_dir.display().to_string()]
+}
+
 /// A `druse-node run` or `druse-mgmt run` child with its API and metrics listeners.
 #[derive(Debug)]
 pub struct ProcNode {
@@ -255,8 +351,8 @@ pub struct ProcNode {
 }
 
 impl ProcNode {
-    /// Spawns `program run` on loopback: P2P on a port the OS picks, API and metrics on free
-    /// ports, mDNS off, 100 ms heartbeats; returns once the API answers.
+    /// Spawns `program run` on loopback: P2P, API and metrics on ports the OS picks, mDNS off,
+    /// 100 ms heartbeats; returns once the node has logged its startup line and its API answers.
     pub async fn start(
         name: &str,
         program: &Path,
@@ -268,7 +364,8 @@ impl ProcNode {
     }
 
     /// Spawns `program run` as [`ProcNode::start`] does, with `extra` flags appended to its
-    /// arguments, and returns at once without waiting for the API.
+    /// arguments, and returns at once: the API's address is known from the startup line
+    /// ([`Startup`], [`Starting::ready`]).
     pub fn spawn_with(
         name: &str,
         program: &Path,
@@ -276,7 +373,7 @@ impl ProcNode {
         trust_list: &Path,
         bootstrap: &[Multiaddr],
         extra: &[&str],
-    ) -> Result<Self> {
+    ) -> Result<Starting> {
         Self::spawn_env(name, program, data_dir, trust_list, bootstrap, extra, &[])
     }
 
@@ -289,9 +386,7 @@ impl ProcNode {
         bootstrap: &[Multiaddr],
         extra: &[&str],
         env: &[(&str, &str)],
-    ) -> Result<Self> {
-        let api = format!("127.0.0.1:{}", free_port()?);
-        let metrics = format!("127.0.0.1:{}", free_port()?);
+    ) -> Result<Starting> {
         let mut args: Vec<String> = [
             "run",
             "--data-dir",
@@ -299,9 +394,9 @@ impl ProcNode {
             "--listen",
             "/ip4/127.0.0.1/tcp/0",
             "--api-listen",
-            &api,
+            "127.0.0.1:0",
             "--metrics-listen",
-            &metrics,
+            "127.0.0.1:0",
             "--trust-list",
             &trust_list.display().to_string(),
             "--mdns",
@@ -319,17 +414,10 @@ impl ProcNode {
         args.extend(extra.iter().map(ToString::to_string));
         let log = data_dir.with_extension("log");
         let process = Process::spawn_env(name, program, &args, env, log)?;
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
-        Ok(Self {
-            process,
-            data_dir: data_dir.to_owned(),
-            api: format!("http://{api}"),
-            metrics: format!("http://{metrics}"),
-            http,
-        })
+        Ok(Starting { process, data_dir: data_dir.to_owned() })
     }
 
-    /// [`ProcNode::spawn_with`], then waits until the API answers.
+    /// [`ProcNode::spawn_with`], then waits for the startup line and until the API answers.
     pub async fn start_with(
         name: &str,
         program: &Path,
@@ -338,9 +426,7 @@ impl ProcNode {
         bootstrap: &[Multiaddr],
         extra: &[&str],
     ) -> Result<Self> {
-        let mut node = Self::spawn_with(name, program, data_dir, trust_list, bootstrap, extra)?;
-        node.wait_healthy().await?;
-        Ok(node)
+        Self::spawn_with(name, program, data_dir, trust_list, bootstrap, extra)?.ready().await
     }
 
     /// Waits until the API answers; fails, quoting the log, if the child exits first.
@@ -359,7 +445,7 @@ impl ProcNode {
 
     /// The `--api` and `--node-data-dir` flags that point a CLI subcommand at this node.
     pub fn cli_flags(&self) -> Vec<String> {
-        vec!["--api".into(), self.api.clone(), "--node-data-dir".into(), self.data_dir.display().to_string()]
+        cli_flags(&self.api, &self.data_dir)
     }
 
     /// Runs a CLI subcommand of `program` pointed at this node (its [`ProcNode::cli_flags`]
@@ -408,5 +494,43 @@ impl ProcNode {
             bail!("{}/metrics answered {}", self.metrics, response.status());
         }
         Ok(response.text().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PEER: &str = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN";
+
+    #[test]
+    fn the_startup_line_gives_the_bound_addresses_in_the_text_format() {
+        let log = format!(
+            "2026-11-23T21:00:00.000000Z  INFO druse_node::node: opening the store\n\
+             2026-11-23T21:00:00.100000Z  INFO druse_node::daemon: druse edge node {PEER} started: p2p \
+             /ip4/127.0.0.1/tcp/40001, /ip4/127.0.0.1/udp/40002/quic-v1; API http://127.0.0.1:40003; metrics \
+             http://127.0.0.1:40004/metrics; embedder hashing-384; trusted management keys: 1\n"
+        );
+        let startup = Startup::find(&log).unwrap();
+        assert_eq!(startup.api, "http://127.0.0.1:40003");
+        assert_eq!(startup.metrics, "http://127.0.0.1:40004");
+        assert_eq!(startup.p2p, ["/ip4/127.0.0.1/tcp/40001", "/ip4/127.0.0.1/udp/40002/quic-v1"]);
+    }
+
+    #[test]
+    fn the_startup_line_gives_the_bound_addresses_in_the_json_format() {
+        let line = format!(
+            r#"{{"timestamp":"2026-11-23T21:00:00Z","level":"INFO","fields":{{"message":"druse management node {PEER} started: p2p /ip4/127.0.0.1/tcp/40001; API http://127.0.0.1:40003; metrics http://127.0.0.1:40004/metrics; embedder hashing-384; trusted management keys: 1"}},"target":"druse_node::daemon"}}"#
+        );
+        let startup = Startup::find(&line).unwrap();
+        assert_eq!(startup.api, "http://127.0.0.1:40003");
+        assert_eq!(startup.metrics, "http://127.0.0.1:40004");
+        assert_eq!(startup.p2p, ["/ip4/127.0.0.1/tcp/40001"]);
+    }
+
+    #[test]
+    fn a_log_without_the_startup_line_names_no_address() {
+        assert_eq!(Startup::find("2026-11-23T21:00:00Z  INFO druse_node::node: opening the store\n"), None);
+        assert_eq!(Startup::find(""), None);
     }
 }

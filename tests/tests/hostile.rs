@@ -7,10 +7,11 @@ use std::time::Duration;
 use druse_node::Role;
 use druse_node::ingest::Outcome;
 use druse_node::node::now_ms;
-use druse_protocol::body::{Body, Weather};
+use druse_protocol::body::{Body, Report, ReportEvent, Weather};
+use druse_protocol::cid::ContentId;
 use druse_protocol::{Reason, topic};
 use druse_tests::swarm::{
-    Cluster, MESH_SETTLE, Sniffer, TestNode, connect, content_id, key, listing, mesh_ready, mgmt_key, publish_raw, seal,
+    Cluster, Sniffer, TestNode, connect, content_id, key, listing, mesh_ready, mgmt_key, publish_raw, seal,
 };
 use druse_tests::{WAIT, eventually, wait_for};
 
@@ -27,6 +28,25 @@ async fn cluster_with_rogue() -> anyhow::Result<(Cluster, TestNode)> {
     all.push(&rogue);
     mesh_ready(&all).await?;
     Ok((cluster, rogue))
+}
+
+/// Waits until `node` has received a harmless report probe from `sniffer`. A peer sends its
+/// subscriptions first on a new connection, and gossipsub delivers one peer's messages in
+/// order, so from then on `node` knows every topic the sniffer listens on and sends it what it
+/// broadcasts there.
+async fn heard_by(sniffer: &Sniffer, node: &TestNode) -> anyhow::Result<()> {
+    let before = node.messages_on(topic::REPORTS);
+    let probe = Body::Report(Report {
+        issued_at: now_ms(),
+        reporter: sniffer.key.public(),
+        content_id: ContentId::of(b"subscription probe"),
+        event: ReportEvent::Execution { success: true, reward: 0.0 },
+    });
+    sniffer.publish(topic::REPORTS, seal(&sniffer.key, &probe)?).await?;
+    eventually(WAIT, format_args!("{} to hear the sniffer's probe", node.name), async || {
+        node.messages_on(topic::REPORTS) > before
+    })
+    .await
 }
 
 fn storm(seq: u64) -> Body {
@@ -71,7 +91,7 @@ async fn replayed_weather_is_refused_after_a_restart_and_counted() {
     let mut cluster = Cluster::start(&[("e", 1)], |_| {}).await.unwrap();
     let sniffer = Sniffer::start(70).unwrap();
     connect(&sniffer.net, cluster.mgmt.net()).await.unwrap();
-    tokio::time::sleep(MESH_SETTLE).await;
+    heard_by(&sniffer, &cluster.mgmt).await.unwrap();
 
     cluster.management.weather(0.9, Duration::from_secs(60), "storm".into()).await.unwrap();
     let captured = wait_for(WAIT, "the sniffer to capture the weather broadcast", async || {
@@ -99,7 +119,7 @@ async fn replayed_weather_is_refused_after_a_restart_and_counted() {
 
     let replayer = Sniffer::start(71).unwrap();
     connect(&replayer.net, e.net()).await.unwrap();
-    tokio::time::sleep(MESH_SETTLE).await;
+    // The publish waits until the replayer has seen e subscribe to the weather topic.
     replayer.publish(topic::WEATHER, captured.data.clone()).await.unwrap();
     eventually(WAIT, "e to refuse the gossiped replay", async || e.outcomes("replayed_seq") >= 2.0).await.unwrap();
     assert!(!e.halted(), "a replayed weather arriving over gossip halted the edge");

@@ -68,9 +68,7 @@ impl Scratch {
         let flags: Vec<&str> = ["--model-download", "true"].into_iter().chain(extra.iter().copied()).collect();
         let trust = self.dir.path().join("trust-list");
         let env = [("HF_ENDPOINT", endpoint)];
-        let mut node = ProcNode::spawn_env(name, &bins.node, &self.data(), &trust, &[], &flags, &env).unwrap();
-        node.wait_healthy().await.unwrap();
-        node
+        ProcNode::spawn_env(name, &bins.node, &self.data(), &trust, &[], &flags, &env).unwrap().ready().await.unwrap()
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use druse_tests::metrics;
-use druse_tests::process::{ProcNode, binaries, run_cli};
+use druse_tests::process::{ProcNode, Startup, binaries, run_cli};
 use druse_tests::swarm::{MESH_SETTLE, key, mgmt_key};
 use druse_tests::{WAIT, eventually, wait_for};
 
@@ -239,25 +239,40 @@ async fn sigterm_stops_the_node_cleanly_and_a_restart_keeps_every_write() {
 /// node acknowledged.
 async fn write_until_stopped(
     program: PathBuf,
-    flags: Vec<String>,
+    log: PathBuf,
+    data_dir: PathBuf,
     round: usize,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Vec<(String, String)> {
     let mut acknowledged = Vec::new();
+    let mut flags = None;
     for i in 0.. {
         if *stop.borrow_and_update() {
             break;
         }
-        let text = format!("round {round} write {i}: Sam keeps a notebook of every trip");
-        let mut args = vec!["memory", "add", text.as_str(), "--namespace", "user:sam"];
-        args.extend(flags.iter().map(String::as_str));
-        match run_cli(&program, &args).await {
-            Ok(out) => {
+        // The API's port is the one the node names in its startup line.
+        if flags.is_none() {
+            flags = Startup::find(&std::fs::read_to_string(&log).unwrap_or_default()).map(|startup| {
+                vec!["--api".to_owned(), startup.api, "--node-data-dir".to_owned(), data_dir.display().to_string()]
+            });
+        }
+        let written = match &flags {
+            Some(flags) => {
+                let text = format!("round {round} write {i}: Sam keeps a notebook of every trip");
+                let mut args = vec!["memory", "add", text.as_str(), "--namespace", "user:sam"];
+                args.extend(flags.iter().map(String::as_str));
+                run_cli(&program, &args).await.map(|out| (out, text))
+            }
+            None => Err(anyhow::anyhow!("not started yet")),
+        };
+        match written {
+            Ok((out, text)) => {
                 let added: serde_json::Value =
                     serde_json::from_str(&out).unwrap_or_else(|e| panic!("an acknowledged write printed {out}: {e}"));
                 acknowledged.push((crystal_id(&added), text));
             }
-            // Not up yet, or already stopping: nothing was acknowledged.
+            // Not up yet, or already stopping: nothing was acknowledged. Try again shortly,
+            // unless the round ends first.
             Err(_) => {
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(20)) => {}
@@ -284,7 +299,8 @@ async fn sigterm_at_any_moment_after_start_exits_cleanly_and_keeps_every_acknowl
         let name = format!("druse-node (SIGTERM {after:?} after start)");
         let mut node = ProcNode::spawn_with(&name, &bins.node, &dir, &trust_list, &[], &[]).unwrap();
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let writer = tokio::spawn(write_until_stopped(bins.node.clone(), node.cli_flags(), round, stopped));
+        let log = node.process.log_path().to_owned();
+        let writer = tokio::spawn(write_until_stopped(bins.node.clone(), log, dir.clone(), round, stopped));
         tokio::time::sleep(after).await;
         let status = node.process.terminate().await.unwrap();
         stop.send(true).unwrap();
@@ -325,6 +341,13 @@ async fn json_logs_are_one_object_per_line_and_the_startup_line_names_every_addr
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", node.process.log_tail()));
     let status = node.status().await.unwrap();
+    // The node was told to bind port 0: the line names the ports the OS chose, and they answer
+    // (`node.api` and `node.metrics` are the ones the startup line named).
+    for url in [&node.api, &node.metrics] {
+        let port: u16 = url.rsplit_once(':').unwrap().1.parse().unwrap();
+        assert_ne!(port, 0, "the startup line names port 0: {startup}");
+    }
+    assert!(node.scrape().await.unwrap().contains("druse_build_info"), "the metrics listener answers");
 
     let stopped = node.process.terminate().await.unwrap();
     assert!(stopped.success(), "exited with {stopped} after SIGTERM\n{}", node.process.log_tail());
