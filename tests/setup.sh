@@ -9,4 +9,6 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bash "$here/js/setup.sh"
 bash "$here/atproto/install.sh" >/dev/null
+# The official Python MCP SDK (a venv) that the MCP tests use as their client.
+bash "$here/mcp/setup.sh"
 echo "tests/setup.sh: the js peer and the ATProto network are installed"

@@ -149,6 +149,7 @@ pub fn router(node: Node, extra: Router) -> Router {
             .route("/v1/consolidate", axum::routing::post(consolidate)),
         node.token(),
     );
+    let mcp = crate::mcp::routes(&node);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -166,6 +167,7 @@ pub fn router(node: Node, extra: Router) -> Router {
         .route("/v1/agent", get(crate::agent::status))
         .merge(writes)
         .with_state(node)
+        .merge(mcp)
         .merge(extra)
         .fallback(|| async { Error::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body))
