@@ -39,10 +39,7 @@ fn python_or_skip(test: &str) -> Option<PathBuf> {
     if works {
         return Some(python);
     }
-    let reason = format!(
-        "the Python MCP SDK is not installed in {} (run `bash tests/mcp/setup.sh`)",
-        venv().display()
-    );
+    let reason = format!("the Python MCP SDK is not installed in {} (run `bash tests/mcp/setup.sh`)", venv().display());
     if std::env::var_os("CI").is_some() {
         panic!("{test}: {reason}");
     }
@@ -69,14 +66,20 @@ impl Run {
     /// The structured answer of a tool call that succeeded.
     fn answer(&self, name: &str) -> &Value {
         let event = self.step(name);
-        assert!(event["event"] == "call" && event["is_error"] == false, "step {name:?} did not succeed: {event}\n{self}");
+        assert!(
+            event["event"] == "call" && event["is_error"] == false,
+            "step {name:?} did not succeed: {event}\n{self}"
+        );
         &event["structured"]
     }
 
     /// The structured refusal of a tool call that was refused (`isError`).
     fn refusal(&self, name: &str) -> &Value {
         let event = self.step(name);
-        assert!(event["event"] == "call" && event["is_error"] == true, "step {name:?} was not refused: {event}\n{self}");
+        assert!(
+            event["event"] == "call" && event["is_error"] == true,
+            "step {name:?} was not refused: {event}\n{self}"
+        );
         &event["structured"]
     }
 
@@ -187,10 +190,7 @@ async fn assert_scenario(run: &Run, node: &ProcNode, skill: &str) {
     assert!(run.connected(), "{run}");
     let tools = run.step("tools")["tools"].as_array().unwrap_or_else(|| panic!("{run}"));
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(
-        names,
-        ["memory_search", "memory_add", "memory_get", "memory_history", "skill_search", "skill_report"]
-    );
+    assert_eq!(names, ["memory_search", "memory_add", "memory_get", "memory_history", "skill_search", "skill_report"]);
     for tool in tools {
         assert_eq!(tool["input_schema"]["type"], "object", "{tool}");
         assert!(tool["description"].as_str().is_some_and(|d| d.len() > 80), "{tool}");
@@ -313,7 +313,9 @@ async fn mcp_over_http_without_the_token_is_refused_with_401() {
     let with_token = post(Some(format!("Bearer {}", token(&node)))).await.unwrap();
     assert_eq!(with_token.status(), 200, "the same request with the token");
 
-    let run = drive(&python, &json!({"transport": "http", "url": url, "steps": [{"name": "tools", "list_tools": true}]})).await;
+    let run =
+        drive(&python, &json!({"transport": "http", "url": url, "steps": [{"name": "tools", "list_tools": true}]}))
+            .await;
     assert!(!run.connected(), "the SDK connected without the token:\n{run}");
     let failure = run.events.iter().find(|e| e["event"] == "connect_failed").unwrap_or_else(|| panic!("{run}"));
     assert!(failure["error"].as_str().is_some_and(|e| e.contains("401")), "{failure}");

@@ -49,7 +49,11 @@ fn a_search_becomes_the_api_query_with_every_filter_encoded() {
                 .into()
         )
     );
-    assert_eq!(search(json!({"query": "x"})).unwrap(), Request::Get("/v1/memories?q=x&k=10".into()), "k defaults to 10");
+    assert_eq!(
+        search(json!({"query": "x"})).unwrap(),
+        Request::Get("/v1/memories?q=x&k=10".into()),
+        "k defaults to 10"
+    );
 }
 
 #[test]

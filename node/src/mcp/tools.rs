@@ -103,7 +103,9 @@ impl Id {
         match self {
             Id::Number(n) => Ok(n.to_string()),
             Id::Text(text) if text.trim().parse::<CrystalId>().is_ok() => Ok(text.trim().to_owned()),
-            Id::Text(text) => api::parse_id(text.trim()).map(|cid| cid.to_string()).map_err(|e| Invalid::new("id", e.detail)),
+            Id::Text(text) => {
+                api::parse_id(text.trim()).map(|cid| cid.to_string()).map_err(|e| Invalid::new("id", e.detail))
+            }
         }
     }
 
@@ -363,7 +365,10 @@ impl SkillSearchArgs {
     /// `GET /v1/skills` over the newest listings, after checking the arguments.
     pub fn request(&self) -> Result<Request, Invalid> {
         if !(1..=MAX_SKILLS).contains(&self.limit) {
-            return Err(Invalid::new("limit", format!("limit is {}; it must be between 1 and {MAX_SKILLS}", self.limit)));
+            return Err(Invalid::new(
+                "limit",
+                format!("limit is {}; it must be between 1 and {MAX_SKILLS}", self.limit),
+            ));
         }
         if let Some(query) = &self.query
             && query.len() > MAX_SKILL_QUERY
@@ -399,11 +404,8 @@ impl SkillSearchArgs {
 
 /// A query's distinct lower-case words.
 fn terms(query: &str) -> Vec<String> {
-    let mut terms: Vec<String> = query
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
+    let mut terms: Vec<String> =
+        query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
     terms.sort();
     terms.dedup();
     terms
@@ -445,7 +447,9 @@ impl ReportArgs {
     pub fn request(&self) -> Result<Request, Invalid> {
         let id = api::parse_id(self.id.trim()).map_err(|e| Invalid::new("id", e.detail))?;
         let report = ReportRequest { success: Some(self.success), reward: self.reward, claim: None };
-        report.event().map_err(|e| Invalid { field: named_field(&e.detail, &["success", "reward"], &[]), detail: e.detail })?;
+        report
+            .event()
+            .map_err(|e| Invalid { field: named_field(&e.detail, &["success", "reward"], &[]), detail: e.detail })?;
         let body = serde_json::to_value(&report).map_err(|e| Invalid { field: None, detail: e.to_string() })?;
         Ok(Request::Post(format!("/v1/skills/{id}/reports"), body))
     }
