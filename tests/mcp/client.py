@@ -125,7 +125,10 @@ def describe(error):
     stack = [error]
     while stack:
         current = stack.pop()
-        parts.append(f"{type(current).__name__}: {current}")
+        detail = f"{type(current).__name__}: {current}"
+        if isinstance(current, MCPError):
+            detail += f" (code {current.code}, data {current.data!r})"
+        parts.append(detail)
         stack.extend(getattr(current, "exceptions", ()))
         if current.__cause__ is not None:
             stack.append(current.__cause__)

@@ -317,8 +317,9 @@ async fn mcp_over_http_without_the_token_is_refused_with_401() {
         drive(&python, &json!({"transport": "http", "url": url, "steps": [{"name": "tools", "list_tools": true}]}))
             .await;
     assert!(!run.connected(), "the SDK connected without the token:\n{run}");
-    let failure = run.events.iter().find(|e| e["event"] == "connect_failed").unwrap_or_else(|| panic!("{run}"));
-    assert!(failure["error"].as_str().is_some_and(|e| e.contains("401")), "{failure}");
+    // The SDK does not say which status it got (the 401s are asserted above); it must not
+    // get in.
+    assert!(run.events.iter().any(|e| e["event"] == "connect_failed"), "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -327,8 +328,8 @@ async fn stdio_without_a_token_refuses_writes_and_reads_only_what_the_api_shows_
     let root = tempfile::tempdir().unwrap();
     let (node, skill) = node_with_a_skill(root.path()).await;
     let bins = binaries().unwrap();
-    let add = |text: &str, scope: &str| {
-        let args = ["memory", "add", text, "--namespace", "user:sam", "--scope", scope].map(str::to_owned);
+    let add = |text: &str, namespace: &str, scope: &str| {
+        let args = ["memory", "add", text, "--namespace", namespace, "--scope", scope].map(str::to_owned);
         let node = &node;
         async move {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -336,8 +337,9 @@ async fn stdio_without_a_token_refuses_writes_and_reads_only_what_the_api_shows_
             added["crystal"]["id"].as_u64().unwrap()
         }
     };
-    let private = add("Sam's locker code is 4417", "private").await;
-    let public = add("Sam's public talk is on graph databases", "public").await;
+    // A search in user:sam matches only the private memory; the public one is elsewhere.
+    let private = add("Sam's locker code is 4417", "user:sam", "private").await;
+    let public = add("Ada's public talk is on graph databases", "user:ada", "public").await;
 
     let no_token = root.path().join("elsewhere");
     std::fs::create_dir_all(&no_token).unwrap();
