@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! A node's memory over MCP, as an agent developer's client sees it: the official Python MCP
 //! SDK (`tests/mcp/client.py`) against a real `druse-node` process, over streamable HTTP at
 //! `/mcp` and over stdio through `druse-node mcp`. The script runs a plan and prints what
