@@ -11,4 +11,6 @@ here="$(cd "$(dirname "$0")" && pwd)"
 bash "$here/js/setup.sh"
 bash "$here/atproto/install.sh" >/dev/null
 bash "$here/page/setup.sh"
-echo "tests/setup.sh: the js peer, the ATProto network and Chromium are installed"
+# The official Python MCP SDK (a venv) that the MCP tests use as their client.
+bash "$here/mcp/setup.sh"
+echo "tests/setup.sh: the js peer, the ATProto network, Chromium and the MCP SDK are installed"

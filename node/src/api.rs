@@ -151,6 +151,7 @@ pub fn router(node: Node, extra: Router) -> Router {
             .route("/v1/consolidate", axum::routing::post(consolidate)),
         node.token(),
     );
+    let mcp = crate::mcp::routes(&node);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -169,6 +170,7 @@ pub fn router(node: Node, extra: Router) -> Router {
         .merge(crate::memory_map::routes())
         .merge(writes)
         .with_state(node)
+        .merge(mcp)
         .merge(extra)
         .fallback(|| async { Error::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body))

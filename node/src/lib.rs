@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod governance;
 pub mod ingest;
 pub mod market;
+pub mod mcp;
 pub mod memory;
 pub mod memory_map;
 pub mod metrics;

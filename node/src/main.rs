@@ -79,6 +79,9 @@ enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Serve the node's memory and skill market over MCP on stdio, for desktop agents (talks
+    /// to the node's API; stdout carries MCP only, logs go to stderr).
+    Mcp(druse_node::mcp::StdioArgs),
     /// The credit ledger: balance, earned, spent and the newest entries.
     Ledger {
         #[arg(long, default_value_t = 20)]
@@ -212,6 +215,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cli::init_logging(args.log_format);
             let config = args.load().context("loading the config")?;
             daemon::run(config, Role::Edge, signals, |_| axum::Router::new()).await.context("running the node")?;
+        }
+        Command::Mcp(args) => {
+            cli::init_logging(cli::LogFormat::Text);
+            druse_node::mcp::serve_stdio(args).await?;
         }
         Command::Id { data_dir } => {
             let path = data_dir.join("node.key");

@@ -1,0 +1,298 @@
+//! The node's memory and skill market over MCP (Model Context Protocol), for agents that
+//! speak it: `druse-node mcp` on stdio (desktop agents), and streamable HTTP at `/mcp` on the
+//! API listener, behind the API's bearer token.
+//!
+//! Six tools (`memory_search`, `memory_add`, `memory_get`, `memory_history`, `skill_search`,
+//! `skill_report`) translate their arguments into requests of the HTTP API and answer what the
+//! API answers: the rules, including who may read private memories, are the API's own (see
+//! [`backend`]). A refusal is a tool error (`isError`, so the model sees it) whose structured
+//! content is `{"error": code, "field": argument or null, "detail": sentence}`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use rmcp::handler::server::tool::schema_for_input;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleServer, ServerHandler, ServiceExt};
+use schemars::JsonSchema;
+use serde_json::{Map, Value, json};
+
+use crate::node::Node;
+
+pub mod backend;
+pub mod tools;
+
+pub use backend::Backend;
+use tools::{AddArgs, GetArgs, Invalid, ReportArgs, SearchArgs, SkillSearchArgs};
+
+/// What the server tells an agent about itself when it connects.
+const INSTRUCTIONS: &str = "The long-term memory of a druse node, and the skill market it sees. \
+Recall with memory_search before answering from memory; store what you learn with memory_add \
+(one fact or one conversation turn each; a correction such as \"actually, it's March 22\" \
+supersedes the memory it corrects, and memory_history shows the chain). Find skills other \
+agents published with skill_search (with their endorsement and the price this node computes), \
+and tell the market how one worked with skill_report. Errors say which argument is wrong.";
+
+/// The tools' names, in the order they are listed.
+pub const TOOLS: [&str; 6] =
+    ["memory_search", "memory_add", "memory_get", "memory_history", "skill_search", "skill_report"];
+
+/// A tool refusal: a stable code, the argument at fault (if one is) and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: String,
+    pub field: Option<String>,
+    pub detail: String,
+}
+
+impl From<Invalid> for Refusal {
+    fn from(invalid: Invalid) -> Self {
+        Self { code: "invalid_argument".into(), field: invalid.field, detail: invalid.detail }
+    }
+}
+
+impl From<backend::Error> for Refusal {
+    fn from(error: backend::Error) -> Self {
+        let (code, detail) = match error {
+            backend::Error::Api { code, detail, .. } => (code, detail),
+            backend::Error::NoToken(detail) => ("unauthorized".to_owned(), detail),
+            backend::Error::Transport(detail) => ("unreachable".to_owned(), detail),
+        };
+        Self { code, field: None, detail }
+    }
+}
+
+impl Refusal {
+    /// The tool result a model reads: the sentence as text, the parts as structured content.
+    fn into_result(self) -> CallToolResult {
+        let text = match &self.field {
+            Some(field) => format!("{}: argument `{field}`: {}", self.code, self.detail),
+            None => format!("{}: {}", self.code, self.detail),
+        };
+        let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json!({ "error": self.code, "field": self.field, "detail": self.detail }));
+        result
+    }
+}
+
+/// The MCP server: the tools over one backend.
+#[derive(Debug, Clone)]
+pub struct Server {
+    backend: Backend,
+}
+
+impl Server {
+    /// A server whose tools go to `backend`.
+    pub fn new(backend: Backend) -> Self {
+        Self { backend }
+    }
+
+    /// Runs one tool: its structured answer, or why it refused.
+    pub async fn run(&self, name: &str, arguments: Map<String, Value>) -> Result<Value, Refusal> {
+        match name {
+            "memory_search" => {
+                let request = tools::parse::<SearchArgs>(arguments)?.request()?;
+                Ok(json!({ "hits": self.backend.call(&request).await? }))
+            }
+            "memory_add" => {
+                let request = tools::parse::<AddArgs>(arguments)?.request()?;
+                Ok(self.backend.call(&request).await?)
+            }
+            "memory_get" => {
+                let request = tools::parse::<GetArgs>(arguments)?.get()?;
+                Ok(json!({ "crystal": self.backend.call(&request).await? }))
+            }
+            "memory_history" => {
+                let request = tools::parse::<GetArgs>(arguments)?.history()?;
+                Ok(self.backend.call(&request).await?)
+            }
+            "skill_search" => {
+                let args = tools::parse::<SkillSearchArgs>(arguments)?;
+                let request = args.request()?;
+                let listings = match self.backend.call(&request).await? {
+                    Value::Array(listings) => listings,
+                    other => {
+                        return Err(Refusal {
+                            code: "internal".into(),
+                            field: None,
+                            detail: format!("the market listing is not a list: {other}"),
+                        });
+                    }
+                };
+                Ok(json!({ "skills": args.select(listings) }))
+            }
+            "skill_report" => {
+                let request = tools::parse::<ReportArgs>(arguments)?.request()?;
+                Ok(self.backend.call(&request).await?)
+            }
+            other => Err(Refusal {
+                code: "unknown_tool".into(),
+                field: None,
+                detail: format!("no tool named {other:?}; the tools are {}", TOOLS.join(", ")),
+            }),
+        }
+    }
+}
+
+fn tool<T: JsonSchema + 'static>(name: &'static str, description: &'static str, read_only: bool) -> Tool {
+    // The schemas are derived from fixed types; a failure is a bug in this module, caught by
+    // `every_tool_has_an_object_schema_with_described_properties`.
+    let schema = schema_for_input::<T>().unwrap_or_else(|_| Arc::new(Map::new()));
+    Tool::new(name, description, schema).with_annotations(
+        ToolAnnotations::new().read_only(read_only).destructive(false).idempotent(read_only).open_world(false),
+    )
+}
+
+/// Every tool with its schema and a description an agent can act on.
+pub fn tool_list() -> Vec<Tool> {
+    vec![
+        tool::<SearchArgs>(
+            "memory_search",
+            "Recall memories relevant to a query from the node's long-term memory, best first. \
+             Filter by namespace (`episodic` or `user:<handle>`), kind, semantic type, \
+             conversation session and time range. Superseded memories never come back (see \
+             memory_history). Private memories need the node's token: without it, a search \
+             that matches only private memories is refused with `unauthorized`. Answers \
+             {\"hits\": [{\"crystal\": {...}, \"score\", \"vector_rank\", \"text_rank\"}]}.",
+            true,
+        ),
+        tool::<AddArgs>(
+            "memory_add",
+            "Store one memory (a fact, or a conversation turn with `kind: interaction`). A fact \
+             is reconciled against similar facts of its namespace: a repeat reinforces the old \
+             one, a new value for the same thing supersedes it, and an explicit correction \
+             (\"wait\", \"actually\", \"I meant\") supersedes what it corrects. Answers \
+             {\"crystal\": {...}, \"decision\": ..., \"superseded\": id or null}. Needs the \
+             node's token.",
+            false,
+        ),
+        tool::<GetArgs>(
+            "memory_get",
+            "Read one crystal by id: a memory crystal (its number) or a skill (its content id). \
+             Answers {\"crystal\": {...}}; an id this caller may not read is `not_found`.",
+            true,
+        ),
+        tool::<GetArgs>(
+            "memory_history",
+            "A memory's story: its supersession chain, oldest first (what it corrected and what \
+             corrected it), and the audit log of every lifecycle change. Answers {\"chain\": \
+             [...], \"audit\": [...]}; an unknown id is `not_found`.",
+            true,
+        ),
+        tool::<SkillSearchArgs>(
+            "skill_search",
+            "Search the skill market as this node sees it: skills other agents published to the \
+             swarm, each with whether a management node endorsed it (`is_verified`, \
+             `verified_by`), its asking price and the price this node computes from the reports \
+             it has seen (`computed_price`; prices in micro-USDC), its execution stats and \
+             whether it passed the quality gate. Answers {\"skills\": [...]}.",
+            true,
+        ),
+        tool::<ReportArgs>(
+            "skill_report",
+            "Report running a skill: success or failure, with a reward in [-1, 1]. The report is \
+             signed by this node and gossiped to the swarm, where it moves the skill's quality \
+             and price. Answers {\"content_id\", \"issued_at\"}. Needs the node's token.",
+            false,
+        ),
+    ]
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("druse-node", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tool_list()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tool_list().into_iter().find(|tool| tool.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request.arguments.unwrap_or_default();
+        let result = match self.run(&request.name, arguments).await {
+            Ok(answer) => CallToolResult::structured(answer),
+            Err(refusal) => {
+                tracing::debug!(tool = %request.name, code = %refusal.code, "MCP tool refused");
+                refusal.into_result()
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+/// `/mcp` for the API listener: streamable HTTP, stateless (every request stands alone, so
+/// nothing is kept per client), answering JSON, every request needing the node's token.
+pub fn routes(node: &Node) -> Router {
+    let max_body = node.config().api.max_body_bytes;
+    let token = node.token().to_owned();
+    // One backend for every request: its API router is built once, on first use.
+    let backend = Backend::in_process(node.clone());
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_max_request_body_bytes(max_body)
+        // The bearer token, not the Host header, keeps other sites out (a page that rebinds
+        // DNS to the node does not have the token), and the API may listen on any address.
+        .disable_allowed_hosts();
+    let service = StreamableHttpService::new(
+        move || Ok(Server::new(backend.clone())),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    crate::api::require_token(Router::new().route_service("/mcp", service), &token)
+}
+
+/// Flags of `druse-node mcp`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StdioArgs {
+    #[command(flatten)]
+    pub api: crate::cli::ApiArgs,
+}
+
+/// `druse-node mcp`: serves MCP on stdin/stdout until the client closes it, with the tools
+/// going to the node's API at `args.api`. Without a token (no `--token` and no `api.token` in
+/// the data directory) it reads what the API shows without one and refuses writes. Logs go
+/// to stderr: stdout carries MCP only.
+pub async fn serve_stdio(args: StdioArgs) -> anyhow::Result<()> {
+    let api = args.api;
+    let token = match &api.token {
+        Some(token) => Some(token.clone()),
+        None => match crate::client::Client::token_from(&api.data_dir) {
+            Ok(token) => Some(token),
+            Err(error) => {
+                tracing::warn!(%error, "no API token: serving reads only, as the API shows them without one");
+                None
+            }
+        },
+    };
+    let missing = format!(
+        "writing needs the node's API token, and none was found at {} (point --node-data-dir at \
+         the node's data directory, or pass --token)",
+        api.data_dir.join("api.token").display()
+    );
+    let server = Server::new(Backend::http(&api.api, token, missing));
+    tracing::info!(api = %api.api, "serving MCP on stdio");
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}
