@@ -294,6 +294,9 @@ pub struct Memory {
     /// Whether new conversation turns are also indexed with their context.
     context: AtomicBool,
     tuning: RwLock<Tuning>,
+    /// Text documents of acknowledged adds not yet committed to the BM25 index: the next
+    /// search commits them first (see `add::TEXT_COMMIT_DOCS`).
+    text_pending: Mutex<TextPending>,
     /// Serialises writers so reconciliation sees every earlier write.
     pub(crate) write: Mutex<()>,
 }
@@ -323,11 +326,17 @@ struct TextPending {
     up_to: Option<CrystalId>,
     /// Whether any document was removed.
     removed: bool,
+    /// How many documents were added or replaced.
+    docs: usize,
 }
 
 impl TextPending {
     fn and(self, other: TextPending) -> TextPending {
-        TextPending { up_to: self.up_to.max(other.up_to), removed: self.removed || other.removed }
+        TextPending {
+            up_to: self.up_to.max(other.up_to),
+            removed: self.removed || other.removed,
+            docs: self.docs + other.docs,
+        }
     }
 }
 
@@ -376,6 +385,7 @@ impl Memory {
             network_cortisol: AtomicU64::new(0),
             context: AtomicBool::new(Self::DEFAULT_CONTEXT_INDEXING),
             tuning: RwLock::new(Tuning::default()),
+            text_pending: Mutex::new(TextPending::default()),
             write: Mutex::new(()),
         };
         memory.load(now)?;
@@ -595,7 +605,7 @@ impl Memory {
             self.vectors.remove(id);
             self.vectors.remove(id | CONTEXT_BIT);
         }
-        let mut pending = TextPending { up_to: None, removed: !purge.is_empty() };
+        let mut pending = TextPending { up_to: None, removed: !purge.is_empty(), docs: texts.len() };
         for (id, indexed) in &texts {
             self.text.upsert(*id, indexed)?;
             pending.up_to = pending.up_to.max(Some(*id));
@@ -732,10 +742,10 @@ impl Memory {
         self.config.decay.importance(&decay_inputs(c), now, resistance)
     }
 
-    /// Makes every write durable.
+    /// Makes every write durable, and commits the text index.
     pub fn flush(&self) -> Result<(), Error> {
         self.db.flush()?;
-        Ok(())
+        self.publish_text()
     }
 
     /// The nearest vectors to `embedding` (crystal ids, context vectors left out), best first.

@@ -118,6 +118,7 @@ impl Memory {
         let k = query.k;
         let depth = candidate_depth(k);
         let embedding = self.embed_one(&query.q)?;
+        self.publish_text()?;
         let text_hits = self.text.search_where(&query.q, depth, &query.text_filter())?;
         let crystals = read(&self.crystals);
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
