@@ -371,6 +371,7 @@ impl Memory {
             Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt("hormones".into(), e))?,
             None => hormones::State::new(&config.hormones, now),
         };
+        let tuning = Tuning::for_embedder(embedder.name());
         let memory = Self {
             db: db.clone(),
             tree,
@@ -384,7 +385,7 @@ impl Memory {
             config,
             network_cortisol: AtomicU64::new(0),
             context: AtomicBool::new(Self::DEFAULT_CONTEXT_INDEXING),
-            tuning: RwLock::new(Tuning::default()),
+            tuning: RwLock::new(tuning),
             text_pending: Mutex::new(TextPending::default()),
             write: Mutex::new(()),
         };
@@ -673,6 +674,7 @@ impl Memory {
     /// the BM25 document are both made from this.
     fn document(&self, crystal: &Crystal) -> text::Document {
         let mut context = Vec::new();
+        let mut day = None;
         if let Some(old) = crystal.supersedes.and_then(|s| self.get(s)) {
             context.push(old.text);
         }
@@ -687,7 +689,7 @@ impl Memory {
             {
                 context.push(next.text);
             }
-            context.push(dates::describe(turn_at));
+            day = Some(dates::describe(turn_at));
         }
         let tags = text::Tags {
             namespace: crystal.namespace.as_string(),
@@ -696,7 +698,7 @@ impl Memory {
             session: crystal.session.clone(),
             at: said_at(crystal),
         };
-        text::Document { text: crystal.text.clone(), context, tags }
+        text::Document { text: crystal.text.clone(), context, day, tags }
     }
 
     fn persist_hormones(&self) -> Result<(), Error> {

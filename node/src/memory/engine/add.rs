@@ -198,9 +198,11 @@ impl Memory {
     /// writer got in first) costs a second embedding, never a wrong vector: `prepare` uses the
     /// vector only for the very text the crystal is indexed with.
     fn contexts_ahead(&self, chunk: &[Incoming]) -> Vec<Option<String>> {
-        if !self.context_indexing() || self.tuning().next_turn_context {
+        let tuning = self.tuning();
+        if !self.context_indexing() || tuning.next_turn_context {
             return vec![None; chunk.len()];
         }
+        let with_day = tuning.day_in_context_vector;
         chunk
             .iter()
             .enumerate()
@@ -222,8 +224,13 @@ impl Memory {
                     (Some((_, text)), None) => Some(text),
                     (None, None) => None,
                 };
-                let context = previous.map(str::to_owned).into_iter().chain([dates::describe(at)]).collect();
-                Some(text::Document { text: new.text.clone(), context, ..text::Document::default() }.joined())
+                let document = text::Document {
+                    text: new.text.clone(),
+                    context: previous.map(str::to_owned).into_iter().collect(),
+                    day: Some(dates::describe(at)),
+                    ..text::Document::default()
+                };
+                Some(document.embedded(with_day))
             })
             .collect()
     }
@@ -342,8 +349,8 @@ impl Memory {
                     changes.crystals.push(old);
                 }
                 let document = self.document(&crystal);
-                if !document.context.is_empty() {
-                    let joined = document.joined();
+                if document.has_context() {
+                    let joined = document.embedded(self.tuning().day_in_context_vector);
                     match context {
                         Some((text, vector)) if text == joined => changes.vectors.push((CONTEXT, id, vector)),
                         _ => changes.contexts.push((id, joined)),
