@@ -299,6 +299,9 @@ pub struct Memory {
     /// Whether new conversation turns are also indexed with their context.
     context: AtomicBool,
     tuning: RwLock<Tuning>,
+    /// Text documents of acknowledged adds not yet committed to the BM25 index: the next
+    /// search commits them first (see `add::TEXT_COMMIT_DOCS`).
+    text_pending: Mutex<TextPending>,
     /// Serialises writers so reconciliation sees every earlier write.
     pub(crate) write: Mutex<()>,
 }
@@ -328,11 +331,17 @@ struct TextPending {
     up_to: Option<CrystalId>,
     /// Whether any document was removed.
     removed: bool,
+    /// How many documents were added or replaced.
+    docs: usize,
 }
 
 impl TextPending {
     fn and(self, other: TextPending) -> TextPending {
-        TextPending { up_to: self.up_to.max(other.up_to), removed: self.removed || other.removed }
+        TextPending {
+            up_to: self.up_to.max(other.up_to),
+            removed: self.removed || other.removed,
+            docs: self.docs + other.docs,
+        }
     }
 }
 
@@ -367,6 +376,7 @@ impl Memory {
             Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt("hormones".into(), e))?,
             None => hormones::State::new(&config.hormones, now),
         };
+        let tuning = Tuning::for_embedder(embedder.name());
         let memory = Self {
             db: db.clone(),
             tree,
@@ -380,7 +390,8 @@ impl Memory {
             config,
             network_cortisol: AtomicU64::new(0),
             context: AtomicBool::new(Self::DEFAULT_CONTEXT_INDEXING),
-            tuning: RwLock::new(Tuning::default()),
+            tuning: RwLock::new(tuning),
+            text_pending: Mutex::new(TextPending::default()),
             write: Mutex::new(()),
         };
         memory.load(now)?;
@@ -600,7 +611,7 @@ impl Memory {
             self.vectors.remove(id);
             self.vectors.remove(id | CONTEXT_BIT);
         }
-        let mut pending = TextPending { up_to: None, removed: !purge.is_empty() };
+        let mut pending = TextPending { up_to: None, removed: !purge.is_empty(), docs: texts.len() };
         for (id, indexed) in &texts {
             self.text.upsert(*id, indexed)?;
             pending.up_to = pending.up_to.max(Some(*id));
@@ -668,6 +679,7 @@ impl Memory {
     /// the BM25 document are both made from this.
     fn document(&self, crystal: &Crystal) -> text::Document {
         let mut context = Vec::new();
+        let mut day = None;
         if let Some(old) = crystal.supersedes.and_then(|s| self.get(s)) {
             context.push(old.text);
         }
@@ -682,7 +694,7 @@ impl Memory {
             {
                 context.push(next.text);
             }
-            context.push(dates::describe(turn_at));
+            day = Some(dates::describe(turn_at));
         }
         let tags = text::Tags {
             namespace: crystal.namespace.as_string(),
@@ -691,7 +703,7 @@ impl Memory {
             session: crystal.session.clone(),
             at: said_at(crystal),
         };
-        text::Document { text: crystal.text.clone(), context, tags }
+        text::Document { text: crystal.text.clone(), context, day, tags }
     }
 
     fn persist_hormones(&self) -> Result<(), Error> {
@@ -737,10 +749,10 @@ impl Memory {
         self.config.decay.importance(&decay_inputs(c), now, resistance)
     }
 
-    /// Makes every write durable.
+    /// Makes every write durable, and commits the text index.
     pub fn flush(&self) -> Result<(), Error> {
         self.db.flush()?;
-        Ok(())
+        self.publish_text()
     }
 
     /// The nearest vectors to `embedding` (crystal ids, context vectors left out), best first.

@@ -154,3 +154,96 @@ fn conversation_words_do_not_drive_the_agents_cortisol_to_saturation() {
     m.add(NewMemory::text("the deploy failed, urgent"), "agent", NOW).unwrap();
     assert!(m.hormones(NOW).cortisol > baseline + 0.3);
 }
+
+/// The hashing embedder, with every call it was asked to make recorded.
+#[derive(Debug)]
+struct Recording {
+    inner: Hashing,
+    calls: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+impl crate::memory::embed::Embedder for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::memory::embed::Error> {
+        self.calls.lock().unwrap().push(texts.iter().map(|t| (*t).to_owned()).collect());
+        self.inner.embed(texts)
+    }
+}
+
+#[test]
+fn a_turn_and_its_context_are_embedded_in_one_call_and_the_turn_is_found_by_its_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let recording = Arc::new(Recording { inner: Hashing::new(384), calls: std::sync::Mutex::default() });
+    let m = Memory::open(&db, &dir.path().join("index"), Config::default(), recording.clone(), NOW).unwrap();
+    m.add(turn("Mel: which hotel should we book in Alfama?", "mel", "s1", NOW), "u", NOW).unwrap();
+    recording.calls.lock().unwrap().clear();
+    let answer = m.add(turn("Jo: Casa do Largo, by the cathedral", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap();
+    let calls = recording.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "one embedding call for the turn and its context: {calls:?}");
+    assert_eq!(calls[0].len(), 2, "{calls:?}");
+    assert_eq!(calls[0][0], "Jo: Casa do Largo, by the cathedral");
+    assert!(calls[0][1].contains("which hotel should we book"), "the context holds the turn before: {calls:?}");
+    // The context vector is the one recall uses: the turn is found by the words before it.
+    let query = Query { namespace: Some(user("mel")), ..Query::new("Alfama hotel", 5) };
+    let hit = m.peek(&query, Caller::LocalAgent, NOW).unwrap().into_iter().find(|h| h.crystal.id == answer.crystal.id);
+    assert!(hit.is_some_and(|h| h.vector_rank.is_some()), "found through its context vector");
+}
+
+#[test]
+fn a_batch_of_turns_embeds_each_with_the_turn_before_it_in_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let recording = Arc::new(Recording { inner: Hashing::new(384), calls: std::sync::Mutex::default() });
+    let m = Memory::open(&db, &dir.path().join("index"), Config::default(), recording.clone(), NOW).unwrap();
+    let turns = vec![
+        turn("Mel: guess what I painted", "mel", "s1", NOW),
+        turn("Jo: a lighthouse?", "mel", "s1", NOW + MINUTE),
+        turn("Mel: no, a sunrise over the lake", "mel", "s1", NOW + 2 * MINUTE),
+    ];
+    m.add_many(turns, "u", NOW).unwrap();
+    let calls = recording.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "the whole batch in one call: {calls:?}");
+    let texts = &calls[0];
+    assert_eq!(texts.len(), 6, "three turns, three contexts: {texts:?}");
+    // Each turn, then its context: itself, the turn before it and its day.
+    assert_eq!(texts[1].lines().count(), 2, "no turn before the first: {texts:?}");
+    assert!(texts[3].starts_with("Jo: a lighthouse?\nMel: guess what I painted"), "{texts:?}");
+    assert!(texts[5].starts_with("Mel: no, a sunrise over the lake\nJo: a lighthouse?\n"), "{texts:?}");
+    assert!(!texts[5].contains("guess what"), "only the turn just before: {texts:?}");
+}
+
+#[test]
+fn an_acknowledged_add_is_found_by_text_by_the_very_next_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    for i in 0..3 {
+        let id = m.add(fact(&format!("the parcel locker code is {i}417"), "jo"), "u", NOW).unwrap().crystal.id;
+        let query = Query { namespace: Some(user("jo")), ..Query::new(format!("{i}417"), 5) };
+        let hits = m.peek(&query, Caller::LocalAgent, NOW).unwrap();
+        let hit = hits.iter().find(|h| h.crystal.id == id);
+        assert!(hit.is_some_and(|h| h.text_rank == Some(1)), "add {i} is searchable by text at once: {hits:?}");
+    }
+}
+
+#[test]
+fn text_documents_no_search_committed_before_a_crash_are_found_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let open_on = |db: &sled::Db| {
+        Memory::open(db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), NOW).unwrap()
+    };
+    let m = open_on(&db);
+    let id = m.add(fact("the parcel locker code is 4417", "jo"), "u", NOW).unwrap().crystal.id;
+    // As after kill -9: no search and no shutdown commits the text index.
+    std::mem::forget(m);
+    let m = open_on(&db);
+    let query = Query { namespace: Some(user("jo")), ..Query::new("4417", 5) };
+    let hits = m.peek(&query, Caller::LocalAgent, NOW).unwrap();
+    assert!(hits.iter().any(|h| h.crystal.id == id && h.text_rank.is_some()), "{hits:?}");
+}

@@ -44,6 +44,9 @@ pub enum Error {
 pub struct Document {
     pub text: String,
     pub context: Vec<String>,
+    /// For a conversation turn, the day it was said, in words and as a date: indexed as
+    /// context, and embedded with it when [`Document::embedded`] is asked to.
+    pub day: Option<String>,
     /// What recall filters on, indexed beside the text so a filter applies inside the search.
     pub tags: Tags,
 }
@@ -73,10 +76,17 @@ pub struct Filter {
 }
 
 impl Document {
-    /// The text and its context as one string, as the context embedding sees them.
-    pub fn joined(&self) -> String {
+    /// Whether there is anything to index besides the text.
+    pub fn has_context(&self) -> bool {
+        !self.context.is_empty() || self.day.is_some()
+    }
+
+    /// The text and its context as one string, as the context embedding sees them, with the
+    /// day or without it.
+    pub fn embedded(&self, with_day: bool) -> String {
         std::iter::once(self.text.as_str())
             .chain(self.context.iter().map(String::as_str))
+            .chain(self.day.as_deref().filter(|_| with_day))
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -312,7 +322,7 @@ impl TextIndex {
         if let Some(session) = &tags.session {
             doc.add_text(self.session, session);
         }
-        for part in &document.context {
+        for part in document.context.iter().chain(&document.day) {
             doc.add_text(self.context, part);
         }
         writer.add_document(doc)?;

@@ -69,6 +69,9 @@ struct Cli {
     /// Override whether a turn is indexed with the turn after it.
     #[arg(long)]
     next_context: Option<bool>,
+    /// Override whether a turn's context vector embeds its day.
+    #[arg(long)]
+    day_in_vector: Option<bool>,
     /// Override whether turns are indexed with their context at all.
     #[arg(long)]
     context: Option<bool>,
@@ -315,6 +318,7 @@ async fn main() -> anyhow::Result<()> {
     tuning.text_weight = cli.text_weight.unwrap_or(tuning.text_weight);
     tuning.neighbour_weight = cli.neighbour_weight.unwrap_or(tuning.neighbour_weight);
     tuning.next_turn_context = cli.next_context.unwrap_or(tuning.next_turn_context);
+    tuning.day_in_context_vector = cli.day_in_vector.unwrap_or(tuning.day_in_context_vector);
     memory.set_tuning(tuning);
     if let Some(context) = cli.context {
         memory.set_context_indexing(context);

@@ -13,8 +13,8 @@ use crate::memory::correction::{self, Candidate, Decision};
 use crate::memory::crystal::{
     Crystal, CrystalId, Governance, Lifecycle, Lifespan, MemoryKind, Origin, ProvenanceNode, Status,
 };
-use crate::memory::decay;
 use crate::memory::hormones;
+use crate::memory::{dates, decay, text};
 
 /// Refuses a memory the engine must not store.
 fn check(new: &NewMemory) -> Result<(), Error> {
@@ -45,8 +45,14 @@ fn check(new: &NewMemory) -> Result<(), Error> {
     Ok(())
 }
 
-/// How many texts [`Memory::add_many`] embeds in one call.
+/// How many memories [`Memory::add_many`] embeds in one call (each with its context).
 const EMBED_BATCH: usize = 256;
+
+/// How many text documents adds leave for the next search to commit before an add commits
+/// them itself. A BM25 commit syncs a new segment to disk, several times the cost of the rest
+/// of an add; sled holds every acknowledged write durably, and a restart re-indexes from it
+/// whatever the last commit did not hold, so this bounds that work.
+pub(super) const TEXT_COMMIT_DOCS: usize = 1024;
 
 /// One memory of a batch, with the peer it came from (if from the swarm) and who stores it.
 #[derive(Debug, Clone)]
@@ -136,12 +142,37 @@ impl Memory {
         check(new)
     }
 
-    /// Makes what [`Memory::add_many`] stored durable and searchable by text.
+    /// Makes what [`Memory::add_many`] stored durable, and its text documents searchable by
+    /// the next search (see [`TEXT_COMMIT_DOCS`]).
     fn settle(&self, pending: TextPending) -> Result<(), Error> {
         let _writer = lock(&self.write);
         self.db.flush()?;
-        self.commit_text(pending)?;
+        self.defer_text(pending)?;
         self.persist_hormones()
+    }
+
+    /// Leaves text documents for the next search to commit, unless enough are waiting that
+    /// committing now bounds what a restart must re-index.
+    fn defer_text(&self, pending: TextPending) -> Result<(), Error> {
+        let mut waiting = lock(&self.text_pending);
+        *waiting = waiting.and(pending);
+        if waiting.docs >= TEXT_COMMIT_DOCS {
+            self.commit_text(*waiting)?;
+            *waiting = TextPending::default();
+        }
+        Ok(())
+    }
+
+    /// Commits the text documents acknowledged adds left waiting, so a search sees every
+    /// memory stored before it began. Held under the waiting list's lock, so a concurrent
+    /// search waits for the commit instead of searching before it.
+    pub(super) fn publish_text(&self) -> Result<(), Error> {
+        let mut waiting = lock(&self.text_pending);
+        if waiting.up_to.is_some() || waiting.removed {
+            self.commit_text(*waiting)?;
+            *waiting = TextPending::default();
+        }
+        Ok(())
     }
 
     /// One chunk of [`Memory::add_many`]: embedded in one call, each memory prepared and
@@ -155,17 +186,34 @@ impl Memory {
         pending: &mut TextPending,
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(), Error> {
-        let texts: Vec<&str> = chunk.iter().map(|i| i.new.text.as_str()).collect();
-        let embeddings = self.embedder.embed(&texts)?;
-        if embeddings.len() != chunk.len() {
-            return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
+        // A turn and its context go to the embedder together: one forward pass for both.
+        let ahead = self.contexts_ahead(chunk);
+        let mut texts: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
+        for (item, context) in chunk.iter().zip(&ahead) {
+            texts.push(&item.new.text);
+            texts.extend(context.as_deref());
+        }
+        let vectors = self.embedder.embed(&texts)?;
+        let wrong = || Error::Invalid("the embedder returned the wrong number of vectors".into());
+        if vectors.len() != texts.len() {
+            return Err(wrong());
+        }
+        let mut vectors = vectors.into_iter();
+        let mut embeddings = Vec::with_capacity(chunk.len());
+        for context in ahead {
+            let embedding = vectors.next().ok_or_else(wrong)?;
+            let context = match context {
+                Some(text) => Some((text, vectors.next().ok_or_else(wrong)?)),
+                None => None,
+            };
+            embeddings.push((embedding, context));
         }
         let _writer = lock(&self.write);
         let mut batch = sled::Batch::default();
         let mut contexts = Vec::new();
-        let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, embedding)| {
+        let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, (embedding, context))| {
             let (one, mut changes) =
-                self.prepare(&item.new, item.peer.clone(), embedding, &item.actor, now, reconciler)?;
+                self.prepare(&item.new, item.peer.clone(), embedding, context, &item.actor, now, reconciler)?;
             contexts.append(&mut changes.contexts);
             self.add_to_batch(&changes, &mut batch)?;
             *pending = pending.and(self.index(changes)?);
@@ -176,6 +224,50 @@ impl Memory {
         let contexts = self.embed_contexts(contexts, &mut batch);
         self.tree.apply_batch(batch)?;
         indexed.and(contexts)
+    }
+
+    /// The context text each memory of `chunk` will be indexed with (see `Memory::document`),
+    /// as far as it is known before the chunk is stored: for a conversation turn, the turn
+    /// said before it (stored, or earlier in the chunk) and its day. `None` where there is no
+    /// such context, or where it holds the next turn too. A guess that comes out wrong (another
+    /// writer got in first) costs a second embedding, never a wrong vector: `prepare` uses the
+    /// vector only for the very text the crystal is indexed with.
+    fn contexts_ahead(&self, chunk: &[Incoming]) -> Vec<Option<String>> {
+        let tuning = self.tuning();
+        if !self.context_indexing() || tuning.next_turn_context {
+            return vec![None; chunk.len()];
+        }
+        let with_day = tuning.day_in_context_vector;
+        chunk
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let new = &item.new;
+                let (Some(session), Some(at)) = (&new.session, new.turn_at) else { return None };
+                // Among turns said at the same time, the one stored last: the latest in the chunk.
+                let earlier = chunk[..i]
+                    .iter()
+                    .map(|other| &other.new)
+                    .filter(|other| other.namespace == new.namespace && other.session.as_ref() == Some(session))
+                    .filter_map(|other| Some((other.turn_at.filter(|t| *t < at)?, other.text.as_str())))
+                    .max_by_key(|(t, _)| *t);
+                let stored = self.previous_turn(&new.namespace, session, at);
+                // The later of the two; on a tie, the one in the chunk (stored after).
+                let previous = match (earlier, stored.as_ref()) {
+                    (Some((t, text)), Some(s)) if s.turn_at <= Some(t) => Some(text),
+                    (_, Some(s)) => Some(s.text.as_str()),
+                    (Some((_, text)), None) => Some(text),
+                    (None, None) => None,
+                };
+                let document = text::Document {
+                    text: new.text.clone(),
+                    context: previous.map(str::to_owned).into_iter().collect(),
+                    day: Some(dates::describe(at)),
+                    ..text::Document::default()
+                };
+                Some(document.embedded(with_day))
+            })
+            .collect()
     }
 
     /// Embeds the context texts of a chunk in one call (context vectors are never
@@ -200,13 +292,15 @@ impl Memory {
     }
 
     /// Decides what storing `new` (embedded as `embedding`, from `peer` if it came from the
-    /// swarm) changes. The caller holds the writer lock and commits the changes before
-    /// releasing it.
+    /// swarm) changes. `context` is the context text embedded ahead with it, used when it is
+    /// the one the stored crystal is indexed with. The caller holds the writer lock and
+    /// commits the changes before releasing it.
     fn prepare(
         &self,
         new: &NewMemory,
         peer: Option<String>,
         embedding: Vec<f32>,
+        context: Option<(String, Vec<f32>)>,
         actor: &str,
         now: UnixMillis,
         reconciler: &dyn correction::Reconciler,
@@ -299,8 +393,12 @@ impl Memory {
                     changes.crystals.push(old);
                 }
                 let document = self.document(&crystal);
-                if !document.context.is_empty() {
-                    changes.contexts.push((id, document.joined()));
+                if document.has_context() {
+                    let joined = document.embedded(self.tuning().day_in_context_vector);
+                    match context {
+                        Some((text, vector)) if text == joined => changes.vectors.push((CONTEXT, id, vector)),
+                        _ => changes.contexts.push((id, joined)),
+                    }
                 }
                 changes.vectors.push((EMBEDDING, id, embedding));
                 changes.texts.push((id, document));
@@ -425,5 +523,15 @@ impl Memory {
             }
         }
         Ok(out)
+    }
+}
+
+impl Drop for Memory {
+    /// Commits what searches have not yet committed, so a clean shutdown leaves no text
+    /// documents for the next start to re-index.
+    fn drop(&mut self) {
+        if let Err(error) = self.publish_text() {
+            tracing::warn!(%error, "text index not committed at close; it catches up from the store on reopening");
+        }
     }
 }
