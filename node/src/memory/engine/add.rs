@@ -213,7 +213,7 @@ impl Memory {
         let mut contexts = Vec::new();
         let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, (embedding, context))| {
             let (one, mut changes) =
-                self.prepare(&item.new, item.peer.clone(), embedding, context, &item.actor, now, reconciler)?;
+                self.prepare(item, embedding, context, now, reconciler)?;
             contexts.append(&mut changes.contexts);
             self.add_to_batch(&changes, &mut batch)?;
             *pending = pending.and(self.index(changes)?);
@@ -297,14 +297,13 @@ impl Memory {
     /// commits the changes before releasing it.
     fn prepare(
         &self,
-        new: &NewMemory,
-        peer: Option<String>,
+        item: &Incoming,
         embedding: Vec<f32>,
         context: Option<(String, Vec<f32>)>,
-        actor: &str,
         now: UnixMillis,
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(Added, Changes), Error> {
+        let (new, peer, actor) = (&item.new, item.peer.clone(), item.actor.as_str());
         let turn = new.is_conversation_turn();
         let influence = {
             let mut state = lock(&self.hormones);
