@@ -9,8 +9,8 @@
 
 pub mod agent;
 pub mod atproto;
-pub mod hub;
 pub mod browser;
+pub mod hub;
 pub mod js;
 pub mod llm;
 pub mod metrics;

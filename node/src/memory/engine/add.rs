@@ -212,8 +212,7 @@ impl Memory {
         let mut batch = sled::Batch::default();
         let mut contexts = Vec::new();
         let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, (embedding, context))| {
-            let (one, mut changes) =
-                self.prepare(item, embedding, context, now, reconciler)?;
+            let (one, mut changes) = self.prepare(item, embedding, context, now, reconciler)?;
             contexts.append(&mut changes.contexts);
             self.add_to_batch(&changes, &mut batch)?;
             *pending = pending.and(self.index(changes)?);
