@@ -4,23 +4,12 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
-use druse_node::Role;
-use druse_node::config::Config;
-use druse_node::daemon::{self, Running};
+use druse_node::daemon::Running;
 use druse_node::memory_map::MAX_LIMIT;
 use serde_json::{Value, json};
 
-async fn start() -> (Running, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::default();
-    config.store.data_dir = dir.path().to_owned();
-    config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
-    config.p2p.mdns = false;
-    config.api.listen = "127.0.0.1:0".parse().unwrap();
-    config.metrics.listen = "127.0.0.1:0".parse().unwrap();
-    let running = daemon::start(config, Role::Edge, |_| axum::Router::new()).await.unwrap();
-    (running, dir)
-}
+mod common;
+use common::start;
 
 async fn add(running: &Running, memory: Value) -> Value {
     let response = reqwest::Client::new()

@@ -22,6 +22,7 @@ use super::metrics::Metrics;
 use super::reconcile::Fixed;
 use super::run::{Agent, memory};
 use super::schedule::{DAY_MS, Entry, day};
+use super::tools::{QueryArg, TextArg};
 use crate::memory::correction::Decision;
 use crate::memory::crystal::{Crystal, CrystalId, MemoryKind, Namespace, Origin, Status};
 use crate::memory::engine::NewMemory;
@@ -70,14 +71,6 @@ impl Outcome {
     }
 }
 
-#[derive(Deserialize)]
-struct TextArg {
-    text: String,
-}
-#[derive(Deserialize)]
-struct QueryArg {
-    query: String,
-}
 #[derive(Deserialize)]
 struct CrystalArg {
     crystal: CrystalId,

@@ -95,13 +95,15 @@ struct ReplyArgs {
 struct UriArg {
     uri: String,
 }
+/// A tool's one text argument.
 #[derive(Deserialize)]
-struct TextArg {
-    text: String,
+pub(super) struct TextArg {
+    pub(super) text: String,
 }
+/// A tool's one query argument.
 #[derive(Deserialize)]
-struct QueryArg {
-    query: String,
+pub(super) struct QueryArg {
+    pub(super) query: String,
 }
 #[derive(Deserialize)]
 struct HandleArg {
