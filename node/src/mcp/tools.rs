@@ -397,7 +397,7 @@ impl SkillSearchArgs {
             })
             .collect();
         // Stable: among equal matches, the API's order (newest first) stays.
-        kept.sort_by(|a, b| b.0.cmp(&a.0));
+        kept.sort_by_key(|(matched, _)| std::cmp::Reverse(*matched));
         kept.into_iter().take(self.limit).map(|(_, listing)| listing).collect()
     }
 }

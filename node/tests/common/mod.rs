@@ -6,7 +6,7 @@ use druse_node::daemon::{self, Running};
 
 /// Starts an edge node in a fresh data directory, with every listener on port 0 and mDNS off.
 #[allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
-pub async fn start() -> (Running, tempfile::TempDir) {
+pub(crate) async fn start() -> (Running, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::default();
     config.store.data_dir = dir.path().to_owned();
