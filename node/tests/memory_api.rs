@@ -9,7 +9,7 @@ use druse_node::daemon::Running;
 use serde_json::{Value, json};
 
 mod common;
-use common::start;
+use common::{get, start};
 
 async fn post(running: &Running, path: &str, body: &str) -> (u16, Value) {
     let response = reqwest::Client::new()
@@ -25,15 +25,6 @@ async fn post(running: &Running, path: &str, body: &str) -> (u16, Value) {
 
 async fn post_json(running: &Running, path: &str, body: Value) -> (u16, Value) {
     post(running, path, &body.to_string()).await
-}
-
-async fn get(running: &Running, path: &str, token: bool) -> (u16, Value) {
-    let mut request = reqwest::Client::new().get(format!("http://{}{path}", running.api_addr));
-    if token {
-        request = request.bearer_auth(running.node.token());
-    }
-    let response = request.send().await.unwrap();
-    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
 fn texts(hits: &Value) -> Vec<String> {

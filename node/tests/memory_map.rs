@@ -9,7 +9,7 @@ use druse_node::memory_map::MAX_LIMIT;
 use serde_json::{Value, json};
 
 mod common;
-use common::start;
+use common::{get, start};
 
 async fn add(running: &Running, memory: Value) -> Value {
     let response = reqwest::Client::new()
@@ -21,15 +21,6 @@ async fn add(running: &Running, memory: Value) -> Value {
         .unwrap();
     assert_eq!(response.status().as_u16(), 201);
     response.json().await.unwrap()
-}
-
-async fn get(running: &Running, path: &str, token: bool) -> (u16, Value) {
-    let mut request = reqwest::Client::new().get(format!("http://{}{path}", running.api_addr));
-    if token {
-        request = request.bearer_auth(running.node.token());
-    }
-    let response = request.send().await.unwrap();
-    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
 fn ids(map: &Value) -> Vec<u64> {

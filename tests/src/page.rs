@@ -21,6 +21,17 @@ const DECAY: [&str; 8] =
     ["never", "location", "employment", "long_term_goal", "active_project", "health", "emotional_state", "default"];
 
 /// The word every private crystal carries, so a test can look for it.
+/// Starts a real `druse-node` (no management keys) in `root`; returns it with its API token.
+pub async fn start_node(root: &std::path::Path) -> Result<(crate::process::ProcNode, String)> {
+    let bins = tokio::task::spawn_blocking(crate::process::binaries).await??;
+    let trust_list = root.join("trust.list");
+    std::fs::write(&trust_list, "")?;
+    let data_dir = root.join("node");
+    let node = crate::process::ProcNode::start("druse-node", &bins.node, &data_dir, &trust_list, &[]).await?;
+    let token = std::fs::read_to_string(data_dir.join("api.token"))?.trim().to_owned();
+    Ok((node, token))
+}
+
 pub const PRIVATE_WORD: &str = "zeppelin";
 
 /// Public crystals and the corrections among them.

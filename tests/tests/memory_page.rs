@@ -13,7 +13,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use druse_tests::browser::{self, Browser, Page};
 use druse_tests::page::{self, PRIVATE_WORD};
-use druse_tests::process::{ProcNode, binaries};
 use serde_json::Value;
 
 /// How long the page may take to draw.
@@ -55,13 +54,8 @@ async fn the_memory_page_draws_the_map_highlights_recall_and_hides_private_cryst
     if !browser::available_or_skip("memory_page") {
         return Ok(());
     }
-    let bins = tokio::task::spawn_blocking(binaries).await??;
     let root = tempfile::tempdir()?;
-    let trust_list = root.path().join("trust.list");
-    std::fs::write(&trust_list, "")?;
-    let data_dir = root.path().join("node");
-    let node = ProcNode::start("druse-node", &bins.node, &data_dir, &trust_list, &[]).await?;
-    let token = std::fs::read_to_string(data_dir.join("api.token"))?.trim().to_owned();
+    let (node, token) = page::start_node(root.path()).await?;
 
     let corpus = page::corpus(360);
     let public = page::store(&node.api, &token, &corpus.memories, 200).await?;

@@ -3,6 +3,7 @@
 use druse_node::Role;
 use druse_node::config::Config;
 use druse_node::daemon::{self, Running};
+use serde_json::Value;
 
 /// Starts an edge node in a fresh data directory, with every listener on port 0 and mDNS off.
 #[allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
@@ -16,4 +17,15 @@ pub(crate) async fn start() -> (Running, tempfile::TempDir) {
     config.metrics.listen = "127.0.0.1:0".parse().unwrap();
     let running = daemon::start(config, Role::Edge, |_| axum::Router::new()).await.unwrap();
     (running, dir)
+}
+
+/// GETs `path` from the node's API, with its token when `token`; the status and the JSON body.
+#[allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+pub(crate) async fn get(running: &Running, path: &str, token: bool) -> (u16, Value) {
+    let mut request = reqwest::Client::new().get(format!("http://{}{path}", running.api_addr));
+    if token {
+        request = request.bearer_auth(running.node.token());
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }

@@ -15,7 +15,6 @@ use anyhow::{Context, Result, ensure};
 use clap::Parser;
 use druse_tests::browser::{self, Browser};
 use druse_tests::page;
-use druse_tests::process::{ProcNode, binaries};
 use serde_json::Value;
 
 #[derive(Debug, Parser)]
@@ -53,13 +52,8 @@ fn summary(name: &str, mut values: Vec<f64>) {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let bins = tokio::task::spawn_blocking(binaries).await??;
     let root = tempfile::tempdir()?;
-    let trust_list = root.path().join("trust.list");
-    std::fs::write(&trust_list, "")?;
-    let data_dir = root.path().join("node");
-    let node = ProcNode::start("druse-node", &bins.node, &data_dir, &trust_list, &[]).await?;
-    let token = std::fs::read_to_string(data_dir.join("api.token"))?.trim().to_owned();
+    let (node, token) = page::start_node(root.path()).await?;
 
     let corpus = page::corpus(args.crystals);
     let started = Instant::now();
