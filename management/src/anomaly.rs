@@ -346,8 +346,7 @@ pub fn spawn(management: &Arc<Management>) -> Option<Arc<Watch>> {
     // Subscribe before reading who is known, so no peer falls between the two.
     let activity = node.activity();
     let watch = Arc::new(Watch { detector: Mutex::new(Detector::new(config, now_ms(), [])) });
-    let task = tokio::spawn(run(Arc::clone(management), Arc::clone(&watch), activity));
-    node.own_task(task);
+    node.spawn_task("anomaly", run(Arc::clone(management), Arc::clone(&watch), activity));
     Some(watch)
 }
 

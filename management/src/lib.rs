@@ -173,7 +173,7 @@ impl Management {
     /// Starts the periodic weather re-announcement; the node owns the task.
     pub fn spawn_reannounce(self: &std::sync::Arc<Self>, every: Duration) {
         let this = std::sync::Arc::clone(self);
-        let task = tokio::spawn(async move {
+        self.node.spawn_task("reannounce", async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
@@ -186,7 +186,6 @@ impl Management {
                 }
             }
         });
-        self.node.own_task(task);
     }
 }
 

@@ -58,7 +58,7 @@ impl Management {
         }
         let this = Arc::clone(self);
         let mut changes = self.node().evidence_changes();
-        let task = tokio::spawn(async move {
+        self.node().spawn_task("auto-endorse", async move {
             let mut pass = this.auto_endorse_pass().await;
             loop {
                 if let Err(error) = pass {
@@ -71,7 +71,6 @@ impl Management {
                 };
             }
         });
-        self.node().own_task(task);
         true
     }
 

@@ -128,7 +128,7 @@ pub struct Store {
 
 impl Default for Store {
     fn default() -> Self {
-        Self { data_dir: PathBuf::from("./druse-data"), cache_bytes: 32 * 1024 * 1024 }
+        Self { data_dir: PathBuf::from("./druse-data"), cache_bytes: 128 * 1024 * 1024 }
     }
 }
 

@@ -3,6 +3,7 @@
 //! take the same path, so a node holds its own messages exactly as its peers do.
 
 use std::collections::HashSet;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use druse_protocol::body::{
     Body, Bounty, CrystalListing, Endorsement, EndorsementVerdict, Report, ReportEvent, TrustLevel,
@@ -17,7 +18,7 @@ use crate::market::{self, BountyRecord, Counted, Stats, Versions};
 use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, ReportLabels, VerdictLabel};
 use crate::peers::{self, Book};
 use crate::skill::{Origin, Pending, Skill};
-use crate::store::{self, Store};
+use crate::store::{self, Store, Writes};
 use crate::weather;
 
 /// What happened to one message, for gossipsub and for metrics.
@@ -69,7 +70,7 @@ impl Outcome {
     }
 }
 
-/// Work ingestion leaves for the node to do outside the pipeline's lock.
+/// Work ingestion leaves for the memory worker once a message's writes are committed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Effect {
     /// A new skill to index in the memory engine.
@@ -77,6 +78,16 @@ pub enum Effect {
     /// A bounty matched this skill: its crystal is owed a curiosity boost (the skill's stats
     /// say which bounties it has not had yet).
     Boost(ContentId),
+}
+
+/// Where a gossip message came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Gossiped<'a> {
+    /// The peer that signed it into gossipsub.
+    pub source: &'a PeerId,
+    /// The peer that forwarded it.
+    pub propagation_source: &'a PeerId,
+    pub topic: &'a str,
 }
 
 /// Skills whose price changed since the node last looked, at most.
@@ -89,45 +100,51 @@ pub struct Me {
     pub market: market::Config,
 }
 
-/// Everything ingestion reads and changes, behind one lock in the node.
+/// Everything ingestion reads and changes. One owner drives it (the node's ingest actor,
+/// [`actor`]); each message's writes go to [`Writes`] and reach the store when the owner
+/// commits them ([`Ingestor::commit`]), all of them or none.
 #[derive(Debug)]
-pub struct Pipeline {
+pub struct Ingestor {
     pub view: TrustView,
-    pub book: Book,
+    /// The trust book; readers share it through the actor's handle, and only the ingestor
+    /// writes it, briefly.
+    pub book: Arc<RwLock<Book>>,
     pub weather: weather::State,
     pub pending: Pending<Endorsement>,
     /// Reports that arrived before their skill.
     pub pending_reports: Pending<Report>,
     me: Me,
     store: Store,
+    /// What the messages since the last commit wrote.
+    writes: Writes,
+    /// The validator as it was at start (its config and trust list), to rebuild from.
+    fresh_view: TrustView,
     /// Peers whose counters changed since they were last written; `persist_peers` writes them.
     dirty: HashSet<PeerId>,
-    /// Work for the node, taken after every call (so it holds one message's worth).
+    /// Work for the memory worker from the messages since the last commit.
     effects: Vec<Effect>,
     /// Skills whose price inputs changed since `take_repriced`.
     repriced: HashSet<ContentId>,
+    /// Skills in the store, counted once at start and then as they are committed (counting
+    /// walks the whole table).
+    skills: usize,
     /// The terms of the bounties in the store, so a new listing is matched without reading
-    /// the table (only this pipeline writes it).
+    /// the table (only the ingestor writes it).
     bounties: Vec<Bounty>,
 }
 
 const WEATHER_KEY: &str = "weather";
 const SEQS_KEY: &str = "seqs";
 
-impl Pipeline {
-    /// Rebuilds the pipeline's state from the store.
+impl Ingestor {
+    /// Rebuilds ingestion's state from the store.
     pub fn restore(
         store: Store,
-        mut view: TrustView,
+        view: TrustView,
         mut book: Book,
         pending: Pending<Endorsement>,
         me: Me,
     ) -> Result<Self, store::Error> {
-        let weather = store.state::<weather::State>(WEATHER_KEY)?.unwrap_or_default();
-        let seqs: Vec<(PublicKey, u64)> = store.state(SEQS_KEY)?.unwrap_or_default();
-        for (key, seq) in seqs {
-            view.restore_seq(key, seq);
-        }
         for entry in store.peers::<peers::Record>() {
             let (key, record) = entry?;
             if let Ok(peer) = PeerId::from_bytes(&key) {
@@ -135,26 +152,80 @@ impl Pipeline {
             }
         }
         let pending_reports = Pending::new(pending.capacity(), pending.ttl_ms());
-        let bounties =
-            store.bounties.iter::<BountyRecord>().map(|e| e.map(|(_, r)| r.bounty)).collect::<Result<_, _>>()?;
-        Ok(Self {
+        let mut ingestor = Self {
+            fresh_view: view.clone(),
             view,
-            book,
-            weather,
+            book: Arc::new(RwLock::new(book)),
+            weather: weather::State::default(),
             pending,
             pending_reports,
             me,
             store,
+            writes: Writes::default(),
             dirty: HashSet::new(),
             effects: Vec::new(),
             repriced: HashSet::new(),
-            bounties,
-        })
+            skills: 0,
+            bounties: Vec::new(),
+        };
+        ingestor.reload()?;
+        Ok(ingestor)
     }
 
-    /// Takes the work ingestion left for the node.
-    pub fn take_effects(&mut self) -> Vec<Effect> {
-        std::mem::take(&mut self.effects)
+    /// Reads back what the store holds of the state kept in memory: the weather, the
+    /// management seqs and the bounties' terms. The dedupe set starts empty; the kept
+    /// envelopes still refuse a message applied before.
+    fn reload(&mut self) -> Result<(), store::Error> {
+        self.weather = self.store.state::<weather::State>(WEATHER_KEY)?.unwrap_or_default();
+        let mut view = self.fresh_view.clone();
+        let seqs: Vec<(PublicKey, u64)> = self.store.state(SEQS_KEY)?.unwrap_or_default();
+        for (key, seq) in seqs {
+            view.restore_seq(key, seq);
+        }
+        self.view = view;
+        self.bounties =
+            self.store.bounties.iter::<BountyRecord>().map(|e| e.map(|(_, r)| r.bounty)).collect::<Result<_, _>>()?;
+        self.skills = self.store.skill_count();
+        Ok(())
+    }
+
+    /// How many skills the store holds.
+    pub fn skill_count(&self) -> usize {
+        self.skills
+    }
+
+    /// Whether anything waits to be committed.
+    pub fn has_writes(&self) -> bool {
+        !self.writes.is_empty()
+    }
+
+    /// Commits what every message since the last commit wrote, in one transaction, and
+    /// returns the work they left for the memory worker. On an error nothing of them is
+    /// written, the state kept in memory is read back from the store, and the caller must
+    /// treat those messages as not stored.
+    pub fn commit(&mut self) -> Result<Vec<Effect>, store::Error> {
+        match self.store.commit(&mut self.writes) {
+            Ok(()) => {
+                self.skills += self.effects.iter().filter(|e| matches!(e, Effect::NewSkill(_))).count();
+                Ok(std::mem::take(&mut self.effects))
+            }
+            Err(error) => {
+                self.writes.clear();
+                self.effects.clear();
+                if let Err(reload) = self.reload() {
+                    tracing::error!(error = %reload, "could not read the state back after a failed commit");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn read_book(&self) -> RwLockReadGuard<'_, Book> {
+        self.book.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_book(&self) -> RwLockWriteGuard<'_, Book> {
+        self.book.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes the skills whose price inputs changed.
@@ -188,7 +259,35 @@ impl Pipeline {
         now: UnixMillis,
         metrics: &Metrics,
     ) -> (Option<Kind>, Outcome) {
-        let accepted = match validate::check(bytes, source, topic, now, &mut self.view) {
+        let checked = validate::check(bytes, source, topic, now, &mut self.view);
+        self.ingest_checked(checked, bytes, source, propagation_source, now, metrics)
+    }
+
+    /// [`Ingestor::ingest`] for a message whose envelope was opened ahead (size, decode and
+    /// signature checked, by [`validate::open_envelope`]; `opened` is that step's result).
+    pub fn ingest_opened(
+        &mut self,
+        opened: Result<Envelope, Reason>,
+        bytes: &[u8],
+        gossip: Gossiped<'_>,
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) -> (Option<Kind>, Outcome) {
+        let Gossiped { source, propagation_source, topic } = gossip;
+        let checked = opened.and_then(|envelope| validate::check_opened(envelope, source, topic, now, &self.view));
+        self.ingest_checked(checked, bytes, source, propagation_source, now, metrics)
+    }
+
+    fn ingest_checked(
+        &mut self,
+        checked: Result<Accepted, Reason>,
+        bytes: &[u8],
+        source: &PeerId,
+        propagation_source: &PeerId,
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) -> (Option<Kind>, Outcome) {
+        let accepted = match checked {
             Ok(accepted) => accepted,
             Err(reason) => {
                 if reason.is_reject() {
@@ -198,7 +297,7 @@ impl Pipeline {
             }
         };
         let kind = accepted.body.kind();
-        if let Some(refusal) = self.gate(&accepted, source, now) {
+        if let Some(refusal) = self.kept_already(&accepted).or_else(|| self.gate(&accepted, source, now)) {
             return (Some(kind), refusal);
         }
         let outcome = self.apply(&accepted, Origin::Peer, now, metrics);
@@ -212,23 +311,53 @@ impl Pipeline {
     /// for steps 1–6): the trust and weather gate then judge its author, as they would have
     /// judged it arriving over gossip from its author. A message already kept is a duplicate.
     pub fn ingest_synced(&mut self, bytes: &[u8], now: UnixMillis, metrics: &Metrics) -> (Option<Kind>, Outcome) {
-        let accepted = match validate::check_synced(bytes, now, &mut self.view) {
+        let checked = validate::check_synced(bytes, now, &mut self.view);
+        self.ingest_synced_checked(checked, bytes, now, metrics)
+    }
+
+    /// [`Ingestor::ingest_synced`] for a message whose envelope was opened ahead.
+    pub fn ingest_synced_opened(
+        &mut self,
+        opened: Result<Envelope, Reason>,
+        bytes: &[u8],
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) -> (Option<Kind>, Outcome) {
+        let checked = opened.and_then(|envelope| validate::check_synced_opened(envelope, now, &self.view));
+        self.ingest_synced_checked(checked, bytes, now, metrics)
+    }
+
+    fn ingest_synced_checked(
+        &mut self,
+        checked: Result<Accepted, Reason>,
+        bytes: &[u8],
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) -> (Option<Kind>, Outcome) {
+        let accepted = match checked {
             Ok(accepted) => accepted,
             Err(reason) => return (Envelope::peek_kind(bytes), Outcome::Protocol(reason)),
         };
         let kind = accepted.body.kind();
-        match self.store.has_envelope(&sync::Key::new(kind, &accepted.content_id)) {
-            Ok(false) => {}
-            Ok(true) => return (Some(kind), Outcome::Protocol(Reason::Duplicate)),
-            Err(error) => {
-                tracing::error!(%error, "store failed while checking a synced message");
-                return (Some(kind), Outcome::StoreFailed);
-            }
-        }
-        if let Some(refusal) = self.gate(&accepted, &accepted.envelope.signer().peer_id(), now) {
+        let author = accepted.envelope.signer().peer_id();
+        if let Some(refusal) = self.kept_already(&accepted).or_else(|| self.gate(&accepted, &author, now)) {
             return (Some(kind), refusal);
         }
         (Some(kind), self.apply(&accepted, Origin::Peer, now, metrics))
+    }
+
+    /// A message whose envelope is kept was applied before: a duplicate, even when the
+    /// bounded dedupe set has forgotten it (or was emptied by a restart or a failed commit).
+    fn kept_already(&self, accepted: &Accepted) -> Option<Outcome> {
+        let key = sync::Key::new(accepted.body.kind(), &accepted.content_id);
+        match self.store.has_envelope(&self.writes, &key) {
+            Ok(false) => None,
+            Ok(true) => Some(Outcome::Protocol(Reason::Duplicate)),
+            Err(error) => {
+                tracing::error!(%error, "store failed while checking for a kept message");
+                Some(Outcome::StoreFailed)
+            }
+        }
     }
 
     /// Step 7 and 8: the trust and weather gate, and content checks.
@@ -236,7 +365,7 @@ impl Pipeline {
         if accepted.body.kind().is_management() {
             return None;
         }
-        let level = self.book.level(source, now);
+        let level = self.read_book().level(source, now);
         if level == TrustLevel::Banned {
             return Some(Outcome::Banned);
         }
@@ -303,7 +432,7 @@ impl Pipeline {
                         applied.push((endorsement.verdict, skill.is_verified));
                     }
                 }
-                if self.store.insert_skill(&id, &skill)? {
+                if self.writes.insert_new(&self.store.skills, id.digest(), &skill)? {
                     for (verdict, verified) in applied {
                         self.count_endorsement(&skill.author, verdict, verified, now, metrics);
                     }
@@ -323,7 +452,7 @@ impl Pipeline {
             Body::Weather(w) => {
                 let applied = self.weather.apply(signer, w);
                 tracing::info!(level = w.level, seq = w.seq, reason = %w.reason, ?applied, "weather");
-                self.store.put_state(WEATHER_KEY, &self.weather)?;
+                self.writes.put(&self.store.state, WEATHER_KEY.as_bytes(), &self.weather)?;
                 keep = applied != weather::Applied::Older;
             }
             Body::Ban(ban) => {
@@ -334,7 +463,7 @@ impl Pipeline {
                 let ruling = peers::Ruling { level: attest.level, expires_at: attest.expires_at };
                 self.rule(&attest.peer.peer_id(), ruling, now)?;
             }
-            Body::Report(report) => match self.store.skill::<Skill>(&report.content_id)? {
+            Body::Report(report) => match self.writes.get::<Skill>(&self.store.skills, report.content_id.digest())? {
                 Some(skill) => self.apply_report(&skill, signer, report, now, metrics)?,
                 None => self.pending_reports.push(report.content_id, signer, report.clone(), now),
             },
@@ -342,12 +471,12 @@ impl Pipeline {
         }
         if keep {
             let key = sync::Key::new(accepted.body.kind(), &accepted.content_id);
-            self.store.keep_envelope(&key, &accepted.envelope.to_bytes())?;
+            self.store.keep_envelope(&mut self.writes, &key, &accepted.envelope.to_bytes())?;
         }
         self.view.commit(accepted, now);
         if accepted.body.seq().is_some() {
             let seqs: Vec<(PublicKey, u64)> = self.view.last_seqs().collect();
-            self.store.put_state(SEQS_KEY, &seqs)?;
+            self.writes.put(&self.store.state, SEQS_KEY.as_bytes(), &seqs)?;
         }
         self.refresh_weather_gauges(now, metrics);
         Ok(Outcome::Accepted)
@@ -362,9 +491,10 @@ impl Pipeline {
         metrics: &Metrics,
     ) -> Result<bool, store::Error> {
         let mut changed = false;
-        let Some(skill) = self.store.update_skill::<Skill, _>(&endorsement.content_id, |skill| {
-            changed = skill.apply_endorsement(signer, endorsement);
-        })?
+        let Some(skill) =
+            self.writes.update::<Skill, _>(&self.store.skills, endorsement.content_id.digest(), |skill| {
+                changed = skill.apply_endorsement(signer, endorsement);
+            })?
         else {
             return Ok(false);
         };
@@ -420,7 +550,7 @@ impl Pipeline {
         self.reprice(id);
         let waiting = self.pending_reports.take(&id, now);
         if !waiting.is_empty()
-            && let Some(skill) = self.store.skill::<Skill>(&id)?
+            && let Some(skill) = self.writes.get::<Skill>(&self.store.skills, id.digest())?
         {
             for (by, report) in waiting {
                 self.apply_report(&skill, by, &report, now, metrics)?;
@@ -439,8 +569,9 @@ impl Pipeline {
         author: PublicKey,
     ) -> Result<(), store::Error> {
         let key = market::version_key(&author, &listing.skill_id);
-        let versions: Versions =
-            self.store.versions.upsert(&key, |v: &mut Versions| v.add(listing.version, listing.issued_at, id))?;
+        let versions: Versions = self
+            .writes
+            .upsert(&self.store.versions, &key, |v: &mut Versions| v.add(listing.version, listing.issued_at, id))?;
         let Some(newest) = versions.newest() else { return Ok(()) };
         if versions.known.len() == 1 {
             // A skill's first version: nothing to deprecate, and a new skill is current.
@@ -448,9 +579,9 @@ impl Pipeline {
         }
         for version in versions.ids() {
             let deprecated = version != newest;
-            let current = self.store.skill::<Skill>(&version)?;
+            let current = self.writes.get::<Skill>(&self.store.skills, version.digest())?;
             if current.is_some_and(|s| s.deprecated != deprecated || (deprecated && s.deprecated_by != Some(newest))) {
-                self.store.update_skill::<Skill, _>(&version, |s| {
+                self.writes.update::<Skill, _>(&self.store.skills, version.digest(), |s| {
                     s.deprecated = deprecated;
                     s.deprecated_by = deprecated.then_some(newest);
                 })?;
@@ -461,12 +592,12 @@ impl Pipeline {
 
     /// Notes that `skill` matches a bounty, on the bounty and in the skill's stats.
     fn record_match(&mut self, bounty: &Bounty, skill: ContentId) -> Result<(), store::Error> {
-        self.store.bounties.update(bounty.id.as_bytes(), |r: &mut BountyRecord| {
+        self.writes.update(&self.store.bounties, bounty.id.as_bytes(), |r: &mut BountyRecord| {
             if !r.matches.contains(&skill) && r.matches.len() < market::MAX_BOUNTY_ENTRIES {
                 r.matches.push(skill);
             }
         })?;
-        self.store.market.upsert(skill.digest(), |s: &mut Stats| {
+        self.writes.upsert(&self.store.market, skill.digest(), |s: &mut Stats| {
             s.bounty_matches.insert(bounty.id.clone());
         })?;
         self.effects.push(Effect::Boost(skill));
@@ -487,18 +618,18 @@ impl Pipeline {
             return Ok(());
         }
         let key = bounty.id.as_bytes();
-        let existing: Option<BountyRecord> = self.store.bounties.get(key)?;
+        let existing: Option<BountyRecord> = self.writes.get(&self.store.bounties, key)?;
         match existing {
             Some(old) if old.issuer != issuer || old.bounty.seq >= bounty.seq => return Ok(()),
             Some(mut old) => {
                 old.bounty = bounty.clone();
-                self.store.bounties.put(key, &old)?;
+                self.writes.put(&self.store.bounties, key, &old)?;
                 self.bounties.retain(|b| b.id != bounty.id);
             }
             None => {
                 self.make_room_for_a_bounty()?;
                 let record = BountyRecord { bounty: bounty.clone(), issuer, matches: Vec::new(), claims: Vec::new() };
-                self.store.bounties.put(key, &record)?;
+                self.writes.put(&self.store.bounties, key, &record)?;
             }
         }
         self.bounties.push(bounty.clone());
@@ -523,7 +654,7 @@ impl Pipeline {
         let Some(first) = self.bounties.iter().min_by_key(|b| b.expires_at).map(|b| b.id.clone()) else {
             return Ok(());
         };
-        self.store.bounties.remove(first.as_bytes())?;
+        self.writes.remove(&self.store.bounties, first.as_bytes());
         self.bounties.retain(|b| b.id != first);
         Ok(())
     }
@@ -531,7 +662,7 @@ impl Pipeline {
     /// Drops expired bounties; returns how many are open.
     pub fn expire_bounties(&mut self, now: UnixMillis) -> Result<usize, store::Error> {
         for bounty in self.bounties.iter().filter(|b| b.expires_at <= now) {
-            self.store.bounties.remove(bounty.id.as_bytes())?;
+            self.writes.remove(&self.store.bounties, bounty.id.as_bytes());
             tracing::info!(bounty = %bounty.id, "bounty expired");
         }
         self.bounties.retain(|b| b.expires_at > now);
@@ -552,7 +683,7 @@ impl Pipeline {
         let mut counted = Counted::Yes;
         let (event, outcome) = match &report.event {
             ReportEvent::Execution { success, reward } => {
-                self.store.market.upsert(id.digest(), |s: &mut Stats| {
+                self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
                     counted = s.execution(config, &reporter, *success, *reward);
                 })?;
                 if counted == Counted::Yes && skill.author != reporter {
@@ -567,7 +698,7 @@ impl Pipeline {
                 ("execution", if *success { "success" } else { "failure" })
             }
             ReportEvent::Adoption { price_paid } => {
-                self.store.market.upsert(id.digest(), |s: &mut Stats| {
+                self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
                     counted = s.adoption(config, &reporter, *price_paid);
                 })?;
                 if counted == Counted::Yes && skill.author == self.me.key && reporter != self.me.key {
@@ -579,24 +710,25 @@ impl Pipeline {
                         counterparty: reporter.peer_id().to_string(),
                         amount,
                     };
-                    market::record(&self.store, &entry, config.max_ledger_entries)?;
+                    market::record(&self.store, &mut self.writes, &entry, config.max_ledger_entries)?;
                 }
                 ("adoption", "none")
             }
             ReportEvent::Claim { bounty_id } => {
-                self.store.market.upsert(id.digest(), |s: &mut Stats| {
+                self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
                     if s.claims.len() < market::MAX_BOUNTY_ENTRIES {
                         s.claims.insert(bounty_id.clone());
                     }
                 })?;
                 let claimant = reporter.peer_id().to_string();
-                let updated = self.store.bounties.update(bounty_id.as_bytes(), |r: &mut BountyRecord| {
-                    let known = r.claims.iter().any(|c| c.skill == id && c.claimant == claimant);
-                    if !known && r.claims.len() < market::MAX_BOUNTY_ENTRIES {
-                        let matched = r.matches.contains(&id);
-                        r.claims.push(market::Claim { skill: id, claimant: claimant.clone(), at: now, matched });
-                    }
-                })?;
+                let updated =
+                    self.writes.update(&self.store.bounties, bounty_id.as_bytes(), |r: &mut BountyRecord| {
+                        let known = r.claims.iter().any(|c| c.skill == id && c.claimant == claimant);
+                        if !known && r.claims.len() < market::MAX_BOUNTY_ENTRIES {
+                            let matched = r.matches.contains(&id);
+                            r.claims.push(market::Claim { skill: id, claimant: claimant.clone(), at: now, matched });
+                        }
+                    })?;
                 match updated {
                     Some(record) => {
                         metrics.bounty_claims.inc();
@@ -620,25 +752,32 @@ impl Pipeline {
     /// Changes a peer's counters; they reach the store at the next `persist_peers`, so the
     /// per-message path does no extra write (a crash loses at most one tick of evidence).
     fn note_peer(&mut self, peer: &PeerId, now: UnixMillis, change: impl FnOnce(&mut peers::Record)) {
-        change(self.book.entry(*peer, now));
+        change(self.write_book().entry(*peer, now));
         self.dirty.insert(*peer);
     }
 
     /// Applies a management ruling and writes it at once: bans and attestations must survive
     /// any crash.
     fn rule(&mut self, peer: &PeerId, ruling: peers::Ruling, now: UnixMillis) -> Result<(), store::Error> {
-        let record = self.book.entry(*peer, now);
-        record.ruling = Some(ruling);
-        self.store.put_peer(&peer.to_bytes(), record)?;
+        let record = {
+            let mut book = self.write_book();
+            let record = book.entry(*peer, now);
+            record.ruling = Some(ruling);
+            record.clone()
+        };
+        self.writes.put(&self.store.peers, &peer.to_bytes(), &record)?;
         self.dirty.remove(peer);
         Ok(())
     }
 
-    /// Writes every peer record changed since the last call.
+    /// Writes every peer record changed since the last call (they reach the store with the
+    /// next commit).
     pub fn persist_peers(&mut self) {
+        let book = Arc::clone(&self.book);
+        let book = book.read().unwrap_or_else(PoisonError::into_inner);
         for peer in std::mem::take(&mut self.dirty) {
-            let Some(record) = self.book.record(&peer) else { continue };
-            if let Err(error) = self.store.put_peer(&peer.to_bytes(), record) {
+            let Some(record) = book.record(&peer) else { continue };
+            if let Err(error) = self.writes.put(&self.store.peers, &peer.to_bytes(), record) {
                 tracing::warn!(%error, %peer, "could not persist a peer record");
             }
         }
@@ -648,7 +787,7 @@ impl Pipeline {
     /// tick calls this, not the per-message path).
     pub fn refresh_gauges(&mut self, now: UnixMillis, metrics: &Metrics) {
         self.refresh_weather_gauges(now, metrics);
-        metrics.listings.set(self.store.skill_count() as i64);
+        metrics.listings.set(self.skills as i64);
         match self.expire_bounties(now) {
             Ok(open) => {
                 metrics.bounties_open.set(open as i64);
@@ -669,8 +808,9 @@ impl Pipeline {
     /// Sets the connected-peers-by-level gauge.
     pub fn count_peers<'a>(&self, connected: impl Iterator<Item = &'a PeerId>, now: UnixMillis, metrics: &Metrics) {
         let mut counts = [0i64; 5];
+        let book = self.read_book();
         for peer in connected {
-            counts[self.book.level(peer, now) as usize] += 1;
+            counts[book.level(peer, now) as usize] += 1;
         }
         for level in TrustLevel::ALL {
             metrics.peers.get_or_create(&LevelLabel { level: level.as_str() }).set(counts[level as usize]);
@@ -699,5 +839,6 @@ fn topic_label(topic: &str) -> String {
     if topic::ALL.contains(&topic) { topic.to_owned() } else { "other".to_owned() }
 }
 
+pub mod actor;
 #[cfg(test)]
 mod tests;

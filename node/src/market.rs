@@ -26,7 +26,7 @@ use druse_protocol::{ContentId, PublicKey, UnixMillis};
 use serde::{Deserialize, Serialize};
 
 use crate::skill::Skill;
-use crate::store::{self, Store};
+use crate::store::{self, Store, Writes};
 
 /// The market's knobs; `Default` holds seed 004's numbers.
 #[derive(Debug, Clone, PartialEq)]
@@ -288,7 +288,7 @@ pub struct Listing {
 }
 
 /// What an adoption costs: never more than the node's own computation supports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settlement {
     pub asking: u64,
     pub computed: u64,
@@ -434,18 +434,18 @@ pub const TOTALS_KEY: &str = "ledger_totals";
 
 /// Appends a ledger entry and updates the totals, trimming the oldest entries past
 /// `max_entries` (the totals keep counting them).
-pub fn record(store: &Store, entry: &Entry, max_entries: usize) -> Result<Totals, store::Error> {
-    let mut totals: Totals = store.state(TOTALS_KEY)?.unwrap_or_default();
-    store.ledger.put(&totals.entries.to_be_bytes(), entry)?;
+pub fn record(store: &Store, writes: &mut Writes, entry: &Entry, max_entries: usize) -> Result<Totals, store::Error> {
+    let mut totals: Totals = writes.get(&store.state, TOTALS_KEY.as_bytes())?.unwrap_or_default();
+    writes.put(&store.ledger, &totals.entries.to_be_bytes(), entry)?;
     totals.entries += 1;
     match entry.direction {
         Direction::Earned => totals.earned = totals.earned.saturating_add(entry.amount),
         Direction::Spent => totals.spent = totals.spent.saturating_add(entry.amount),
     }
-    store.put_state(TOTALS_KEY, &totals)?;
+    writes.put(&store.state, TOTALS_KEY.as_bytes(), &totals)?;
     // Keys are 0, 1, 2, …: the entry that falls out of the window is `entries − max − 1`.
     if let Some(old) = totals.entries.checked_sub(max_entries.max(1) as u64 + 1) {
-        store.ledger.remove(&old.to_be_bytes())?;
+        writes.remove(&store.ledger, &old.to_be_bytes());
     }
     Ok(totals)
 }
@@ -453,6 +453,26 @@ pub fn record(store: &Store, entry: &Entry, max_entries: usize) -> Result<Totals
 /// The ledger's totals.
 pub fn totals(store: &Store) -> Result<Totals, store::Error> {
     Ok(store.state(TOTALS_KEY)?.unwrap_or_default())
+}
+
+/// An adoption this node paid for: kept with its debit, so that a retry publishes the same
+/// signed report instead of paying again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaidAdoption {
+    pub report_id: ContentId,
+    /// The signed adoption report.
+    pub report: Vec<u8>,
+    pub settlement: Settlement,
+}
+
+/// Where the paid adoption of `skill` is kept (in the state table).
+pub fn paid_adoption_key(skill: &ContentId) -> String {
+    format!("adoption/{skill}")
+}
+
+/// The ledger's totals as `writes` leave them.
+pub fn totals_in(store: &Store, writes: &Writes) -> Result<Totals, store::Error> {
+    Ok(writes.get(&store.state, TOTALS_KEY.as_bytes())?.unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -619,11 +639,17 @@ mod tests {
     fn ledger_keeps_the_newest_entries_and_every_total() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let mut writes = Writes::default();
         for n in 0..5u64 {
             let direction = if n % 2 == 0 { Direction::Earned } else { Direction::Spent };
             let entry = Entry { at: n, direction, skill: ContentId::of(b"s"), counterparty: "p".into(), amount: 10 };
-            record(&store, &entry, 3).unwrap();
+            record(&store, &mut writes, &entry, 3).unwrap();
+            if n == 3 {
+                store.commit(&mut writes).unwrap();
+            }
         }
+        assert_eq!(totals(&store).unwrap().entries, 4, "the fifth entry is not committed yet");
+        store.commit(&mut writes).unwrap();
         let kept: Vec<u64> = store.ledger.iter::<Entry>().map(|e| e.unwrap().1.at).collect();
         assert_eq!(kept, vec![2, 3, 4]);
         assert_eq!(totals(&store).unwrap(), Totals { earned: 30, spent: 20, entries: 5 });

@@ -109,6 +109,8 @@ pub struct Metrics {
     pub consolidation_seconds: Histogram,
     /// Consolidation passes that failed.
     pub consolidation_failures: Counter,
+    /// Maintenance ticks completed (scores, gauges and expiries refreshed).
+    pub maintenance_ticks: Counter,
     /// Time from receiving a gossip message to its verdict.
     pub ingest_seconds: Histogram,
     /// Signed reports applied, by event and outcome.
@@ -156,6 +158,7 @@ impl Metrics {
             retrieval_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             consolidation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             consolidation_failures: Counter::default(),
+            maintenance_ticks: Counter::default(),
             ingest_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             reports: Family::default(),
             computed_price: Histogram::new(exponential_buckets(0.0001, 2.0, 12)),
@@ -221,6 +224,11 @@ impl Metrics {
             "druse_consolidation_failures",
             "Consolidation passes that failed",
             metrics.consolidation_failures.clone(),
+        );
+        r.register(
+            "druse_maintenance_ticks",
+            "Maintenance ticks completed: peer scores, gauges and bounty expiries refreshed",
+            metrics.maintenance_ticks.clone(),
         );
         r.register_with_unit(
             "druse_ingest_duration",

@@ -1,7 +1,12 @@
-//! A running node: its key, store, network handle, ingestion pipeline and background tasks.
+//! A running node: its key, store, network handle, ingest actor and background tasks.
 //! The HTTP API, the CLI and the management role all act through [`Node`].
+//!
+//! Every background task belongs to the node's [`JoinSet`], runs in a span, and stops when the
+//! node shuts down: the node cancels them, waits for each to finish what it holds, then stops
+//! the ingest actor, which commits its last batch.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -13,10 +18,13 @@ use druse_protocol::validate::{Reason, TrustView};
 use druse_protocol::{ContentId, Envelope, Keypair, Kind, UnixMillis, keys};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::Config;
-use crate::ingest::{self, Outcome, Pipeline};
+use crate::ingest::actor::{self, Command};
+use crate::ingest::{self, Ingestor, Outcome};
 use crate::metrics::{KindLabel, Metrics};
 use crate::peers::Book;
 use crate::skill::{Pending, Skill};
@@ -37,6 +45,9 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Skills waiting to be put into memory, and bounty boosts, at most.
 const EFFECTS_QUEUE: usize = 1024;
+
+/// How long shutdown waits for the background tasks to finish what they hold.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// Peers remembered in the trust book.
 const PEER_BOOK_CAPACITY: usize = 10_000;
@@ -98,6 +109,8 @@ pub enum Error {
     Embed(#[from] crate::memory::embed::Error),
     #[error("a blocking task failed: {0}")]
     Join(String),
+    #[error(transparent)]
+    Stopped(#[from] actor::Stopped),
     #[error("this node holds no skill {0}")]
     NoSkill(ContentId),
     /// A market refusal: a code from [`market_error`] and a sentence.
@@ -124,16 +137,22 @@ struct Inner {
     store: Store,
     memory: Arc<crate::memory::Memory>,
     net: net::Handle,
-    metrics: Metrics,
-    pipeline: Mutex<Pipeline>,
+    metrics: Arc<Metrics>,
+    /// The one writer of ingestion's state and the store's ingestion tables.
+    ingest: actor::Handle,
+    /// The actor's threads, joined at shutdown.
+    ingest_threads: Mutex<Option<actor::Threads>>,
+    /// The market's config (fixed at start).
+    market: crate::market::Config,
     connected: Mutex<HashSet<PeerId>>,
     token: String,
     started: Instant,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
-    /// Work ingestion leaves for the memory worker.
-    effects: mpsc::Sender<ingest::Effect>,
-    /// Set when the memory worker's queue was full: the next sweep indexes what it missed.
-    effects_dropped: AtomicBool,
+    /// Every background task; dropping the set aborts them.
+    tasks: Mutex<JoinSet<()>>,
+    /// Cancelled at shutdown: every task's loop ends at its next turn.
+    stopping: CancellationToken,
+    /// Set when work for the memory worker was dropped or failed: the next sweep makes up for it.
+    owed: Arc<AtomicBool>,
     /// Adoptions run one at a time, so the ledger is never spent twice.
     adopting: tokio::sync::Mutex<()>,
     /// Skills are put into memory one at a time, so none is indexed twice.
@@ -283,12 +302,25 @@ impl Node {
         let book = Book::new(trust, pins, PEER_BOOK_CAPACITY);
         let pending =
             Pending::new(config.trust.pending_endorsements, config.trust.pending_endorsement_ttl.as_millis() as u64);
-        let me = ingest::Me { key: key.public(), market: config.market.engine() };
-        let mut pipeline = Pipeline::restore(store.clone(), view, book, pending, me)?;
+        let market = config.market.engine();
+        let me = ingest::Me { key: key.public(), market: market.clone() };
+        let store_for_restore = store.clone();
+        let mut ingestor = blocking(move || Ingestor::restore(store_for_restore, view, book, pending, me)).await??;
         let (effects, effects_rx) = mpsc::channel(EFFECTS_QUEUE);
         let (syncs, syncs_rx) = mpsc::channel(sync::QUEUE);
         let (questions, questions_rx) = mpsc::channel(sync::QUEUE);
-        pipeline.refresh_gauges(now_ms(), &metrics);
+        ingestor.refresh_gauges(now_ms(), &metrics);
+        let metrics = Arc::new(metrics);
+        let owed = Arc::new(AtomicBool::new(false));
+        let activity = broadcast::channel(ACTIVITY_BUFFER).0;
+        let outlets = actor::Outlets {
+            net: net.clone(),
+            metrics: Arc::clone(&metrics),
+            effects,
+            owed: Arc::clone(&owed),
+            activity: activity.clone(),
+        };
+        let (ingest, ingest_threads) = actor::spawn(ingestor, outlets)?;
         let node = Node {
             inner: Arc::new(Inner {
                 config,
@@ -298,29 +330,30 @@ impl Node {
                 memory,
                 net,
                 metrics,
-                pipeline: Mutex::new(pipeline),
+                ingest,
+                ingest_threads: Mutex::new(Some(ingest_threads)),
+                market,
                 connected: Mutex::new(HashSet::new()),
                 token,
                 started: Instant::now(),
-                tasks: Mutex::new(Vec::new()),
-                effects,
-                effects_dropped: AtomicBool::new(false),
+                tasks: Mutex::new(JoinSet::new()),
+                stopping: CancellationToken::new(),
+                owed,
                 adopting: tokio::sync::Mutex::new(()),
                 indexing: Mutex::new(()),
                 boosting: Mutex::new(()),
-                activity: broadcast::channel(ACTIVITY_BUFFER).0,
+                activity,
                 evidence: broadcast::channel(EVIDENCE_BATCHES).0,
                 agent: std::sync::OnceLock::new(),
                 sync: sync::Queues { syncs, questions },
             }),
         };
-        let ingest = tokio::spawn(node.clone().ingest_loop(events));
-        let maintenance = tokio::spawn(node.clone().maintenance_loop());
-        let consolidation = tokio::spawn(node.clone().consolidation_loop());
-        let effects = tokio::spawn(node.clone().effects_loop(effects_rx));
-        let sweep = tokio::spawn(node.clone().sweep_loop());
-        let sync = tokio::spawn(node.clone().sync_loop(syncs_rx, questions_rx));
-        lock(&node.inner.tasks).extend([ingest, maintenance, consolidation, effects, sweep, sync]);
+        node.spawn_task("events", node.clone().event_loop(events));
+        node.spawn_task("maintenance", node.clone().maintenance_loop());
+        node.spawn_task("consolidation", node.clone().consolidation_loop());
+        node.spawn_task("memory-worker", node.clone().effects_loop(effects_rx));
+        node.spawn_task("sweep", node.clone().sweep_loop());
+        node.spawn_task("sync", node.clone().sync_loop(syncs_rx, questions_rx));
         // The agent (seeds 000–002): starts its own task when `[agent] enabled`.
         if let Some(agent) = crate::agent::start(&node, agent_metrics, agent_secrets) {
             let _ = node.inner.agent.set(agent);
@@ -328,21 +361,50 @@ impl Node {
         Ok(node)
     }
 
-    /// Stops the background tasks, leaves the swarm and flushes the store.
+    /// Stops the background tasks (each finishes what it holds, for at most 5 s), stops the
+    /// ingest actor once it has committed what waits, leaves the swarm and flushes the store.
     pub async fn shutdown(&self) {
-        for task in lock(&self.inner.tasks).drain(..) {
-            task.abort();
+        self.inner.stopping.cancel();
+        let mut tasks = std::mem::take(&mut *lock(&self.inner.tasks));
+        let drained = tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(left = tasks.len(), "background tasks did not finish in time; aborting them");
+            tasks.shutdown().await;
         }
-        lock(&self.inner.pipeline).persist_peers();
+        if self.inner.ingest.ask(|reply| Command::Stop { reply }).await.is_err() {
+            tracing::debug!("the ingest actor had already stopped");
+        }
+        let threads = lock(&self.inner.ingest_threads).take();
+        if let Some(threads) = threads
+            && !blocking(move || threads.join()).await.unwrap_or(false)
+        {
+            tracing::error!("an ingest actor thread panicked");
+        }
         self.inner.net.shutdown().await;
         if let Err(error) = self.inner.store.flush().await {
             tracing::error!(%error, "flushing the store at shutdown failed");
         }
     }
 
-    /// Keeps a task alive as long as the node, and stops it at shutdown.
-    pub fn own_task(&self, task: JoinHandle<()>) {
-        lock(&self.inner.tasks).push(task);
+    /// Runs `task` in the span `name` for as long as the node: it is cancelled at shutdown
+    /// (when it next waits), and aborted if it does not end within the drain time.
+    pub fn spawn_task(&self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        let stopping = self.inner.stopping.clone();
+        let span = tracing::info_span!("task", name);
+        lock(&self.inner.tasks).spawn(
+            async move {
+                tokio::select! {
+                    () = stopping.cancelled() => {}
+                    () = task => {}
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Whether the node is shutting down.
+    pub fn stopping(&self) -> &CancellationToken {
+        &self.inner.stopping
     }
 
     /// This node's PeerId.
@@ -439,21 +501,39 @@ impl Node {
     /// state as gossip, makes it durable, then gossips it. A message refused locally is
     /// never sent.
     pub async fn publish(&self, body: &Body) -> Result<ContentId, Error> {
+        let (id, bytes) = self.seal(body)?;
+        self.publish_sealed(body.kind(), id, bytes, false).await
+    }
+
+    /// Signs `body` with the node's key: its content id and the envelope.
+    pub(crate) fn seal(&self, body: &Body) -> Result<(ContentId, Vec<u8>), Error> {
         let encoded = body.encode()?;
-        let id = ContentId::of(&encoded);
-        let bytes = Envelope::seal(&self.inner.key, body.kind(), &encoded);
-        let me = self.peer_id();
-        let outcome =
-            self.through_pipeline(|p| p.admit_local(&bytes, &me, body.kind().topic(), now_ms(), &self.inner.metrics));
-        if outcome != Outcome::Accepted {
+        Ok((ContentId::of(&encoded), Envelope::seal(&self.inner.key, body.kind(), &encoded)))
+    }
+
+    /// [`Node::publish`] for a message already signed. With `again`, a message this node
+    /// already applied is gossiped again rather than refused (an adoption retried after its
+    /// caller went away).
+    pub(crate) async fn publish_sealed(
+        &self,
+        kind: Kind,
+        id: ContentId,
+        bytes: Vec<u8>,
+        again: bool,
+    ) -> Result<ContentId, Error> {
+        let topic = kind.topic();
+        let outcome = self.inner.ingest.ask(|reply| Command::Local { bytes: bytes.clone(), topic, reply }).await?;
+        let applied_before = again && outcome == Outcome::Protocol(Reason::Duplicate);
+        if outcome != Outcome::Accepted && !applied_before {
             return Err(Error::Refused(outcome));
         }
         self.inner.store.flush().await?;
-        self.inner.metrics.published.get_or_create(&KindLabel { kind: body.kind().as_str() }).inc();
-        match self.inner.net.publish(body.kind().topic(), bytes).await {
+        self.inner.metrics.published.get_or_create(&KindLabel { kind: kind.as_str() }).inc();
+        match self.inner.net.publish(topic, bytes).await {
             Ok(_) => {}
-            Err(net::Error::NoPeers) => tracing::info!(kind = %body.kind(), %id, "published with no peers subscribed"),
-            Err(error) => tracing::warn!(%error, kind = %body.kind(), %id, "gossip publish failed; kept locally"),
+            Err(net::Error::NoPeers) => tracing::info!(%kind, %id, "published with no peers subscribed"),
+            Err(net::Error::Duplicate) if applied_before => {}
+            Err(error) => tracing::warn!(%error, %kind, %id, "gossip publish failed; kept locally"),
         }
         Ok(id)
     }
@@ -491,29 +571,30 @@ impl Node {
     /// The weather as this node sees it now.
     pub fn weather(&self) -> WeatherView {
         let now = now_ms();
-        let pipeline = lock(&self.inner.pipeline);
+        let snapshot = self.inner.ingest.snapshot();
+        let weather = &snapshot.weather;
         let local = self.inner.memory.hormones(now).cortisol;
         WeatherView {
-            halted: pipeline.weather.halted(now),
-            effective_cortisol: pipeline.weather.effective_cortisol(local, now),
-            active: pipeline.weather.active(now).cloned(),
-            last: pipeline.weather.last().cloned(),
+            halted: weather.halted(now),
+            effective_cortisol: weather.effective_cortisol(local, now),
+            active: weather.active(now).cloned(),
+            last: weather.last().cloned(),
         }
     }
 
     /// Whether ingestion from peers below `trusted` is halted now.
     pub fn halted(&self) -> bool {
-        lock(&self.inner.pipeline).weather.halted(now_ms())
+        self.inner.ingest.snapshot().weather.halted(now_ms())
     }
 
     /// The trust level this node gives `peer`.
     pub fn trust_level(&self, peer: &PeerId) -> TrustLevel {
-        lock(&self.inner.pipeline).book.level(peer, now_ms())
+        self.inner.ingest.book(|book| book.level(peer, now_ms()))
     }
 
     /// The highest seq accepted from each management key.
     pub fn last_seqs(&self) -> Vec<(druse_protocol::PublicKey, u64)> {
-        lock(&self.inner.pipeline).view.last_seqs().collect()
+        self.inner.ingest.snapshot().seqs.clone()
     }
 
     /// The node's status.
@@ -521,7 +602,7 @@ impl Node {
         let listen_addrs = self.inner.net.listen_addrs().await.unwrap_or_default();
         let weather = self.weather();
         let management_keys =
-            lock(&self.inner.pipeline).trust_list().iter().map(ToString::to_string).collect::<Vec<_>>();
+            self.inner.ingest.snapshot().management_keys.iter().map(ToString::to_string).collect::<Vec<_>>();
         Status {
             peer_id: self.peer_id().to_string(),
             public_key: self.inner.key.public().to_string(),
@@ -530,7 +611,7 @@ impl Node {
             uptime_seconds: self.inner.started.elapsed().as_secs(),
             listen_addrs: listen_addrs.iter().map(ToString::to_string).collect(),
             connected_peers: lock(&self.inner.connected).len(),
-            skills: self.inner.store.skill_count(),
+            skills: self.inner.ingest.snapshot().skills,
             halted: weather.halted,
             weather,
             management_keys,
@@ -543,16 +624,19 @@ impl Node {
     pub async fn peers(&self) -> Vec<PeerView> {
         let live = self.inner.net.peers().await.unwrap_or_default();
         let now = now_ms();
-        let pipeline = lock(&self.inner.pipeline);
+        self.inner.ingest.book(|book| Self::peer_views(book, &live, now))
+    }
+
+    fn peer_views(book: &Book, live: &[net::PeerInfo], now: UnixMillis) -> Vec<PeerView> {
         let mut views: Vec<PeerView> = live
             .iter()
             .map(|info| {
-                let record = pipeline.book.record(&info.peer_id);
+                let record = book.record(&info.peer_id);
                 PeerView {
                     peer_id: info.peer_id.to_string(),
                     connected: true,
-                    trust_level: pipeline.book.level(&info.peer_id, now),
-                    reputation: pipeline.book.reputation(&info.peer_id, now),
+                    trust_level: book.level(&info.peer_id, now),
+                    reputation: book.reputation(&info.peer_id, now),
                     gossip_score: info.score,
                     accepted: record.map_or(0, |r| r.accepted),
                     rejected: record.map_or(0, |r| r.rejected),
@@ -562,12 +646,12 @@ impl Node {
             })
             .collect();
         let connected: HashSet<PeerId> = live.iter().map(|i| i.peer_id).collect();
-        for (peer, record) in pipeline.book.iter().filter(|(p, _)| !connected.contains(p)) {
+        for (peer, record) in book.iter().filter(|(p, _)| !connected.contains(p)) {
             views.push(PeerView {
                 peer_id: peer.to_string(),
                 connected: false,
-                trust_level: pipeline.book.level(peer, now),
-                reputation: pipeline.book.reputation(peer, now),
+                trust_level: book.level(peer, now),
+                reputation: book.reputation(peer, now),
                 gossip_score: None,
                 accepted: record.accepted,
                 rejected: record.rejected,
@@ -578,62 +662,44 @@ impl Node {
         views
     }
 
-    /// Ingests one message as if it had arrived over gossip (benchmarks and tests use this to
-    /// drive the pipeline without a network).
-    pub fn ingest_bytes(&self, bytes: &[u8], source: &PeerId, topic: &str) -> Outcome {
-        let now = now_ms();
-        let (kind, outcome) =
-            self.through_pipeline(|p| p.ingest(bytes, source, source, topic, now, &self.inner.metrics));
-        ingest::count(&self.inner.metrics, topic, kind, outcome);
-        outcome
-    }
-
-    /// Runs `f` on the pipeline under its lock, then hands the work it left to the memory
-    /// worker once the lock is released.
-    fn through_pipeline<T>(&self, f: impl FnOnce(&mut Pipeline) -> T) -> T {
-        let (result, effects) = {
-            let mut pipeline = lock(&self.inner.pipeline);
-            let result = f(&mut pipeline);
-            (result, pipeline.take_effects())
-        };
-        if !effects.is_empty() {
-            self.dispatch(effects);
+    /// Ingests one message as if it had arrived over gossip from `source` (benchmarks and tests
+    /// use this to drive ingestion without a network), once the actor has committed it.
+    pub async fn ingest_bytes(&self, bytes: &[u8], source: &PeerId, topic: &str) -> Outcome {
+        match self.submit_bytes(bytes.to_vec(), *source, topic).await {
+            Ok(outcome) => outcome.await.unwrap_or(Outcome::StoreFailed),
+            Err(_) => Outcome::StoreFailed,
         }
-        result
     }
 
-    async fn ingest_loop(self, mut events: mpsc::Receiver<Event>) {
+    /// Queues one message as if it had arrived over gossip from `source`, without waiting for
+    /// it to be ingested: the receiver answers once it is. Messages queued back to back are
+    /// ingested in batches, as gossip is.
+    pub async fn submit_bytes(
+        &self,
+        bytes: Vec<u8>,
+        source: PeerId,
+        topic: &str,
+    ) -> Result<tokio::sync::oneshot::Receiver<Outcome>, Error> {
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        self.inner.ingest.send(Command::Message { bytes, source, topic: topic.to_owned(), reply }).await?;
+        Ok(outcome)
+    }
+
+    /// Hands the swarm's events on: gossip messages to the ingest actor, sync questions to
+    /// the sync task, and new peers their application score and a sync.
+    async fn event_loop(self, mut events: mpsc::Receiver<Event>) {
         while let Some(event) = events.recv().await {
             match event {
                 Event::Message { id, propagation_source, source, topic, data } => {
-                    let started = Instant::now();
-                    let now = now_ms();
-                    let (kind, outcome) = match source {
-                        Some(source) => self.through_pipeline(|p| {
-                            p.ingest(&data, &source, &propagation_source, &topic, now, &self.inner.metrics)
-                        }),
-                        // Strict validation signs every message; an unsigned one is malformed.
-                        None => (None, Outcome::Protocol(Reason::Malformed)),
-                    };
-                    ingest::count(&self.inner.metrics, &topic, kind, outcome);
-                    self.inner.metrics.ingest_seconds.observe(started.elapsed().as_secs_f64());
-                    if let Some(source) = source {
-                        // An error only means nobody is observing.
-                        let _ = self.inner.activity.send(Activity::Message { source, kind, outcome });
-                    }
-                    if let Err(error) = self.inner.net.report(id, propagation_source, outcome.acceptance()).await {
-                        tracing::debug!(%error, "could not report a verdict");
-                    }
-                    if outcome == Outcome::Accepted {
-                        tracing::debug!(?kind, %topic, "ingested");
-                    } else {
-                        tracing::debug!(?kind, %topic, outcome = outcome.label(), "refused");
+                    let gossip = Command::Gossip { id, propagation_source, source, topic, data };
+                    if self.inner.ingest.send(gossip).await.is_err() {
+                        break;
                     }
                 }
                 Event::PeerConnected(peer) => {
                     lock(&self.inner.connected).insert(peer);
                     let _ = self.inner.activity.send(Activity::Connected(peer));
-                    let score = lock(&self.inner.pipeline).book.application_score(&peer, now_ms());
+                    let score = self.inner.ingest.book(|book| book.application_score(&peer, now_ms()));
                     let _ = self.inner.net.set_application_score(peer, score).await;
                     self.request_sync(peer);
                 }
@@ -653,20 +719,15 @@ impl Node {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let now = now_ms();
             let connected: Vec<PeerId> = lock(&self.inner.connected).iter().copied().collect();
-            let scores: Vec<(PeerId, f64)> = {
-                let mut pipeline = lock(&self.inner.pipeline);
-                pipeline.persist_peers();
-                self.inner.memory.set_network_cortisol(pipeline.weather.override_level(now));
-                pipeline.refresh_gauges(now, &self.inner.metrics);
-                pipeline.count_peers(connected.iter(), now, &self.inner.metrics);
-                connected.iter().map(|p| (*p, pipeline.book.application_score(p, now))).collect()
-            };
-            for (peer, score) in scores {
+            let Ok(done) = self.inner.ingest.ask(|reply| Command::Tick { connected, reply }).await else { break };
+            let now = now_ms();
+            self.inner.memory.set_network_cortisol(self.inner.ingest.snapshot().weather.override_level(now));
+            for (peer, score) in done.scores {
                 let _ = self.inner.net.set_application_score(peer, score).await;
             }
-            self.observe_market().await;
+            self.observe_market(done.repriced).await;
+            self.inner.metrics.maintenance_ticks.inc();
         }
     }
 }

@@ -2,10 +2,16 @@
 //! seqs), and the signed envelopes anti-entropy serves to peers. Records are JSON so an
 //! operator can read them with any sled tool; envelopes are kept as the exact bytes signed.
 //!
-//! Writes land in sled's log at once; `flush` makes them survive `kill -9`, and every write the
-//! API acknowledges is flushed first.
+//! Ingestion writes through [`Writes`]: what a batch of messages changes is read back by the
+//! later messages of the batch and then committed in one sled transaction over every tree it
+//! touched, so a message's writes land all together or not at all, and readers never see half
+//! of one. Committed writes are in sled's log at once; `flush` makes them survive `kill -9`, and
+//! every write the API acknowledges is flushed first.
 
+use std::collections::HashMap;
 use std::path::Path;
+
+use sled::Transactional;
 
 use druse_protocol::sync::{self, Key};
 use druse_protocol::{ContentId, Kind};
@@ -21,12 +27,28 @@ pub enum Error {
     Corrupt { key: String, source: serde_json::Error },
     #[error("encoding a record: {0}")]
     Encode(serde_json::Error),
+    #[error("the batch this write belonged to could not be committed")]
+    NotCommitted,
+}
+
+impl From<sled::transaction::TransactionError<()>> for Error {
+    fn from(error: sled::transaction::TransactionError<()>) -> Self {
+        match error {
+            sled::transaction::TransactionError::Storage(error) => Error::Db(error),
+            // Commits never abort: they only write.
+            sled::transaction::TransactionError::Abort(()) => {
+                Error::Db(sled::Error::ReportableBug("a write-only transaction aborted".into()))
+            }
+        }
+    }
 }
 
 /// One sled tree of JSON records; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Table {
     tree: sled::Tree,
+    /// Its place in [`Store::trees`], which names it in [`Writes`].
+    index: usize,
 }
 
 impl Table {
@@ -133,9 +155,11 @@ impl Table {
 #[derive(Debug, Clone)]
 pub struct Store {
     db: sled::Db,
-    skills: Table,
-    peers: Table,
-    state: Table,
+    /// Every tree below, in `Table::index` order, for commits.
+    trees: Vec<sled::Tree>,
+    pub(crate) skills: Table,
+    pub(crate) peers: Table,
+    pub(crate) state: Table,
     /// Per skill: what signed reports say (executions, adopters, bounty matches).
     pub market: Table,
     /// Open bounties by id, with their matches and claims.
@@ -145,8 +169,8 @@ pub struct Store {
     /// The credit ledger, append-only, keyed by a big-endian sequence.
     pub ledger: Table,
     /// Every signed message the node applied, as received, by `sync::Key`: what anti-entropy
-    /// offers peers (only the weather in force is kept of its kind).
-    envelopes: sled::Tree,
+    /// offers peers (only the weather in force is kept of its kind). Raw bytes, not JSON.
+    pub(crate) envelopes: Table,
 }
 
 fn decode<T: DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T, Error> {
@@ -162,7 +186,12 @@ impl Store {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path, cache_bytes: u64) -> Result<Self, Error> {
         let db = sled::Config::new().path(path).cache_capacity(cache_bytes).open()?;
-        let table = |name: &str| -> Result<Table, Error> { Ok(Table { tree: db.open_tree(name)? }) };
+        let mut trees = Vec::new();
+        let mut table = |name: &str| -> Result<Table, Error> {
+            let tree = db.open_tree(name)?;
+            trees.push(tree.clone());
+            Ok(Table { tree, index: trees.len() - 1 })
+        };
         Ok(Self {
             skills: table("skills")?,
             peers: table("peers")?,
@@ -171,7 +200,8 @@ impl Store {
             bounties: table("bounties")?,
             versions: table("versions")?,
             ledger: table("ledger")?,
-            envelopes: db.open_tree("envelopes")?,
+            envelopes: table("envelopes")?,
+            trees,
             db,
         })
     }
@@ -198,20 +228,6 @@ impl Store {
         self.skills.get(id.digest())
     }
 
-    /// Writes a skill record; returns false (and writes nothing) if one was already there.
-    pub fn insert_skill<T: Serialize>(&self, id: &ContentId, value: &T) -> Result<bool, Error> {
-        self.skills.insert_new(id.digest(), value)
-    }
-
-    /// Rewrites a skill record through `change`, atomically; `None` if there is no such skill.
-    pub fn update_skill<T, F>(&self, id: &ContentId, change: F) -> Result<Option<T>, Error>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut(&mut T),
-    {
-        self.skills.update(id.digest(), change)
-    }
-
     /// Every skill record, in content-id order.
     pub fn skills<T: DeserializeOwned>(&self) -> impl Iterator<Item = Result<T, Error>> + '_ {
         self.skills.iter().map(|entry| entry.map(|(_, value)| value))
@@ -227,35 +243,66 @@ impl Store {
         self.state.get(key.as_bytes())
     }
 
-    /// Writes a named state record.
+    /// Writes a named state record at once (records only one writer owns, outside ingestion).
     pub fn put_state<T: Serialize>(&self, key: &str, value: &T) -> Result<(), Error> {
         self.state.put(key.as_bytes(), value)
     }
 
-    /// Keeps a signed message for anti-entropy. Weather replaces the one kept before it.
-    pub fn keep_envelope(&self, key: &Key, bytes: &[u8]) -> Result<(), Error> {
-        if key.kind() == Kind::Weather {
-            for old in self.envelopes.scan_prefix(Key::prefix(Kind::Weather)).keys() {
-                self.envelopes.remove(old?)?;
+    /// Commits `writes` in one transaction over the trees they touch, and empties them. On an
+    /// error nothing of them is written.
+    pub fn commit(&self, writes: &mut Writes) -> Result<(), Error> {
+        if writes.ops.is_empty() {
+            return Ok(());
+        }
+        let mut batches: Vec<(usize, sled::Batch)> = Vec::new();
+        for ((index, key), value) in writes.ops.drain() {
+            let at = match batches.iter().position(|(i, _)| *i == index) {
+                Some(at) => at,
+                None => {
+                    batches.push((index, sled::Batch::default()));
+                    batches.len() - 1
+                }
+            };
+            match value {
+                Some(value) => batches[at].1.insert(key, value),
+                None => batches[at].1.remove(key),
             }
         }
-        self.envelopes.insert(key.as_bytes(), bytes)?;
+        let trees: Vec<sled::Tree> = batches.iter().map(|(index, _)| self.trees[*index].clone()).collect();
+        trees.as_slice().transaction(|views| {
+            for (view, (_, batch)) in views.iter().zip(&batches) {
+                view.apply_batch(batch)?;
+            }
+            Ok(())
+        })?;
         Ok(())
     }
 
-    /// Whether a signed message is kept.
-    pub fn has_envelope(&self, key: &Key) -> Result<bool, Error> {
-        Ok(self.envelopes.contains_key(key.as_bytes())?)
+    /// Keeps a signed message for anti-entropy, in `writes`. Weather replaces the one kept
+    /// before it (committed: a batch commits before it applies weather).
+    pub fn keep_envelope(&self, writes: &mut Writes, key: &Key, bytes: &[u8]) -> Result<(), Error> {
+        if key.kind() == Kind::Weather {
+            for old in self.envelopes.tree.scan_prefix(Key::prefix(Kind::Weather)).keys() {
+                writes.remove(&self.envelopes, &old?);
+            }
+        }
+        writes.put_raw(&self.envelopes, key.as_bytes(), bytes.to_vec());
+        Ok(())
+    }
+
+    /// Whether a signed message is kept (or about to be, in `writes`).
+    pub fn has_envelope(&self, writes: &Writes, key: &Key) -> Result<bool, Error> {
+        Ok(writes.get_raw(&self.envelopes, key.as_bytes())?.is_some())
     }
 
     /// A kept signed message's bytes.
     pub fn envelope(&self, key: &Key) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.envelopes.get(key.as_bytes())?.map(|b| b.to_vec()))
+        Ok(self.envelopes.tree.get(key.as_bytes())?.map(|b| b.to_vec()))
     }
 
     /// The kept weather envelope (the weather in force, or the last one applied), if any.
     pub fn weather_envelope(&self) -> Result<Option<(Key, Vec<u8>)>, Error> {
-        let Some((key, bytes)) = self.envelopes.scan_prefix(Key::prefix(Kind::Weather)).next().transpose()? else {
+        let Some((key, bytes)) = self.envelopes.tree.scan_prefix(Key::prefix(Kind::Weather)).next().transpose()? else {
             return Ok(None);
         };
         // Only `keep_envelope` writes the tree, always under a well-formed key.
@@ -268,8 +315,9 @@ impl Store {
         let range = match after {
             Some(after) => self
                 .envelopes
+                .tree
                 .range::<&[u8], _>((std::ops::Bound::Excluded(&after.as_bytes()[..]), std::ops::Bound::Unbounded)),
-            None => self.envelopes.iter(),
+            None => self.envelopes.tree.iter(),
         };
         let mut keys = Vec::with_capacity(n.min(sync::PAGE));
         for entry in range.keys() {
@@ -290,14 +338,89 @@ impl Store {
         self.peers.get(peer)
     }
 
-    /// Writes a peer record.
-    pub fn put_peer<T: Serialize>(&self, peer: &[u8], value: &T) -> Result<(), Error> {
-        self.peers.put(peer, value)
-    }
-
     /// Every peer record with its key.
     pub fn peers<T: DeserializeOwned>(&self) -> impl Iterator<Item = Result<(Vec<u8>, T), Error>> + '_ {
         self.peers.iter()
+    }
+}
+
+/// Writes not yet committed: what a batch of messages changes, read back by the later messages
+/// of the batch (reads look here first, then in the store), then committed by
+/// [`Store::commit`] all at once. The last write to a key wins.
+#[derive(Debug, Default)]
+pub struct Writes {
+    ops: HashMap<(usize, Vec<u8>), Option<Vec<u8>>>,
+}
+
+impl Writes {
+    /// Whether nothing waits to be committed.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Forgets every write (the batch failed, or is rolled back).
+    pub fn clear(&mut self) {
+        self.ops.clear();
+    }
+
+    fn get_raw(&self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        match self.ops.get(&(table.index, key.to_vec())) {
+            Some(value) => Ok(value.clone()),
+            None => Ok(table.tree.get(key)?.map(|v| v.to_vec())),
+        }
+    }
+
+    fn put_raw(&mut self, table: &Table, key: &[u8], value: Vec<u8>) {
+        self.ops.insert((table.index, key.to_vec()), Some(value));
+    }
+
+    /// Reads the record under `key`, as this batch leaves it.
+    pub fn get<T: DeserializeOwned>(&self, table: &Table, key: &[u8]) -> Result<Option<T>, Error> {
+        self.get_raw(table, key)?.map(|b| decode(key, &b)).transpose()
+    }
+
+    /// Writes the record under `key`.
+    pub fn put<T: Serialize>(&mut self, table: &Table, key: &[u8], value: &T) -> Result<(), Error> {
+        self.put_raw(table, key, encode(value)?);
+        Ok(())
+    }
+
+    /// Writes the record unless one is there; false (and nothing written) if it was.
+    pub fn insert_new<T: Serialize>(&mut self, table: &Table, key: &[u8], value: &T) -> Result<bool, Error> {
+        if self.get_raw(table, key)?.is_some() {
+            return Ok(false);
+        }
+        self.put(table, key, value)?;
+        Ok(true)
+    }
+
+    /// Rewrites the record through `change`; `None` (and nothing written) if there is none.
+    pub fn update<T, F>(&mut self, table: &Table, key: &[u8], change: F) -> Result<Option<T>, Error>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce(&mut T),
+    {
+        let Some(mut value) = self.get::<T>(table, key)? else { return Ok(None) };
+        change(&mut value);
+        self.put(table, key, &value)?;
+        Ok(Some(value))
+    }
+
+    /// Like `update`, starting from `T::default()` when there is no record.
+    pub fn upsert<T, F>(&mut self, table: &Table, key: &[u8], change: F) -> Result<T, Error>
+    where
+        T: Serialize + DeserializeOwned + Default,
+        F: FnOnce(&mut T),
+    {
+        let mut value = self.get::<T>(table, key)?.unwrap_or_default();
+        change(&mut value);
+        self.put(table, key, &value)?;
+        Ok(value)
+    }
+
+    /// Removes the record under `key`.
+    pub fn remove(&mut self, table: &Table, key: &[u8]) {
+        self.ops.insert((table.index, key.to_vec()), None);
     }
 }
 
@@ -311,9 +434,12 @@ mod tests {
         let id = ContentId::of(b"skill");
         {
             let store = Store::open(dir.path(), 1 << 20).unwrap();
-            assert!(store.insert_skill(&id, &"first".to_string()).unwrap());
-            assert!(!store.insert_skill(&id, &"second".to_string()).unwrap(), "an existing skill is kept");
-            store.put_state("weather", &42u64).unwrap();
+            let mut writes = Writes::default();
+            assert!(writes.insert_new(&store.skills, id.digest(), &"first".to_string()).unwrap());
+            assert!(!writes.insert_new(&store.skills, id.digest(), &"second".to_string()).unwrap(), "kept");
+            writes.put(&store.state, b"weather", &42u64).unwrap();
+            store.commit(&mut writes).unwrap();
+            assert!(writes.is_empty(), "a commit empties the writes");
             store.flush_blocking().unwrap();
         }
         let store = Store::open(dir.path(), 1 << 20).unwrap();
@@ -322,13 +448,26 @@ mod tests {
     }
 
     #[test]
-    fn update_skill_changes_only_an_existing_record() {
+    fn writes_are_read_back_before_they_commit_and_seen_by_others_only_after() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 1 << 20).unwrap();
         let id = ContentId::of(b"skill");
-        assert_eq!(store.update_skill::<u64, _>(&id, |v| *v += 1).unwrap(), None);
-        store.insert_skill(&id, &1u64).unwrap();
-        assert_eq!(store.update_skill::<u64, _>(&id, |v| *v += 1).unwrap(), Some(2));
+        let mut writes = Writes::default();
+        assert_eq!(writes.update::<u64, _>(&store.skills, id.digest(), |v| *v += 1).unwrap(), None);
+        writes.put(&store.skills, id.digest(), &1u64).unwrap();
+        assert_eq!(writes.update::<u64, _>(&store.skills, id.digest(), |v| *v += 1).unwrap(), Some(2));
+        assert_eq!(writes.upsert::<u64, _>(&store.market, b"m", |v| *v += 5).unwrap(), 5);
+        assert_eq!(store.skill::<u64>(&id).unwrap(), None, "nothing is visible before the commit");
+        assert_eq!(store.market.get::<u64>(b"m").unwrap(), None);
+        store.commit(&mut writes).unwrap();
+        assert_eq!(store.skill::<u64>(&id).unwrap(), Some(2));
+        assert_eq!(store.market.get::<u64>(b"m").unwrap(), Some(5));
+
+        writes.remove(&store.market, b"m");
+        assert_eq!(writes.get::<u64>(&store.market, b"m").unwrap(), None, "a removal is read back");
+        writes.clear();
+        store.commit(&mut writes).unwrap();
+        assert_eq!(store.market.get::<u64>(b"m").unwrap(), Some(5), "cleared writes never land");
     }
 
     #[test]
@@ -336,12 +475,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 1 << 20).unwrap();
         let key = |kind, n: u8| Key::new(kind, &ContentId::of(&[n]));
+        let mut writes = Writes::default();
         for n in 0..5 {
-            store.keep_envelope(&key(Kind::Crystal, n), &[n]).unwrap();
+            store.keep_envelope(&mut writes, &key(Kind::Crystal, n), &[n]).unwrap();
         }
-        store.keep_envelope(&key(Kind::Weather, 1), b"old weather").unwrap();
-        store.keep_envelope(&key(Kind::Weather, 2), b"new weather").unwrap();
-        assert!(!store.has_envelope(&key(Kind::Weather, 1)).unwrap(), "the older weather is dropped");
+        assert!(store.has_envelope(&writes, &key(Kind::Crystal, 1)).unwrap(), "read back before the commit");
+        store.keep_envelope(&mut writes, &key(Kind::Weather, 1), b"old weather").unwrap();
+        store.commit(&mut writes).unwrap();
+        store.keep_envelope(&mut writes, &key(Kind::Weather, 2), b"new weather").unwrap();
+        store.commit(&mut writes).unwrap();
+        assert!(!store.has_envelope(&writes, &key(Kind::Weather, 1)).unwrap(), "the older weather is dropped");
         let (kept, bytes) = store.weather_envelope().unwrap().unwrap();
         assert_eq!((kept, bytes.as_slice()), (key(Kind::Weather, 2), &b"new weather"[..]));
 

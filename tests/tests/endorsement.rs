@@ -58,7 +58,7 @@ async fn endorsement_that_arrives_before_its_skill_is_applied_when_the_skill_arr
     let body = Body::Crystal(listing("retry-with-backoff"));
     let id = content_id(&body).unwrap();
     let signed_by_a = seal(&key(1), &body).unwrap();
-    let outcome = cluster.mgmt.ingest_bytes(&signed_by_a, &a.peer_id(), topic::CRYSTALS);
+    let outcome = cluster.mgmt.ingest_bytes(&signed_by_a, &a.peer_id(), topic::CRYSTALS).await;
     assert_eq!(outcome, Outcome::Accepted, "the management node takes a's listing");
 
     cluster.management.endorse(id, EndorsementVerdict::Endorse, "reviewed early".into()).await.unwrap();

@@ -112,7 +112,7 @@ async fn replayed_weather_is_refused_after_a_restart_and_counted() {
     restored.sort_by_key(|(k, _)| k.to_bytes());
     assert_eq!(restored, seqs, "the restarted edge forgot the seqs it had accepted");
 
-    let outcome = e.ingest_bytes(&captured.data, &cluster.mgmt.peer_id(), topic::WEATHER);
+    let outcome = e.ingest_bytes(&captured.data, &cluster.mgmt.peer_id(), topic::WEATHER).await;
     assert_eq!(outcome, Outcome::Protocol(Reason::ReplayedSeq));
     assert!(!e.halted(), "a replayed weather halted the edge");
     assert_eq!(e.outcomes("replayed_seq"), 1.0);

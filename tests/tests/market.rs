@@ -266,7 +266,7 @@ async fn a_bounty_boost_that_never_reached_memory_is_applied_once_by_the_sweep()
     // not applied again.
     let matching = Bounty { seq: 1, ..bounty("flaky-http", "make flaky HTTP calls reliable", "net", WAIT) };
     let bytes = seal(&mgmt_key(), &Body::Bounty(matching)).unwrap();
-    assert_eq!(a.ingest_bytes(&bytes, &cluster.mgmt.peer_id(), topic::BOUNTIES), Outcome::Accepted);
+    assert_eq!(a.ingest_bytes(&bytes, &cluster.mgmt.peer_id(), topic::BOUNTIES).await, Outcome::Accepted);
     assert!((boosted_by("flaky-http").await - 0.4).abs() < 1e-9);
     cluster.stop().await;
 }

@@ -206,8 +206,7 @@ pub fn start(node: &Node, metrics: metrics::Metrics, secrets: Option<Secrets>) -
     }));
     let (runs, requests) = mpsc::channel(MAX_WAITING_RUNS);
     let handle = Handle { status: Arc::clone(&status), runs };
-    let task = tokio::spawn(run_agent(node.clone(), metrics, secrets, status, requests));
-    node.own_task(task);
+    node.spawn_task("agent", run_agent(node.clone(), metrics, secrets, status, requests));
     Some(handle)
 }
 

@@ -9,9 +9,11 @@ use super::*;
 const NOW: UnixMillis = 1_700_000_000_000;
 
 struct Fixture {
-    pipeline: Pipeline,
+    ingestor: Ingestor,
     metrics: Metrics,
     mgmt: Keypair,
+    /// Work the commits so far left for the memory worker.
+    effects: Vec<Effect>,
     _dir: tempfile::TempDir,
 }
 
@@ -19,17 +21,17 @@ fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), 1 << 20).unwrap();
     let mgmt = Keypair::from_seed([1; 32]);
-    let pipeline = pipeline_on(store, &mgmt);
-    Fixture { pipeline, metrics: Metrics::new("test", "edge"), mgmt, _dir: dir }
+    let ingestor = ingestor_on(store, &mgmt);
+    Fixture { ingestor, metrics: Metrics::new("test", "edge"), mgmt, effects: Vec::new(), _dir: dir }
 }
 
-/// The pipeline a node trusting `mgmt` restores from `store`.
-fn pipeline_on(store: Store, mgmt: &Keypair) -> Pipeline {
+/// The ingestor a node trusting `mgmt` restores from `store`.
+fn ingestor_on(store: Store, mgmt: &Keypair) -> Ingestor {
     let trust = TrustList::new([mgmt.public()]);
     let view = TrustView::new(Config::default(), trust.clone());
     let book = Book::new(trust, HashMap::new(), 100);
     let me = Me { key: Keypair::from_seed([9; 32]).public(), market: market::Config::default() };
-    Pipeline::restore(store, view, book, Pending::new(16, 60_000), me).unwrap()
+    Ingestor::restore(store, view, book, Pending::new(16, 60_000), me).unwrap()
 }
 
 fn listing(name: &str, text: &str) -> Body {
@@ -44,7 +46,9 @@ impl Fixture {
     fn ingest(&mut self, key: &Keypair, body: &Body) -> Outcome {
         let source = key.peer_id();
         let topic = body.kind().topic();
-        self.pipeline.ingest(&seal(key, body), &source, &source, topic, NOW, &self.metrics).1
+        let outcome = self.ingestor.ingest(&seal(key, body), &source, &source, topic, NOW, &self.metrics).1;
+        self.effects.extend(self.ingestor.commit().unwrap());
+        outcome
     }
 
     fn ban(&mut self, peer: &Keypair) {
@@ -97,10 +101,10 @@ fn weather_halts_listings_from_provisional_peers_but_not_trusted_ones() {
     });
     assert_eq!(f.ingest(&mgmt, &attest), Outcome::Accepted);
     f.weather(2);
-    assert!(f.pipeline.weather.halted(NOW));
+    assert!(f.ingestor.weather.halted(NOW));
     assert_eq!(f.ingest(&provisional, &listing("a", "retry with backoff")), Outcome::Halted);
     assert_eq!(f.ingest(&trusted, &listing("b", "retry with jitter")), Outcome::Accepted);
-    assert_eq!(f.pipeline.store.skill_count(), 1);
+    assert_eq!(f.ingestor.store.skill_count(), 1);
 }
 
 #[test]
@@ -108,7 +112,7 @@ fn listing_that_carries_a_secret_is_refused_and_not_stored() {
     let mut f = fixture();
     let author = Keypair::from_seed([2; 32]);
     assert_eq!(f.ingest(&author, &listing("leak", "the password: hunter2")), Outcome::Confidential);
-    assert_eq!(f.pipeline.store.skill_count(), 0);
+    assert_eq!(f.ingestor.store.skill_count(), 0);
 }
 
 #[test]
@@ -117,10 +121,10 @@ fn message_on_the_wrong_topic_is_rejected_and_blamed() {
     let author = Keypair::from_seed([2; 32]);
     let bytes = seal(&author, &listing("a", "text"));
     let source = author.peer_id();
-    let (_, outcome) = f.pipeline.ingest(&bytes, &source, &source, topic::WEATHER, NOW, &f.metrics);
+    let (_, outcome) = f.ingestor.ingest(&bytes, &source, &source, topic::WEATHER, NOW, &f.metrics);
     assert_eq!(outcome, Outcome::Protocol(Reason::WrongTopic));
     assert_eq!(outcome.acceptance(), Acceptance::Reject);
-    assert_eq!(f.pipeline.book.record(&source).map(|r| r.rejected), Some(1));
+    assert_eq!(f.ingestor.read_book().record(&source).map(|r| r.rejected), Some(1));
 }
 
 #[test]
@@ -140,13 +144,13 @@ fn endorsement_before_its_skill_is_applied_when_the_skill_arrives() {
         note: String::new(),
     });
     assert_eq!(f.ingest(&mgmt, &endorsement), Outcome::Accepted);
-    assert_eq!(f.pipeline.pending.len(), 1);
+    assert_eq!(f.ingestor.pending.len(), 1);
     assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
-    let skill: Skill = f.pipeline.store.skill(&id).unwrap().unwrap();
+    let skill: Skill = f.ingestor.store.skill(&id).unwrap().unwrap();
     assert!(skill.is_verified);
     assert_eq!(skill.verified_by, Some(mgmt.public()));
-    assert!(f.pipeline.pending.is_empty());
-    assert_eq!(f.pipeline.book.record(&author.peer_id()).map(|r| r.endorsed_skills), Some(1));
+    assert!(f.ingestor.pending.is_empty());
+    assert_eq!(f.ingestor.read_book().record(&author.peer_id()).map(|r| r.endorsed_skills), Some(1));
     let text = f.metrics.render();
     assert!(text.contains("druse_endorsements_applied_total{verdict=\"endorse\"} 1"), "{text}");
 }
@@ -156,10 +160,12 @@ fn counters_are_written_at_persist_but_a_ban_at_once() {
     let mut f = fixture();
     let author = Keypair::from_seed([2; 32]);
     let spammer = Keypair::from_seed([3; 32]);
-    let stored = |f: &Fixture, k: &Keypair| f.pipeline.store.peer::<peers::Record>(&k.peer_id().to_bytes()).unwrap();
+    let stored = |f: &Fixture, k: &Keypair| f.ingestor.store.peer::<peers::Record>(&k.peer_id().to_bytes()).unwrap();
     assert_eq!(f.ingest(&author, &listing("a", "retry with backoff")), Outcome::Accepted);
     assert!(stored(&f, &author).is_none(), "the per-message path does not write");
-    f.pipeline.persist_peers();
+    f.ingestor.persist_peers();
+    assert_eq!(stored(&f, &author), None, "written at the next commit");
+    f.ingestor.commit().unwrap();
     assert_eq!(stored(&f, &author).map(|r| r.accepted), Some(1));
     f.ban(&spammer);
     assert_eq!(stored(&f, &spammer).and_then(|r| r.ruling).map(|r| r.level), Some(TrustLevel::Banned));
@@ -177,8 +183,8 @@ fn banned_peer_listings_are_ignored() {
 fn weather_and_seqs_survive_a_restore_from_the_store() {
     let mut f = fixture();
     f.weather(7);
-    let store = f.pipeline.store.clone();
-    let restored = pipeline_on(store, &f.mgmt);
+    let store = f.ingestor.store.clone();
+    let restored = ingestor_on(store, &f.mgmt);
     assert!(restored.weather.halted(NOW));
     assert_eq!(restored.view.last_seqs().collect::<Vec<_>>(), vec![(f.mgmt.public(), 7)]);
 }
@@ -188,7 +194,7 @@ fn report(by: &Keypair, id: ContentId, event: ReportEvent) -> Body {
 }
 
 fn stats(f: &Fixture, id: &ContentId) -> market::Stats {
-    f.pipeline.store.market.get(id.digest()).unwrap().unwrap_or_default()
+    f.ingestor.store.market.get(id.digest()).unwrap().unwrap_or_default()
 }
 
 #[test]
@@ -200,13 +206,13 @@ fn report_that_arrives_before_its_skill_is_counted_when_the_skill_arrives() {
     let id = ContentId::of(&body.encode().unwrap());
     let run = report(&user, id, ReportEvent::Execution { success: true, reward: 0.5 });
     assert_eq!(f.ingest(&user, &run), Outcome::Accepted);
-    assert_eq!(f.pipeline.pending_reports.len(), 1);
+    assert_eq!(f.ingestor.pending_reports.len(), 1);
     assert!(stats(&f, &id).executions.is_empty());
     assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
     let summary = stats(&f, &id).summary(&author.public());
     assert_eq!((summary.executions, summary.independent_reporters), (1, 1));
-    assert_eq!(f.pipeline.book.record(&author.peer_id()).map(|r| r.report_successes), Some(1));
-    assert!(f.pipeline.take_effects().contains(&Effect::NewSkill(id)));
+    assert_eq!(f.ingestor.read_book().record(&author.peer_id()).map(|r| r.report_successes), Some(1));
+    assert!(std::mem::take(&mut f.effects).contains(&Effect::NewSkill(id)));
 }
 
 #[test]
@@ -222,8 +228,8 @@ fn an_older_version_arriving_late_is_stored_deprecated() {
     let (id1, id2) = (ContentId::of(&v1.encode().unwrap()), ContentId::of(&v2.encode().unwrap()));
     assert_eq!(f.ingest(&author, &v2), Outcome::Accepted);
     assert_eq!(f.ingest(&author, &v1), Outcome::Accepted);
-    let old: Skill = f.pipeline.store.skill(&id1).unwrap().unwrap();
-    let new: Skill = f.pipeline.store.skill(&id2).unwrap().unwrap();
+    let old: Skill = f.ingestor.store.skill(&id1).unwrap().unwrap();
+    let new: Skill = f.ingestor.store.skill(&id2).unwrap().unwrap();
     assert!(old.deprecated && old.deprecated_by == Some(id2));
     assert!(!new.deprecated);
 }
@@ -240,19 +246,21 @@ fn bounty_matches_skills_before_and_after_it_and_records_claims() {
     assert_eq!(f.ingest(&author, &unrelated), Outcome::Accepted);
     f.bounty("b1", &["net"]);
     assert_eq!(f.ingest(&author, &late), Outcome::Accepted);
-    let record: BountyRecord = f.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
+    let record: BountyRecord = f.ingestor.store.bounties.get(b"b1").unwrap().unwrap();
     assert_eq!(record.matches, vec![ids[0], ids[1]]);
     assert!(stats(&f, &ids[2]).bounty_matches.is_empty());
-    let boosts = f.pipeline.take_effects().into_iter().filter(|e| matches!(e, Effect::Boost(..))).count();
+    let boosts = std::mem::take(&mut f.effects).into_iter().filter(|e| matches!(e, Effect::Boost(..))).count();
     assert_eq!(boosts, 2);
 
     let claim = report(&author, ids[1], ReportEvent::Claim { bounty_id: "b1".into() });
     assert_eq!(f.ingest(&author, &claim), Outcome::Accepted);
-    let record: BountyRecord = f.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
+    let record: BountyRecord = f.ingestor.store.bounties.get(b"b1").unwrap().unwrap();
     assert_eq!(record.claims.len(), 1);
     assert!(record.claims[0].matched && record.claims[0].claimant == author.peer_id().to_string());
-    assert_eq!(f.pipeline.expire_bounties(NOW + 60_000).unwrap(), 0, "expired at expires_at");
-    assert!(f.pipeline.store.bounties.is_empty());
+    assert_eq!(f.ingestor.expire_bounties(NOW + 60_000).unwrap(), 0, "expired at expires_at");
+    assert!(!f.ingestor.store.bounties.is_empty(), "removed at the next commit");
+    f.ingestor.commit().unwrap();
+    assert!(f.ingestor.store.bounties.is_empty());
 }
 
 #[test]
@@ -267,7 +275,7 @@ fn adoption_of_this_nodes_skill_is_earned_at_most_at_the_asking_price() {
         f.ingest(&adopter, &report(&adopter, id, ReportEvent::Adoption { price_paid: 5_000 })),
         Outcome::Accepted
     );
-    let totals = market::totals(&f.pipeline.store).unwrap();
+    let totals = market::totals(&f.ingestor.store).unwrap();
     assert_eq!((totals.earned, totals.spent, totals.entries), (700, 0, 1));
     let twice = Body::Report(Report {
         issued_at: NOW + 1,
@@ -276,7 +284,7 @@ fn adoption_of_this_nodes_skill_is_earned_at_most_at_the_asking_price() {
         event: ReportEvent::Adoption { price_paid: 700 },
     });
     assert_eq!(f.ingest(&adopter, &twice), Outcome::Accepted);
-    assert_eq!(market::totals(&f.pipeline.store).unwrap().earned, 700, "an adopter pays once");
+    assert_eq!(market::totals(&f.ingestor.store).unwrap().earned, 700, "an adopter pays once");
 }
 
 #[test]
@@ -285,16 +293,17 @@ fn open_bounties_survive_a_restore_and_match_what_arrives_after_it() {
     f.bounty("b1", &["net"]);
     let author = Keypair::from_seed([2; 32]);
     let mut restored = Fixture {
-        pipeline: pipeline_on(f.pipeline.store.clone(), &f.mgmt),
+        ingestor: ingestor_on(f.ingestor.store.clone(), &f.mgmt),
         metrics: Metrics::new("test", "edge"),
         mgmt: f.mgmt.clone(),
+        effects: Vec::new(),
         _dir: tempfile::tempdir().unwrap(),
     };
     let late = Body::Crystal(CrystalListing { tags: vec!["net".into()], ..skill_listing("late") });
     assert_eq!(restored.ingest(&author, &late), Outcome::Accepted);
-    let record: BountyRecord = restored.pipeline.store.bounties.get(b"b1").unwrap().unwrap();
+    let record: BountyRecord = restored.ingestor.store.bounties.get(b"b1").unwrap().unwrap();
     assert_eq!(record.matches, vec![ContentId::of(&late.encode().unwrap())]);
-    assert_eq!(restored.pipeline.expire_bounties(NOW).unwrap(), 1);
+    assert_eq!(restored.ingestor.expire_bounties(NOW).unwrap(), 1);
 }
 
 fn skill_listing(name: &str) -> CrystalListing {
@@ -360,21 +369,21 @@ fn a_refused_copy_of_a_management_message_never_blocks_the_genuine_one() {
         let right = kind.topic();
         // First a copy on every wrong topic, then the same body under a broken signature.
         for wrong in topic::ALL.into_iter().filter(|t| *t != right) {
-            let (_, outcome) = f.pipeline.ingest(&genuine, &relay, &relay, wrong, NOW, &f.metrics);
+            let (_, outcome) = f.ingestor.ingest(&genuine, &relay, &relay, wrong, NOW, &f.metrics);
             assert_eq!(outcome, Outcome::Protocol(Reason::WrongTopic), "{kind} on {wrong}");
         }
         let mut tampered = genuine.clone();
         let last = tampered.len() - 1;
         tampered[last] ^= 1;
-        let (_, outcome) = f.pipeline.ingest(&tampered, &relay, &relay, right, NOW, &f.metrics);
+        let (_, outcome) = f.ingestor.ingest(&tampered, &relay, &relay, right, NOW, &f.metrics);
         assert_eq!(outcome, Outcome::Protocol(Reason::BadSignature), "tampered {kind}");
         // The genuine copy is applied, once.
-        let (_, outcome) = f.pipeline.ingest(&genuine, &relay, &relay, right, NOW, &f.metrics);
+        let (_, outcome) = f.ingestor.ingest(&genuine, &relay, &relay, right, NOW, &f.metrics);
         assert_eq!(outcome, Outcome::Accepted, "genuine {kind} after refused copies");
-        let (_, outcome) = f.pipeline.ingest(&genuine, &relay, &relay, right, NOW, &f.metrics);
+        let (_, outcome) = f.ingestor.ingest(&genuine, &relay, &relay, right, NOW, &f.metrics);
         assert_eq!(outcome, Outcome::Protocol(Reason::Duplicate), "{kind} again");
     }
-    assert!(f.pipeline.weather.halted(NOW));
+    assert!(f.ingestor.weather.halted(NOW));
 }
 
 #[test]
@@ -389,12 +398,14 @@ fn a_listing_halted_by_weather_is_accepted_once_the_weather_lifts() {
         Body::Weather(Weather { issued_at: NOW, seq: 2, level: 0.0, duration_ms: 1_000, reason: "clear".into() });
     assert_eq!(f.ingest(&mgmt, &lift), Outcome::Accepted);
     assert_eq!(f.ingest(&author, &body), Outcome::Accepted, "the halted listing was remembered as seen");
-    assert_eq!(f.pipeline.store.skill_count(), 1);
+    assert_eq!(f.ingestor.store.skill_count(), 1);
 }
 
 impl Fixture {
     fn synced(&mut self, key: &Keypair, body: &Body, now: UnixMillis) -> Outcome {
-        self.pipeline.ingest_synced(&seal(key, body), now, &self.metrics).1
+        let outcome = self.ingestor.ingest_synced(&seal(key, body), now, &self.metrics).1;
+        self.effects.extend(self.ingestor.commit().unwrap());
+        outcome
     }
 }
 
@@ -408,12 +419,15 @@ fn a_synced_message_of_any_age_is_applied_once_even_after_a_restore() {
     let a_day_later = NOW + 86_400_000;
     assert_eq!(f.synced(&author, &body, a_day_later), Outcome::Accepted, "a relayed skill is old by nature");
     assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Accepted);
-    assert!(f.pipeline.store.has_envelope(&sync::Key::new(Kind::Crystal, &id)).unwrap(), "kept for other peers");
+    assert!(
+        f.ingestor.store.has_envelope(&Writes::default(), &sync::Key::new(Kind::Crystal, &id)).unwrap(),
+        "kept for other peers"
+    );
     assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Protocol(Reason::Duplicate));
 
     // A restarted node has forgotten its seen-set; the kept envelopes still dedupe.
     let mgmt = f.mgmt.clone();
-    f.pipeline = pipeline_on(f.pipeline.store.clone(), &mgmt);
+    f.ingestor = ingestor_on(f.ingestor.store.clone(), &mgmt);
     assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Protocol(Reason::Duplicate));
     let summary = stats(&f, &id).summary(&author.public());
     assert_eq!(summary.executions, 1, "a report relayed twice counts once");
@@ -429,7 +443,10 @@ fn a_synced_skill_is_judged_by_its_author_banned_or_halted_like_gossip() {
     let body = listing("during-weather", "retry with backoff");
     assert_eq!(f.synced(&stranger, &body, NOW), Outcome::Halted);
     let key = sync::Key::new(Kind::Crystal, &ContentId::of(&body.encode().unwrap()));
-    assert!(!f.pipeline.store.has_envelope(&key).unwrap(), "a refused message is not kept, so a later sync retries");
+    assert!(
+        !f.ingestor.store.has_envelope(&Writes::default(), &key).unwrap(),
+        "a refused message is not kept, so a later sync retries"
+    );
 }
 
 #[test]
@@ -440,7 +457,34 @@ fn only_the_newest_weather_is_kept_for_sync_and_an_older_one_synced_late_changes
         |seq, level| Body::Weather(Weather { issued_at: NOW, seq, level, duration_ms: 60_000, reason: "x".into() });
     assert_eq!(f.ingest(&mgmt, &weather(5, 0.9)), Outcome::Accepted);
     assert_eq!(f.synced(&mgmt, &weather(4, 0.2), NOW), Outcome::Accepted);
-    assert_eq!(f.pipeline.weather.last().map(|w| (w.seq, w.level)), Some((5, 0.9)), "the older one changes nothing");
-    let (kept, _) = f.pipeline.store.weather_envelope().unwrap().unwrap();
+    assert_eq!(f.ingestor.weather.last().map(|w| (w.seq, w.level)), Some((5, 0.9)), "the older one changes nothing");
+    let (kept, _) = f.ingestor.store.weather_envelope().unwrap().unwrap();
     assert_eq!(kept.content_id(), ContentId::of(&weather(5, 0.9).encode().unwrap()));
+}
+
+#[test]
+fn a_message_s_writes_reach_the_store_together_at_the_commit_and_its_work_only_then() {
+    let mut f = fixture();
+    f.bounty("b1", &["net"]);
+    let author = Keypair::from_seed([2; 32]);
+    let tagged = CrystalListing { tags: vec!["net".into()], ..crate::skill::sample_listing("a", "retry", NOW) };
+    let body = Body::Crystal(tagged);
+    let id = ContentId::of(&body.encode().unwrap());
+    let source = author.peer_id();
+    let (_, outcome) = f.ingestor.ingest(&seal(&author, &body), &source, &source, topic::CRYSTALS, NOW, &f.metrics);
+    assert_eq!(outcome, Outcome::Accepted);
+    let key = sync::Key::new(Kind::Crystal, &id);
+    let committed = Writes::default();
+    assert_eq!(f.ingestor.store.skill::<Skill>(&id).unwrap(), None, "nothing is visible before the commit");
+    assert!(!f.ingestor.store.has_envelope(&committed, &key).unwrap());
+    assert_eq!(stats(&f, &id).bounty_matches.len(), 0);
+    assert!(f.ingestor.has_writes());
+
+    let effects = f.ingestor.commit().unwrap();
+    assert_eq!(effects, vec![Effect::Boost(id), Effect::NewSkill(id)], "work for memory follows the commit");
+    assert!(f.ingestor.store.skill::<Skill>(&id).unwrap().is_some());
+    assert!(f.ingestor.store.has_envelope(&committed, &key).unwrap());
+    assert_eq!(stats(&f, &id).bounty_matches.len(), 1, "the bounty match landed with the skill");
+    assert!(!f.ingestor.has_writes());
+    assert!(f.ingestor.commit().unwrap().is_empty(), "effects are handed over once");
 }

@@ -4,13 +4,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
-use druse_protocol::ContentId;
 use druse_protocol::body::{Body, Report, ReportEvent, SemanticType};
+use druse_protocol::{ContentId, Kind};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 
 use super::{Error, Node, blocking, lock, now_ms};
 use crate::ingest::Effect;
+use crate::ingest::actor::{Command, Spent};
 use crate::market::{self, BountyRecord, Listing, PriceView, Settlement, Stats, Versions};
 use crate::memory::crystal::CrystalId;
 use crate::memory::skills::SkillMemory;
@@ -125,13 +126,11 @@ impl Node {
 
     /// Prices one skill whose stats are `stats`.
     fn price_with(&self, skill: Skill, stats: Stats) -> Result<Listing, Error> {
-        let (config, reputation) = {
-            let pipeline = lock(&self.inner.pipeline);
-            (pipeline.market().clone(), pipeline.book.market_reputation(&skill.author.peer_id()))
-        };
+        let config = &self.inner.market;
+        let reputation = self.inner.ingest.book(|book| book.market_reputation(&skill.author.peer_id()));
         let summary = stats.summary(&skill.author);
-        let similar = self.similar_skills(&skill, &config)?;
-        let price = market::price(&config, &summary, reputation, similar);
+        let similar = self.similar_skills(&skill, config)?;
+        let price = market::price(config, &summary, reputation, similar);
         let gate_passed = summary.passes(&config.gate);
         let computed = PriceView::new(&price, similar, gate_passed);
         let asking_price = skill.listing.asking_price;
@@ -179,8 +178,25 @@ impl Node {
     /// computed price when the asking price is higher), signs an adoption report saying so,
     /// and writes the ledger. Refused for the node's own skills, a skill already adopted, or
     /// without the credits.
+    ///
+    /// The debit is committed, together with the signed report, before the report is
+    /// published: a caller that goes away leaves a paid adoption whose report a retry
+    /// publishes, never a report without a debit or a second debit.
     pub async fn adopt(&self, id: ContentId) -> Result<Adoption, Error> {
         let _one_at_a_time = self.inner.adopting.lock().await;
+        let (paid, totals) = self.pay_for_adoption(id).await?;
+        self.inner.store.flush().await?;
+        let settlement = paid.settlement;
+        let report = self.publish_sealed(Kind::Report, paid.report_id, paid.report, true).await?;
+        if !settlement.asking_supported {
+            tracing::info!(skill = %id, asking = settlement.asking, paid = settlement.paid, "adopted below an unsupported asking price");
+        }
+        Ok(Adoption { report, settlement, balance: totals.balance(self.inner.market.starting_credits) })
+    }
+
+    /// The first half of [`Node::adopt`]: checks the adoption, signs its report and commits
+    /// the debit with it, or finds the adoption of `id` paid for before.
+    async fn pay_for_adoption(&self, id: ContentId) -> Result<(market::PaidAdoption, market::Totals), Error> {
         let listing = self.listing(id).await?;
         if listing.skill.author == self.inner.key.public() {
             return Err(Error::Market(market_error::INVALID, "a node cannot adopt its own skill".into()));
@@ -189,22 +205,12 @@ impl Node {
             return Err(Error::Market(market_error::CONFLICT, format!("skill {id} is already adopted")));
         }
         let settlement = market::settle(listing.asking_price, listing.computed_price.micros);
-        let starting = lock(&self.inner.pipeline).market().starting_credits;
-        let before = market::totals(&self.inner.store)?.balance(starting);
-        if before < i128::from(settlement.paid) {
-            return Err(Error::Market(
-                market_error::CONFLICT,
-                format!("adopting costs {} micro-USDC; the ledger holds {before}", settlement.paid),
-            ));
-        }
-        let report = self
-            .publish(&Body::Report(Report {
-                issued_at: now_ms(),
-                reporter: self.inner.key.public(),
-                content_id: id,
-                event: ReportEvent::Adoption { price_paid: settlement.paid },
-            }))
-            .await?;
+        let (report_id, report) = self.seal(&Body::Report(Report {
+            issued_at: now_ms(),
+            reporter: self.inner.key.public(),
+            content_id: id,
+            event: ReportEvent::Adoption { price_paid: settlement.paid },
+        }))?;
         let entry = market::Entry {
             at: now_ms(),
             direction: market::Direction::Spent,
@@ -212,13 +218,16 @@ impl Node {
             counterparty: listing.skill.author_peer.clone(),
             amount: settlement.paid,
         };
-        let max = lock(&self.inner.pipeline).market().max_ledger_entries;
-        let totals = market::record(&self.inner.store, &entry, max)?;
-        self.inner.store.flush().await?;
-        if !settlement.asking_supported {
-            tracing::info!(skill = %id, asking = settlement.asking, paid = settlement.paid, "adopted below an unsupported asking price");
+        let adoption = market::PaidAdoption { report_id, report, settlement };
+        let starting = self.inner.market.starting_credits;
+        let spend = |reply| Command::Spend { entry, starting, adoption, reply };
+        match self.inner.ingest.ask(spend).await?? {
+            Spent::Debited(totals, paid) => Ok((paid, totals)),
+            Spent::Short(balance) => Err(Error::Market(
+                market_error::CONFLICT,
+                format!("adopting costs {} micro-USDC; the ledger holds {balance}", settlement.paid),
+            )),
         }
-        Ok(Adoption { report, settlement, balance: totals.balance(starting) })
     }
 
     /// Open bounties with their matches and claims.
@@ -230,7 +239,7 @@ impl Node {
 
     /// The credit ledger: totals and the newest `limit` entries.
     pub fn ledger(&self, limit: usize) -> Result<LedgerView, Error> {
-        let starting = lock(&self.inner.pipeline).market().starting_credits;
+        let starting = self.inner.market.starting_credits;
         let totals = market::totals(&self.inner.store)?;
         Ok(LedgerView {
             balance: totals.balance(starting),
@@ -249,15 +258,14 @@ impl Node {
 
     /// Observes the computed price of every skill whose evidence changed, and the balance, and
     /// tells evidence observers which skills changed.
-    pub(super) async fn observe_market(&self) {
-        let changed: Vec<ContentId> = lock(&self.inner.pipeline).take_repriced().into_iter().collect();
+    pub(super) async fn observe_market(&self, changed: Vec<ContentId>) {
         if !changed.is_empty() {
             // An error only means nobody is observing.
             let _ = self.inner.evidence.send(changed.clone());
         }
         let node = self.clone();
         let observed = blocking(move || -> Result<(), Error> {
-            let gate = lock(&node.inner.pipeline).market().gate;
+            let gate = node.inner.market.gate;
             for id in changed {
                 let Some(skill) = node.skill(&id)? else { continue };
                 // Below the quality gate the price is 0 whatever the other factors are, so
@@ -270,7 +278,7 @@ impl Node {
                 };
                 node.inner.metrics.computed_price.observe(price);
             }
-            let starting = lock(&node.inner.pipeline).market().starting_credits;
+            let starting = node.inner.market.starting_credits;
             let balance = market::totals(&node.inner.store)?.balance(starting);
             node.inner.metrics.credits.set(balance as f64 / 1e6);
             Ok(())
@@ -278,16 +286,6 @@ impl Node {
         .await;
         if let Err(error) = observed.and_then(|r| r) {
             tracing::warn!(%error, "could not observe market prices");
-        }
-    }
-
-    /// Hands ingestion's leftover work to the memory worker; a full queue drops it, and the
-    /// next sweep picks up the skills and boosts dropped.
-    pub(super) fn dispatch(&self, effects: Vec<Effect>) {
-        for effect in effects {
-            if self.inner.effects.try_send(effect).is_err() {
-                self.inner.effects_dropped.store(true, Ordering::Relaxed);
-            }
         }
     }
 
@@ -302,13 +300,15 @@ impl Node {
                 let new: Vec<ContentId> =
                     work.iter().filter_map(|e| if let Effect::NewSkill(id) = e { Some(*id) } else { None }).collect();
                 if let Err(error) = node.index_skills(&new) {
-                    tracing::warn!(%error, skills = new.len(), "could not index skills in memory");
+                    tracing::warn!(%error, skills = new.len(), "could not index skills in memory; the sweep retries");
+                    node.inner.owed.store(true, Ordering::Relaxed);
                 }
                 for effect in work {
                     if let Effect::Boost(id) = effect
                         && let Err(error) = node.boost(id)
                     {
-                        tracing::warn!(%error, skill = %id, "could not boost a skill's crystal");
+                        tracing::warn!(%error, skill = %id, "could not boost a skill's crystal; the sweep retries");
+                        node.inner.owed.store(true, Ordering::Relaxed);
                     }
                 }
             })
@@ -319,9 +319,9 @@ impl Node {
         }
     }
 
-    /// Indexes skills that have no crystal: once at start (a crash may have come between
-    /// storing a skill and indexing it), then whenever work was dropped, at most every
-    /// `SWEEP_INTERVAL`.
+    /// Indexes skills that have no crystal and applies the boosts owed: once at start (a crash
+    /// may have come between storing a skill and indexing it), then whenever work was dropped
+    /// or failed, at most every `SWEEP_INTERVAL`, until it is done.
     pub(super) async fn sweep_loop(self) {
         self.sweep().await;
         let mut tick = tokio::time::interval(SWEEP_INTERVAL);
@@ -329,14 +329,15 @@ impl Node {
         tick.tick().await;
         loop {
             tick.tick().await;
-            if self.inner.effects_dropped.swap(false, Ordering::Relaxed) {
-                self.sweep().await;
+            if self.inner.owed.swap(false, Ordering::Relaxed) && !self.sweep().await {
+                self.inner.owed.store(true, Ordering::Relaxed);
             }
         }
     }
 
-    /// Indexes every skill that has no crystal yet, then applies every bounty boost owed.
-    async fn sweep(&self) {
+    /// Indexes every skill that has no crystal yet, then applies every bounty boost owed;
+    /// false if something failed (it is tried again).
+    async fn sweep(&self) -> bool {
         let node = self.clone();
         let swept = blocking(move || -> Result<(usize, usize), Error> {
             let waiting: Vec<ContentId> =
@@ -348,9 +349,15 @@ impl Node {
         })
         .await;
         match swept.and_then(|r| r) {
-            Ok((0, 0)) => {}
-            Ok((skills, boosted)) => tracing::info!(skills, boosted, "swept skills and bounty boosts into memory"),
-            Err(error) => tracing::warn!(%error, "could not sweep skills into memory"),
+            Ok((0, 0)) => true,
+            Ok((skills, boosted)) => {
+                tracing::info!(skills, boosted, "swept skills and bounty boosts into memory");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not sweep skills into memory");
+                false
+            }
         }
     }
 
@@ -384,11 +391,14 @@ impl Node {
         for (skill, result) in waiting.iter().zip(stored) {
             match result {
                 Ok(crystal) => {
-                    self.inner.store.update_skill::<Skill, _>(&skill.id, |s| s.crystal = Some(crystal))?;
                     crystals.insert(skill.id, crystal);
                 }
                 Err(error) => tracing::warn!(%error, skill = %skill.id, "could not index a skill in memory"),
             }
+        }
+        if !crystals.is_empty() {
+            let indexed: Vec<(ContentId, CrystalId)> = crystals.iter().map(|(s, c)| (*s, *c)).collect();
+            self.inner.ingest.ask_blocking(|reply| Command::Indexed { crystals: indexed, reply })??;
         }
         Ok(skills
             .iter()
@@ -407,12 +417,12 @@ impl Node {
             return Ok(());
         }
         let Some(crystal) = self.index_skill(id)? else { return Ok(()) };
-        let amount = lock(&self.inner.pipeline).market().bounty_curiosity_boost * owed.len() as f64;
+        let amount = self.inner.market.bounty_curiosity_boost * owed.len() as f64;
         let why = format!("bounty match ({}): curiosity boost", owed.join(", "));
         self.inner.memory.change(crystal, "market", now_ms(), &why, |c| {
             c.curiosity_boost = (c.curiosity_boost + amount).clamp(0.0, 1.0);
         })?;
-        self.inner.store.market.upsert(id.digest(), |s: &mut Stats| s.boosted.extend(owed.iter().cloned()))?;
+        self.inner.ingest.ask_blocking(|reply| Command::Boosted { skill: id, bounties: owed, reply })??;
         Ok(())
     }
 
@@ -434,4 +444,85 @@ pub mod market_error {
     pub const INVALID: &str = "invalid";
     /// The state forbids it (already adopted, not enough credits).
     pub const CONFLICT: &str = "conflict";
+}
+
+#[cfg(test)]
+mod tests {
+    use druse_protocol::body::CrystalListing;
+    use druse_protocol::{Envelope, Keypair, topic};
+
+    use super::*;
+    use crate::Role;
+    use crate::config::Config;
+    use crate::ingest::Outcome;
+
+    async fn start() -> (Node, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default();
+        config.store.data_dir = dir.path().to_owned();
+        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
+        config.p2p.mdns = false;
+        config.memory.embed.embedder = crate::memory::embed::Choice::Hashing;
+        (Node::start(config, Role::Edge).await.unwrap(), dir)
+    }
+
+    /// A skill by another author, priced so the gate's computed price is not needed.
+    async fn foreign_skill(node: &Node) -> ContentId {
+        let author = Keypair::from_seed([7; 32]);
+        let listing = CrystalListing {
+            asking_price: 0,
+            ..crate::skill::sample_listing("retry-backoff", "Retry failed calls with backoff", now_ms())
+        };
+        let body = Body::Crystal(listing);
+        let encoded = body.encode().unwrap();
+        let bytes = Envelope::seal(&author, body.kind(), &encoded);
+        assert_eq!(node.ingest_bytes(&bytes, &author.peer_id(), topic::CRYSTALS).await, Outcome::Accepted);
+        ContentId::of(&encoded)
+    }
+
+    #[tokio::test]
+    async fn an_adoption_cut_off_after_paying_is_finished_by_a_retry_that_pays_nothing_more() {
+        let (node, _dir) = start().await;
+        let id = foreign_skill(&node).await;
+        // The caller went away once the debit was committed, before the report was published.
+        let (paid, _) = node.pay_for_adoption(id).await.unwrap();
+        let after_first = node.ledger(10).unwrap();
+        assert_eq!(after_first.entries.len(), 1, "the debit is in the ledger");
+        assert!(!node.listing(id).await.unwrap().adopted, "no report was applied yet");
+
+        let adoption = node.adopt(id).await.unwrap();
+        assert_eq!(adoption.report, paid.report_id, "the retry publishes the report signed with the debit");
+        let ledger = node.ledger(10).unwrap();
+        assert_eq!(ledger.entries.len(), 1, "one debit, not two");
+        assert_eq!(ledger.spent, after_first.spent);
+        assert!(node.listing(id).await.unwrap().adopted);
+        let again = node.adopt(id).await.unwrap_err();
+        assert!(matches!(again, Error::Market(market_error::CONFLICT, _)), "{again}");
+        node.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_dropped_adoption_request_never_leaves_a_report_without_its_debit() {
+        let (node, _dir) = start().await;
+        let id = foreign_skill(&node).await;
+        // Requests dropped at whatever point they reached, then one that completes.
+        for wait_us in [0u64, 50, 200, 1_000, 5_000] {
+            let attempt = tokio::spawn({
+                let node = node.clone();
+                async move { node.adopt(id).await }
+            });
+            tokio::time::sleep(std::time::Duration::from_micros(wait_us)).await;
+            attempt.abort();
+            let _ = attempt.await;
+            let ledger = node.ledger(10).unwrap();
+            let adopted = node.listing(id).await.unwrap().adopted;
+            assert!(ledger.entries.len() <= 1, "never two debits");
+            assert!(!adopted || ledger.entries.len() == 1, "a report is never without its debit");
+        }
+        let finished = node.adopt(id).await;
+        let ledger = node.ledger(10).unwrap();
+        assert_eq!(ledger.entries.len(), 1, "exactly one debit after all the attempts: {finished:?}");
+        assert!(node.listing(id).await.unwrap().adopted);
+        node.shutdown().await;
+    }
 }

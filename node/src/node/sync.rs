@@ -8,7 +8,7 @@
 //! peer's request), and at most [`MAX_SYNCS`] syncs and [`MAX_ANSWERS`] answers run at once.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use druse_protocol::net::{self, PeerId, SyncChannel};
 use druse_protocol::sync::{self, ByteBuf, Key, Request, Response};
@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::{Node, lock, now_ms};
-use crate::ingest::count_synced;
+use crate::ingest::actor::Command;
 use crate::metrics::ResultLabel;
 use crate::store::Store;
 
@@ -213,7 +213,9 @@ impl Node {
             }
             let answered = items.len().min(chunk.len());
             synced.fetched += answered;
-            let (accepted, rejected) = self.ingest_fetched(&items[..answered]);
+            let mut items = items;
+            items.truncate(answered);
+            let (accepted, rejected) = self.ingest_fetched(items).await?;
             synced.accepted += accepted;
             if rejected == answered {
                 // A peer that answers with nothing but provably bad envelopes is not worth the
@@ -225,22 +227,25 @@ impl Node {
         Ok(synced)
     }
 
-    /// Runs fetched envelopes through the pipeline; how many it accepted, and how many it
-    /// refused as provably bad.
-    fn ingest_fetched(&self, items: &[ByteBuf]) -> (usize, usize) {
+    /// Runs fetched envelopes through the ingest actor, in order; how many it accepted, and
+    /// how many it refused as provably bad.
+    async fn ingest_fetched(&self, items: Vec<ByteBuf>) -> Result<(usize, usize), net::Error> {
+        let envelopes = items.into_iter().map(|item| item.into_vec()).collect();
+        let outcomes = self
+            .inner
+            .ingest
+            .ask(|reply| Command::Synced { envelopes, reply })
+            .await
+            .map_err(|_| net::Error::Closed)?;
         let (mut accepted, mut rejected) = (0, 0);
-        for item in items {
-            let started = Instant::now();
-            let (kind, outcome) = self.through_pipeline(|p| p.ingest_synced(item, now_ms(), &self.inner.metrics));
-            count_synced(&self.inner.metrics, kind, outcome);
-            self.inner.metrics.ingest_seconds.observe(started.elapsed().as_secs_f64());
+        for (_, outcome) in outcomes {
             match outcome.acceptance() {
                 net::Acceptance::Accept => accepted += 1,
                 net::Acceptance::Reject => rejected += 1,
                 net::Acceptance::Ignore => {}
             }
         }
-        (accepted, rejected)
+        Ok((accepted, rejected))
     }
 
     /// Answers one question out of the store, off the async threads.
@@ -266,7 +271,8 @@ fn unexpected(response: &Response) -> net::Error {
 
 /// The keys of a page this node does not keep.
 fn lacking(store: &Store, keys: Vec<Key>) -> Vec<Key> {
-    keys.into_iter().filter(|k| !store.has_envelope(k).unwrap_or(false)).collect()
+    let committed = crate::store::Writes::default();
+    keys.into_iter().filter(|k| !store.has_envelope(&committed, k).unwrap_or(false)).collect()
 }
 
 /// What this node answers a peer's question with.

@@ -165,12 +165,11 @@ impl Actor {
             Command::Publish { topic, data, reply } => {
                 let _ = reply.send(self.publish(topic, data));
             }
-            Command::Report { id, propagation_source, verdict, reply } => {
+            Command::Report { id, propagation_source, verdict } => {
                 let held = self.gossipsub().report_message_validation_result(&id, &propagation_source, verdict);
                 if !held {
                     tracing::debug!(message_id = %id, "verdict came after gossipsub let go of the message");
                 }
-                let _ = reply.send(());
             }
             Command::SetApplicationScore { peer, score, reply } => {
                 if !self.gossipsub().set_application_score(&peer, score) {
@@ -198,7 +197,6 @@ impl Actor {
                 }
             }
             Command::Shutdown { reply } => return ControlFlow::Break(reply),
-            #[cfg(test)]
             Command::MeshPeers { topic, reply } => {
                 let hash = IdentTopic::new(topic).hash();
                 let _ = reply.send(self.swarm.behaviour().gossipsub.mesh_peers(&hash).copied().collect());

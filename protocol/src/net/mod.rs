@@ -177,11 +177,11 @@ enum Command {
         data: Vec<u8>,
         reply: oneshot::Sender<Result<MessageId, Error>>,
     },
+    /// Nobody waits for a verdict: it is sent and forgotten.
     Report {
         id: MessageId,
         propagation_source: PeerId,
         verdict: Acceptance,
-        reply: oneshot::Sender<()>,
     },
     SetApplicationScore {
         peer: PeerId,
@@ -214,8 +214,6 @@ enum Command {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
-    /// Tests wait for meshes to form, so that forwarding (which uses the mesh) is deterministic.
-    #[cfg(test)]
     MeshPeers {
         topic: &'static str,
         reply: oneshot::Sender<Vec<PeerId>>,
@@ -260,8 +258,16 @@ impl Handle {
     }
 
     /// Tells gossipsub the node's verdict on a received message: forward, penalise or drop.
+    /// Waits only for room in the swarm task's queue, never for the task to act on it.
     pub async fn report(&self, id: MessageId, propagation_source: PeerId, verdict: Acceptance) -> Result<(), Error> {
-        self.request(|reply| Command::Report { id, propagation_source, verdict, reply }).await
+        let report = Command::Report { id, propagation_source, verdict };
+        self.commands.send(report).await.map_err(|_| Error::Closed)
+    }
+
+    /// [`Handle::report`] from a thread outside the async runtime (the node's ingest actor).
+    pub fn report_blocking(&self, id: MessageId, propagation_source: PeerId, verdict: Acceptance) -> Result<(), Error> {
+        let report = Command::Report { id, propagation_source, verdict };
+        self.commands.blocking_send(report).map_err(|_| Error::Closed)
     }
 
     /// Feeds the node's opinion of a peer into its gossipsub score. The score is weighted by
@@ -310,9 +316,9 @@ impl Handle {
         let _ = self.request(|reply| Command::Shutdown { reply }).await;
     }
 
-    /// The peers in this node's mesh for `topic`.
-    #[cfg(test)]
-    async fn mesh_peers(&self, topic: &'static str) -> Result<Vec<PeerId>, Error> {
+    /// The peers in this node's mesh for `topic`: tests and operators wait on it for gossip to
+    /// flow (forwarding uses the mesh).
+    pub async fn mesh_peers(&self, topic: &'static str) -> Result<Vec<PeerId>, Error> {
         self.request(|reply| Command::MeshPeers { topic, reply }).await
     }
 }

@@ -295,14 +295,14 @@ pub struct TrustView {
     seqs: HashMap<PublicKey, SeqWindow>,
     seen: Bounded<ContentId>,
     /// Signer keys whose signatures verified, decoded once (as many as `rate_peers`).
-    signers: Bounded<[u8; 32], PublicKey>,
+    signers: SignerKeys,
     rates: HashMap<(PublicKey, Kind), Window>,
 }
 
 impl TrustView {
     /// A view trusting `trust` for management kinds.
     pub fn new(config: Config, trust: TrustList) -> Self {
-        let (seen, signers) = (Bounded::new(config.seen_capacity), Bounded::new(config.rate_peers));
+        let (seen, signers) = (Bounded::new(config.seen_capacity), SignerKeys::new(config.rate_peers));
         Self { config, trust, seqs: HashMap::new(), seen, signers, rates: HashMap::new() }
     }
 
@@ -430,6 +430,18 @@ pub fn check(
     view: &mut TrustView,
 ) -> Result<Accepted, Reason> {
     let envelope = open(bytes, view)?;
+    check_opened(envelope, source, topic, now, view)
+}
+
+/// [`check`] for an envelope [`open_envelope`] already opened (size, decode and signature
+/// checked): every rule after those, in the same order.
+pub fn check_opened(
+    envelope: Envelope,
+    source: &PeerId,
+    topic: &str,
+    now: UnixMillis,
+    view: &TrustView,
+) -> Result<Accepted, Reason> {
     let kind = envelope.kind();
     if !topic::carries(topic, kind) {
         return Err(Reason::WrongTopic);
@@ -462,6 +474,11 @@ pub fn check(
 /// rate (a sync is bounded per peer). Like [`check`], it records nothing.
 pub fn check_synced(bytes: &[u8], now: UnixMillis, view: &mut TrustView) -> Result<Accepted, Reason> {
     let envelope = open(bytes, view)?;
+    check_synced_opened(envelope, now, view)
+}
+
+/// [`check_synced`] for an envelope [`open_envelope`] already opened.
+pub fn check_synced_opened(envelope: Envelope, now: UnixMillis, view: &TrustView) -> Result<Accepted, Reason> {
     let body = Body::decode(envelope.kind(), envelope.body())?;
     view.check_future(&body, now)?;
     check_authority(view, &envelope, &body)?;
@@ -472,13 +489,30 @@ pub fn check_synced(bytes: &[u8], now: UnixMillis, view: &mut TrustView) -> Resu
     Ok(Accepted { envelope, body, content_id })
 }
 
+/// Signer keys whose signatures verified, kept decoded (a bounded number, the oldest forgotten
+/// first), so a signer's curve point is decompressed once.
+#[derive(Debug, Clone)]
+pub struct SignerKeys(Bounded<[u8; 32], PublicKey>);
+
+impl SignerKeys {
+    /// Room for `capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        Self(Bounded::new(capacity))
+    }
+}
+
+/// The first rules, which need no state: size, strict decode, canonical form and signature.
+/// A node may run them ahead of the rest, on another thread, and hand the envelope to
+/// [`check_opened`] or [`check_synced_opened`].
+pub fn open_envelope(bytes: &[u8], keys: &mut SignerKeys) -> Result<Envelope, Reason> {
+    let envelope = Envelope::open_with(bytes, |key| keys.0.get(key).copied())?;
+    keys.0.insert(envelope.signer().to_bytes(), envelope.signer());
+    Ok(envelope)
+}
+
 /// Opens the envelope (size, decode, signature), keeping the verified signer's key decoded.
 fn open(bytes: &[u8], view: &mut TrustView) -> Result<Envelope, Reason> {
-    let envelope = Envelope::open_with(bytes, |key| view.signers.get(key).copied())?;
-    // A cache, not a rule: a key whose signature verified is worth keeping decoded whatever
-    // the later rules say about this message.
-    view.signers.insert(envelope.signer().to_bytes(), envelope.signer());
-    Ok(envelope)
+    open_envelope(bytes, &mut view.signers)
 }
 
 /// Who may sign what: management kinds only a trust-listed key, and a report only the

@@ -333,6 +333,7 @@ fn listing(n: u64, rng: &mut StdRng) -> CrystalListing {
 
 /// Signs and ingests listings one by one on a blocking thread, as the gossip path would.
 fn gossip(node: Node, shared: Arc<Shared>, authors: usize, per_second: u64, seed: u64) -> Result<()> {
+    let runtime = tokio::runtime::Handle::current();
     let mut rng = StdRng::seed_from_u64(seed ^ 0x9055_1900);
     let authors: Vec<(Keypair, PeerId)> = (0..authors.max(1))
         .map(|_| {
@@ -356,7 +357,7 @@ fn gossip(node: Node, shared: Arc<Shared>, authors: usize, per_second: u64, seed
         let (key, peer) = &authors[n as usize % authors.len()];
         let bytes = seal(key, &Body::Crystal(listing(n, &mut rng)))?;
         shared.gossip.begin(format!("ingest_bytes of listing {n}"));
-        let outcome = node.ingest_bytes(&bytes, peer, topic::CRYSTALS);
+        let outcome = runtime.block_on(node.ingest_bytes(&bytes, peer, topic::CRYSTALS));
         let error = (outcome != Outcome::Accepted).then(|| outcome.label().to_owned());
         shared.gossip.finish(&shared.clock, 1, error);
     }
