@@ -122,6 +122,9 @@ pub struct Detector {
     listings: HashMap<PeerId, VecDeque<UnixMillis>>,
     /// The last weather raised on a firing.
     last_fired: Option<Fired>,
+    /// Decisions carried out so far: each time the detector was asked whether to fire, by its
+    /// tick or by an event it counted (held off by weather in force or not).
+    decisions: u64,
 }
 
 impl Detector {
@@ -137,6 +140,7 @@ impl Detector {
             new_peers: VecDeque::new(),
             listings: HashMap::new(),
             last_fired: None,
+            decisions: 0,
         };
         for peer in known {
             detector.learn(peer);
@@ -265,6 +269,7 @@ impl Detector {
             level: self.config.level,
             duration: self.config.duration,
             last_fired: self.last_fired.clone(),
+            decisions: self.decisions,
         }
     }
 }
@@ -312,6 +317,8 @@ pub struct Snapshot {
     #[serde(with = "humantime_serde")]
     pub duration: Duration,
     pub last_fired: Option<Fired>,
+    /// Decisions made so far (whether to fire); a test waits for one more instead of sleeping.
+    pub decisions: u64,
 }
 
 /// A running detector: the state the census reads, shared with the task that feeds it.
@@ -384,12 +391,16 @@ async fn run(management: Arc<Management>, watch: Arc<Watch>, mut activity: tokio
                 Err(RecvError::Closed) => break,
             },
         };
-        // Hold off while weather is in force: the swarm is already halted.
-        if !check || node.halted() {
+        if !check {
             continue;
         }
-        let Some(firing) = lock(&watch.detector).due(now_ms()) else { continue };
-        raise(&management, &watch, firing).await;
+        // Hold off while weather is in force: the swarm is already halted.
+        let firing = if node.halted() { None } else { lock(&watch.detector).due(now_ms()) };
+        if let Some(firing) = firing {
+            raise(&management, &watch, firing).await;
+        }
+        // Counted once the decision is carried out, so a reader that sees it sees its weather.
+        lock(&watch.detector).decisions += 1;
     }
 }
 

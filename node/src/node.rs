@@ -195,6 +195,8 @@ pub struct Status {
     pub management_keys: Vec<String>,
     pub embedder: String,
     pub memories: usize,
+    /// Peers in this node's gossip mesh, by topic: gossip flows on a topic once it has one.
+    pub mesh_peers: std::collections::BTreeMap<&'static str, usize>,
 }
 
 /// The weather as `/v1/weather` shows it.
@@ -600,6 +602,10 @@ impl Node {
     /// The node's status.
     pub async fn status(&self) -> Status {
         let listen_addrs = self.inner.net.listen_addrs().await.unwrap_or_default();
+        let mut mesh_peers = std::collections::BTreeMap::new();
+        for topic in druse_protocol::topic::ALL {
+            mesh_peers.insert(topic, self.inner.net.mesh_peers(topic).await.map_or(0, |peers| peers.len()));
+        }
         let weather = self.weather();
         let management_keys =
             self.inner.ingest.snapshot().management_keys.iter().map(ToString::to_string).collect::<Vec<_>>();
@@ -617,6 +623,7 @@ impl Node {
             management_keys,
             embedder: self.inner.memory.embedder_name().to_owned(),
             memories: self.inner.memory.counts().values().sum(),
+            mesh_peers,
         }
     }
 

@@ -25,22 +25,6 @@ pub const MGMT_SEED: u8 = 200;
 /// Gossipsub heartbeat of every test node.
 pub const HEARTBEAT: Duration = Duration::from_millis(100);
 
-/// Time for subscriptions to travel and meshes to form after connecting: ten heartbeats.
-pub const MESH_SETTLE: Duration = Duration::from_secs(1);
-
-/// How long after a node began a clean shutdown it may reconnect to its old peers and be
-/// heard again.
-///
-/// A node leaving cleanly unsubscribes, which PRUNEs its mesh peers with gossipsub's 10 s
-/// unsubscribe backoff. If the restarted node reconnects within that backoff it GRAFTs all six
-/// topics, each peer counts 12 behaviour penalties (two per topic) against
-/// `behaviour_penalty_threshold = 6`, and its score there falls to about -360: below the
-/// publish (-300) and gossip (-150) thresholds. Those peers then send it nothing for ~11 s and
-/// keep it out of their meshes for minutes. Until protocol/src/net fixes this (see the
-/// ignored test `restarted_node_that_reconnects_at_once_is_heard_again`), scenarios rejoin
-/// after the backoff.
-pub const REJOIN_AFTER: Duration = Duration::from_secs(11);
-
 /// The key a seed names: `[seed; 32]`.
 pub fn key(seed: u8) -> Keypair {
     Keypair::from_seed([seed; 32])
@@ -249,7 +233,16 @@ pub async fn connect_all(nodes: &[&net::Handle]) -> Result<()> {
 /// reports of all the others. A scenario that then asserts a message did *not* arrive knows
 /// the path was open.
 pub async fn mesh_ready(nodes: &[&TestNode]) -> Result<()> {
-    tokio::time::sleep(MESH_SETTLE).await;
+    for node in nodes {
+        eventually(WAIT, format_args!("{} to mesh with a peer on every topic", node.name), async || {
+            let mut meshed = true;
+            for topic in topic::ALL {
+                meshed &= node.net().mesh_peers(topic).await.is_ok_and(|peers| !peers.is_empty());
+            }
+            meshed
+        })
+        .await?;
+    }
     let before: Vec<f64> = nodes.iter().map(|n| n.messages_on(topic::REPORTS)).collect();
     for node in nodes {
         let probe = Body::Report(Report {
@@ -315,17 +308,14 @@ impl Cluster {
         }
     }
 
-    /// Restarts the management node on its data directory and takes the role again; once
-    /// `rejoin_after` has passed since the shutdown began, reconnects it to every edge and waits
-    /// for gossip to flow. See [`REJOIN_AFTER`] for why reconnecting at once does not work yet.
-    pub async fn restart_mgmt(self, rejoin_after: Duration) -> Result<Self> {
+    /// Restarts the management node on its data directory and takes the role again, reconnects
+    /// it to every edge at once and waits for gossip to flow.
+    pub async fn restart_mgmt(self) -> Result<Self> {
         let Self { mgmt, management, edges } = self;
-        let stopping = tokio::time::Instant::now();
         drop(management);
         let mgmt = mgmt.restart().await?;
         let management = Management::new(mgmt.node.clone()).context("taking the management role again")?;
         let cluster = Self { mgmt, management, edges };
-        tokio::time::sleep_until(stopping + rejoin_after).await;
         for edge in &cluster.edges {
             connect(cluster.mgmt.net(), edge.net()).await?;
         }
@@ -333,8 +323,8 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Restarts the edge `name` on its data directory. It stays disconnected: see
-    /// [`REJOIN_AFTER`].
+    /// Restarts the edge `name` on its data directory. It stays disconnected until the test
+    /// connects it.
     pub async fn restart_edge(&mut self, name: &str) -> Result<()> {
         let index = self.edges.iter().position(|e| e.name == name).with_context(|| format!("no edge {name}"))?;
         let edge = self.edges.remove(index).restart().await?;

@@ -21,7 +21,14 @@ fn no_warmup(config: &mut Config) {
 }
 
 /// Time for the detector to act on what it has counted: two of its one-second ticks.
-const SETTLE: Duration = Duration::from_secs(2);
+/// Waits until the detector has carried out two more decisions than it had: at least one made
+/// after everything it has counted so far.
+async fn settle(watch: &Watch) {
+    let before = watch.snapshot().decisions;
+    eventually(WAIT, "the detector to decide on what it counted", async || watch.snapshot().decisions >= before + 2)
+        .await
+        .unwrap();
+}
 
 /// Starts a cluster with `edges` and the detector (without warm-up) on its management node, and
 /// waits until the detector knows the edges.
@@ -128,7 +135,7 @@ async fn a_listing_burst_from_one_peer_makes_the_management_node_halt_every_edge
     })
     .await
     .unwrap();
-    tokio::time::sleep(SETTLE).await;
+    settle(&watch).await;
     assert_eq!(raised(&cluster.mgmt, "listing_burst"), 1.0, "the detector raised weather again while it was in force");
     assert_eq!(cluster.mgmt.weather().active.unwrap().seq, seq);
     flooder.stop().await;
@@ -176,7 +183,7 @@ async fn ordinary_churn_and_a_few_listings_raise_no_weather() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}: {:?}", watch.snapshot()));
-    tokio::time::sleep(SETTLE).await;
+    settle(&watch).await;
     // ...and raised nothing.
     let snapshot = watch.snapshot();
     assert_eq!(snapshot.last_fired, None);

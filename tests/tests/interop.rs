@@ -17,7 +17,7 @@ use druse_protocol::Keypair;
 use druse_tests::js::{self, JsPeer};
 use druse_tests::metrics;
 use druse_tests::process::{ProcNode, binaries};
-use druse_tests::swarm::{MESH_SETTLE, key, mgmt_key};
+use druse_tests::swarm::{key, mgmt_key};
 use druse_tests::{WAIT, eventually, wait_for};
 use serde_json::{Value, json};
 
@@ -100,7 +100,13 @@ async fn a_js_libp2p_peer_verifies_rust_messages_and_rust_nodes_accept_its_skill
             .unwrap_or_else(|e| panic!("{e:#}\n{}", logs(&peer)));
         }
     }
-    tokio::time::sleep(MESH_SETTLE).await;
+    for (name, node) in [("a", &a), ("mgmt", &mgmt)] {
+        eventually(WAIT, format_args!("{name} to mesh with the other node and the js peer"), async || {
+            node.status().await.is_ok_and(|s| TOPICS.iter().all(|t| s["mesh_peers"][*t].as_u64() == Some(2)))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs(&peer)));
+    }
 
     // 1. A skill the js peer signs is accepted and listed by both Rust nodes.
     peer.send(&json!({ "cmd": "publish_skill", "name": "interop-js-skill", "text": "Retry with jittered backoff." }))

@@ -45,6 +45,16 @@ async fn publish_everywhere(cluster: &Cluster, author: &TestNode, listing: Cryst
     id
 }
 
+/// Waits for `n` more maintenance ticks on `node` than it had run.
+async fn maintenance_ticks(node: &TestNode, n: u32) {
+    let before = node.metric("druse_maintenance_ticks_total", &[]);
+    eventually(WAIT, format_args!("{} to run {n} more maintenance ticks", node.name), async || {
+        node.metric("druse_maintenance_ticks_total", &[]) >= before + f64::from(n)
+    })
+    .await
+    .unwrap();
+}
+
 async fn execution(node: &TestNode, id: ContentId, success: bool, reward: f64) {
     node.report(id, ReportEvent::Execution { success, reward }).await.unwrap();
     // Two identical reports from one reporter in the same millisecond are one message.
@@ -138,8 +148,8 @@ async fn an_authors_own_reports_never_satisfy_the_independent_reporter_rule() {
     let seen = listings_when(&cluster, id, "the author's five executions", |l| l.stats.executions == 5).await;
     assert!(seen.iter().all(|l| l.gate_passed && l.stats.independent_reporters == 0));
     assert!(cluster.management.auto_endorse_pass().await.unwrap().is_empty(), "own reports alone endorsed it");
-    // A maintenance tick (every 2 s) hands the policy the changed evidence.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // A maintenance tick hands the policy the changed evidence.
+    maintenance_ticks(&cluster.mgmt, 2).await;
     assert!(!cluster.mgmt.stored(&id).unwrap().unwrap().is_verified);
 
     execution(b, id, true, 0.9).await;
@@ -163,7 +173,7 @@ async fn an_authors_own_reports_never_satisfy_the_independent_reporter_rule() {
     })
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    maintenance_ticks(&cluster.mgmt, 2).await;
     assert_eq!(cluster.mgmt.metric("druse_endorsements_issued_total", &[("policy", "auto")]), 1.0, "endorsed once");
     cluster.stop().await;
 }

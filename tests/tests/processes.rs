@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use druse_tests::metrics;
 use druse_tests::process::{ProcNode, Startup, binaries, run_cli};
-use druse_tests::swarm::{MESH_SETTLE, key, mgmt_key};
+use druse_tests::swarm::{key, mgmt_key};
 use druse_tests::{WAIT, eventually, wait_for};
 
 /// The value of one series in a scrape; fails the test if the series is missing.
@@ -47,13 +47,15 @@ async fn binaries_publish_endorse_and_obey_weather_through_the_cli_and_export_it
     let logs = || [&mgmt, &a, &b].map(|n| n.process.log_tail()).join("\n");
 
     for node in [&mgmt, &a, &b] {
-        eventually(WAIT, format_args!("{} to connect to both others", node.process.name), async || {
-            node.status().await.is_ok_and(|s| s["connected_peers"].as_u64() == Some(2))
+        eventually(WAIT, format_args!("{} to mesh with both others on every topic", node.process.name), async || {
+            node.status().await.is_ok_and(|s| {
+                s["connected_peers"].as_u64() == Some(2)
+                    && s["mesh_peers"].as_object().is_some_and(|m| m.values().all(|n| n.as_u64() == Some(2)))
+            })
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     }
-    tokio::time::sleep(MESH_SETTLE).await;
 
     let skill = cli(
         &bins.node,
