@@ -226,7 +226,7 @@ impl Market {
     pub fn engine(&self) -> crate::market::Config {
         let d = crate::market::Config::default();
         crate::market::Config {
-            price: druse_protocol::market::PriceConfig {
+            price: druse_protocol::pricing::PriceConfig {
                 base_usdc: self.base_price_usdc,
                 demand_weight: self.demand_weight,
                 rare: self.rare_multiplier,
@@ -234,7 +234,7 @@ impl Market {
                 rare_max_similar: d.price.rare_max_similar,
                 uncommon_max_similar: self.uncommon_max_similar,
             },
-            gate: druse_protocol::market::QualityGate {
+            gate: druse_protocol::pricing::QualityGate {
                 min_executions: self.min_executions,
                 min_success_rate: self.min_success_rate,
             },

@@ -5,19 +5,17 @@
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use druse_protocol::body::{
-    Body, Bounty, CrystalListing, Endorsement, EndorsementVerdict, Report, ReportEvent, TrustLevel,
-};
+use druse_protocol::body::{Body, Bounty, CrystalListing, Endorsement, EndorsementVerdict, Report, TrustLevel};
 use druse_protocol::net::{Acceptance, PeerId};
 use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{self, Accepted, Reason, TrustView};
 use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, sync, topic};
 
 use crate::governance::{self, Sensitivity};
-use crate::market::{self, BountyRecord, Counted, Stats, Versions};
-use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, ReportLabels, VerdictLabel};
+use crate::market::{self, BountyRecord};
+use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, VerdictLabel};
 use crate::peers::{self, Book};
-use crate::skill::{Origin, Pending, Skill};
+use crate::skill::{Pending, Provenance, Skill};
 use crate::store::{self, Store, Writes};
 use crate::weather;
 
@@ -300,7 +298,7 @@ impl Ingestor {
         if let Some(refusal) = self.kept_already(&accepted).or_else(|| self.gate(&accepted, source, now)) {
             return (Some(kind), refusal);
         }
-        let outcome = self.apply(&accepted, Origin::Peer, now, metrics);
+        let outcome = self.apply(&accepted, Provenance::Peer, now, metrics);
         if outcome == Outcome::Accepted {
             self.note_peer(source, now, |r| r.accepted += 1);
         }
@@ -343,7 +341,7 @@ impl Ingestor {
         if let Some(refusal) = self.kept_already(&accepted).or_else(|| self.gate(&accepted, &author, now)) {
             return (Some(kind), refusal);
         }
-        (Some(kind), self.apply(&accepted, Origin::Peer, now, metrics))
+        (Some(kind), self.apply(&accepted, Provenance::Peer, now, metrics))
     }
 
     /// A message whose envelope is kept was applied before: a duplicate, even when the
@@ -386,14 +384,14 @@ impl Ingestor {
         metrics: &Metrics,
     ) -> Outcome {
         match validate::check(bytes, me, topic, now, &mut self.view) {
-            Ok(accepted) => self.apply(&accepted, Origin::Local, now, metrics),
+            Ok(accepted) => self.apply(&accepted, Provenance::Local, now, metrics),
             Err(reason) => Outcome::Protocol(reason),
         }
     }
 
     /// Step 9: stores or applies an accepted message. Only a message applied in full is
     /// committed to the validator's view: one refused here blocks no later copy.
-    fn apply(&mut self, accepted: &Accepted, origin: Origin, now: UnixMillis, metrics: &Metrics) -> Outcome {
+    fn apply(&mut self, accepted: &Accepted, origin: Provenance, now: UnixMillis, metrics: &Metrics) -> Outcome {
         match self.apply_inner(accepted, origin, now, metrics) {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -406,7 +404,7 @@ impl Ingestor {
     fn apply_inner(
         &mut self,
         accepted: &Accepted,
-        origin: Origin,
+        origin: Provenance,
         now: UnixMillis,
         metrics: &Metrics,
     ) -> Result<Outcome, store::Error> {
@@ -559,196 +557,6 @@ impl Ingestor {
         Ok(())
     }
 
-    /// Records a version and marks every version but the newest deprecated, whatever order
-    /// they arrive in. Only the same author's listings with the same `skill_id` are versions of
-    /// one skill, so nobody can deprecate someone else's skill.
-    fn place_version(
-        &mut self,
-        id: ContentId,
-        listing: &CrystalListing,
-        author: PublicKey,
-    ) -> Result<(), store::Error> {
-        let key = market::version_key(&author, &listing.skill_id);
-        let versions: Versions = self
-            .writes
-            .upsert(&self.store.versions, &key, |v: &mut Versions| v.add(listing.version, listing.issued_at, id))?;
-        let Some(newest) = versions.newest() else { return Ok(()) };
-        if versions.known.len() == 1 {
-            // A skill's first version: nothing to deprecate, and a new skill is current.
-            return Ok(());
-        }
-        for version in versions.ids() {
-            let deprecated = version != newest;
-            let current = self.writes.get::<Skill>(&self.store.skills, version.digest())?;
-            if current.is_some_and(|s| s.deprecated != deprecated || (deprecated && s.deprecated_by != Some(newest))) {
-                self.writes.update::<Skill, _>(&self.store.skills, version.digest(), |s| {
-                    s.deprecated = deprecated;
-                    s.deprecated_by = deprecated.then_some(newest);
-                })?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Notes that `skill` matches a bounty, on the bounty and in the skill's stats.
-    fn record_match(&mut self, bounty: &Bounty, skill: ContentId) -> Result<(), store::Error> {
-        self.writes.update(&self.store.bounties, bounty.id.as_bytes(), |r: &mut BountyRecord| {
-            if !r.matches.contains(&skill) && r.matches.len() < market::MAX_BOUNTY_ENTRIES {
-                r.matches.push(skill);
-            }
-        })?;
-        self.writes.upsert(&self.store.market, skill.digest(), |s: &mut Stats| {
-            s.bounty_matches.insert(bounty.id.clone());
-        })?;
-        self.effects.push(Effect::Boost(skill));
-        self.reprice(skill);
-        Ok(())
-    }
-
-    /// A bounty from a management key: kept until it expires (a newer seq from the same key
-    /// replaces its terms, keeping matches and claims), and matched against every skill held.
-    fn apply_bounty(
-        &mut self,
-        issuer: PublicKey,
-        bounty: &Bounty,
-        now: UnixMillis,
-        metrics: &Metrics,
-    ) -> Result<(), store::Error> {
-        if bounty.expires_at <= now {
-            return Ok(());
-        }
-        let key = bounty.id.as_bytes();
-        let existing: Option<BountyRecord> = self.writes.get(&self.store.bounties, key)?;
-        match existing {
-            Some(old) if old.issuer != issuer || old.bounty.seq >= bounty.seq => return Ok(()),
-            Some(mut old) => {
-                old.bounty = bounty.clone();
-                self.writes.put(&self.store.bounties, key, &old)?;
-                self.bounties.retain(|b| b.id != bounty.id);
-            }
-            None => {
-                self.make_room_for_a_bounty()?;
-                let record = BountyRecord { bounty: bounty.clone(), issuer, matches: Vec::new(), claims: Vec::new() };
-                self.writes.put(&self.store.bounties, key, &record)?;
-            }
-        }
-        self.bounties.push(bounty.clone());
-        let mut matched = 0u64;
-        let skills: Vec<Skill> = self.store.skills::<Skill>().collect::<Result<_, _>>()?;
-        for skill in skills.iter().filter(|s| !s.deprecated) {
-            if market::matches(bounty, &skill.listing, self.me.market.bounty_text_overlap) {
-                self.record_match(bounty, skill.id)?;
-                matched += 1;
-            }
-        }
-        metrics.bounty_matches.inc_by(matched);
-        tracing::info!(bounty = %bounty.id, matched, "bounty");
-        Ok(())
-    }
-
-    /// Drops the bounty that expires first when the table is full.
-    fn make_room_for_a_bounty(&mut self) -> Result<(), store::Error> {
-        if self.bounties.len() < self.me.market.max_bounties {
-            return Ok(());
-        }
-        let Some(first) = self.bounties.iter().min_by_key(|b| b.expires_at).map(|b| b.id.clone()) else {
-            return Ok(());
-        };
-        self.writes.remove(&self.store.bounties, first.as_bytes());
-        self.bounties.retain(|b| b.id != first);
-        Ok(())
-    }
-
-    /// Drops expired bounties; returns how many are open.
-    pub fn expire_bounties(&mut self, now: UnixMillis) -> Result<usize, store::Error> {
-        for bounty in self.bounties.iter().filter(|b| b.expires_at <= now) {
-            self.writes.remove(&self.store.bounties, bounty.id.as_bytes());
-            tracing::info!(bounty = %bounty.id, "bounty expired");
-        }
-        self.bounties.retain(|b| b.expires_at > now);
-        Ok(self.bounties.len())
-    }
-
-    /// Counts a signed report about a stored skill.
-    fn apply_report(
-        &mut self,
-        skill: &Skill,
-        reporter: PublicKey,
-        report: &Report,
-        now: UnixMillis,
-        metrics: &Metrics,
-    ) -> Result<(), store::Error> {
-        let id = skill.id;
-        let config = &self.me.market;
-        let mut counted = Counted::Yes;
-        let (event, outcome) = match &report.event {
-            ReportEvent::Execution { success, reward } => {
-                self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
-                    counted = s.execution(config, &reporter, *success, *reward);
-                })?;
-                if counted == Counted::Yes && skill.author != reporter {
-                    self.note_peer(&skill.author.peer_id(), now, |r| {
-                        if *success {
-                            r.report_successes += 1;
-                        } else {
-                            r.report_failures += 1;
-                        }
-                    });
-                }
-                ("execution", if *success { "success" } else { "failure" })
-            }
-            ReportEvent::Adoption { price_paid } => {
-                self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
-                    counted = s.adoption(config, &reporter, *price_paid);
-                })?;
-                if counted == Counted::Yes && skill.author == self.me.key && reporter != self.me.key {
-                    let amount = (*price_paid).min(skill.listing.asking_price);
-                    let entry = market::Entry {
-                        at: now,
-                        direction: market::Direction::Earned,
-                        skill: id,
-                        counterparty: reporter.peer_id().to_string(),
-                        amount,
-                    };
-                    market::record(&self.store, &mut self.writes, &entry, config.max_ledger_entries)?;
-                }
-                ("adoption", "none")
-            }
-            ReportEvent::Claim { bounty_id } => {
-                self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
-                    if s.claims.len() < market::MAX_BOUNTY_ENTRIES {
-                        s.claims.insert(bounty_id.clone());
-                    }
-                })?;
-                let claimant = reporter.peer_id().to_string();
-                let updated =
-                    self.writes.update(&self.store.bounties, bounty_id.as_bytes(), |r: &mut BountyRecord| {
-                        let known = r.claims.iter().any(|c| c.skill == id && c.claimant == claimant);
-                        if !known && r.claims.len() < market::MAX_BOUNTY_ENTRIES {
-                            let matched = r.matches.contains(&id);
-                            r.claims.push(market::Claim { skill: id, claimant: claimant.clone(), at: now, matched });
-                        }
-                    })?;
-                match updated {
-                    Some(record) => {
-                        metrics.bounty_claims.inc();
-                        let matched = record.claims.iter().any(|c| c.skill == id && c.matched);
-                        tracing::info!(bounty = %bounty_id, skill = %id, %claimant, matched, "bounty claimed");
-                    }
-                    None => {
-                        tracing::info!(bounty = %bounty_id, skill = %id, "claim on a bounty this node does not hold")
-                    }
-                }
-                ("claim", "none")
-            }
-        };
-        metrics.reports.get_or_create(&ReportLabels { event, outcome }).inc();
-        if counted == Counted::Yes {
-            self.reprice(id);
-        }
-        Ok(())
-    }
-
     /// Changes a peer's counters; they reach the store at the next `persist_peers`, so the
     /// per-message path does no extra write (a crash loses at most one tick of evidence).
     fn note_peer(&mut self, peer: &PeerId, now: UnixMillis, change: impl FnOnce(&mut peers::Record)) {
@@ -842,3 +650,4 @@ fn topic_label(topic: &str) -> String {
 pub mod actor;
 #[cfg(test)]
 mod tests;
+mod trade;

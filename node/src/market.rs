@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use druse_protocol::body::{Bounty, CrystalListing};
-use druse_protocol::market::{self, Price, PriceConfig, PriceInputs, QualityGate};
+use druse_protocol::pricing::{self, Price, PriceConfig, PriceInputs, QualityGate};
 use druse_protocol::reputation::{self, Evidence};
 use druse_protocol::{ContentId, PublicKey, UnixMillis};
 use serde::{Deserialize, Serialize};
@@ -227,7 +227,7 @@ pub fn signed_reputation(evidence: Evidence, is_management: bool) -> f64 {
 
 /// The price a node computes for a skill.
 pub fn price(config: &Config, summary: &Summary, reputation: f64, similar_skills: usize) -> Price {
-    market::price(
+    pricing::price(
         &config.price,
         &PriceInputs {
             executions: summary.executions,

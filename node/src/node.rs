@@ -31,12 +31,12 @@ use crate::skill::{Pending, Skill};
 use crate::store::{self, Store};
 use crate::weather;
 
-mod market;
+mod memory_worker;
 mod sync;
+mod trading;
 
-pub use market::{Adoption, LedgerView, market_error};
 pub use sync::Synced;
-
+pub use trading::{Adoption, LedgerView, market_error};
 /// The version every binary reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

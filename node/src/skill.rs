@@ -7,10 +7,10 @@ use druse_protocol::body::{CrystalListing, Endorsement, EndorsementVerdict};
 use druse_protocol::{ContentId, PublicKey, UnixMillis};
 use serde::{Deserialize, Serialize};
 
-/// Where a skill came from.
+/// Where a skill came from (a crystal has an origin of its own: `memory::crystal::Origin`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Origin {
+pub enum Provenance {
     /// Published by this node.
     Local,
     /// Received from the swarm.
@@ -36,7 +36,7 @@ pub struct Skill {
     pub author: PublicKey,
     /// The author's PeerId.
     pub author_peer: String,
-    pub origin: Origin,
+    pub origin: Provenance,
     pub received_at: UnixMillis,
     /// Endorsed by a management key and not revoked since.
     pub is_verified: bool,
@@ -57,7 +57,7 @@ pub struct Skill {
 
 impl Skill {
     /// A skill as first stored.
-    pub fn new(id: ContentId, listing: CrystalListing, author: PublicKey, origin: Origin, now: UnixMillis) -> Self {
+    pub fn new(id: ContentId, listing: CrystalListing, author: PublicKey, origin: Provenance, now: UnixMillis) -> Self {
         Self {
             id,
             listing,
@@ -212,7 +212,7 @@ mod tests {
 
     fn skill() -> Skill {
         let listing = sample_listing("s", "t", 0);
-        Skill::new(ContentId::of(b"s"), listing, Keypair::from_seed([2; 32]).public(), Origin::Peer, 0)
+        Skill::new(ContentId::of(b"s"), listing, Keypair::from_seed([2; 32]).public(), Provenance::Peer, 0)
     }
 
     #[test]

@@ -10,9 +10,9 @@ pub mod body;
 pub mod cid;
 pub mod envelope;
 pub mod keys;
-pub mod market;
 #[cfg(feature = "net")]
 pub mod net;
+pub mod pricing;
 pub mod reputation;
 pub mod sync;
 pub mod topic;

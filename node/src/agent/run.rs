@@ -353,7 +353,7 @@ impl Agent {
         let Ok(listings) = self.node.listings(500).await else { return Vec::new() };
         listings
             .into_iter()
-            .filter(|l| !peer_only || l.skill.origin == crate::skill::Origin::Peer)
+            .filter(|l| !peer_only || l.skill.origin == crate::skill::Provenance::Peer)
             .filter(|l| {
                 let hay = format!("{} {}", l.skill.listing.name, l.skill.listing.text).to_lowercase();
                 words.is_empty() || words.iter().any(|w| hay.contains(w.as_str()))

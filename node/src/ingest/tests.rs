@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use druse_protocol::body::{Attest, CrystalListing, Endorsement, EndorsementVerdict, Weather};
+use druse_protocol::body::{Attest, CrystalListing, Endorsement, EndorsementVerdict, ReportEvent, Weather};
 use druse_protocol::validate::Config;
 use druse_protocol::{Envelope, Keypair};
 

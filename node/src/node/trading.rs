@@ -1,28 +1,15 @@
 //! The node's side of the marketplace: listings with computed prices, reports, adoptions,
-//! versions, bounties and the ledger; and the worker that puts skills into memory.
-
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+//! versions, bounties and the ledger.
 
 use druse_protocol::body::{Body, Report, ReportEvent, SemanticType};
 use druse_protocol::{ContentId, Kind};
 use serde::Serialize;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
-use super::{Error, Node, blocking, lock, now_ms};
-use crate::ingest::Effect;
+use super::{Error, Node, blocking, now_ms};
 use crate::ingest::actor::{Command, Spent};
 use crate::market::{self, BountyRecord, Listing, PriceView, Settlement, Stats, Versions};
-use crate::memory::crystal::CrystalId;
-use crate::memory::skills::SkillMemory;
-use crate::skill::{Origin, Skill};
-
-/// How often, at most, skills missed by a full effects queue are swept into memory.
-const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Skills indexed in memory together: the effects waiting at once, up to this many, share one
-/// embedding call, one durable write and one text commit.
-const INDEX_BATCH: usize = 256;
+use crate::skill::Skill;
 
 /// Similar skills looked at when pricing scarcity; more than the uncommon bound is common.
 const SIMILAR_LOOKED_AT: usize = 16;
@@ -287,152 +274,6 @@ impl Node {
         if let Err(error) = observed.and_then(|r| r) {
             tracing::warn!(%error, "could not observe market prices");
         }
-    }
-
-    /// Puts skills into memory and applies bounty boosts, taking whatever waits (up to
-    /// `INDEX_BATCH`) as one batch.
-    pub(super) async fn effects_loop(self, mut effects: mpsc::Receiver<Effect>) {
-        let mut batch = Vec::with_capacity(INDEX_BATCH);
-        while effects.recv_many(&mut batch, INDEX_BATCH).await > 0 {
-            let node = self.clone();
-            let work = std::mem::take(&mut batch);
-            let done = blocking(move || {
-                let new: Vec<ContentId> =
-                    work.iter().filter_map(|e| if let Effect::NewSkill(id) = e { Some(*id) } else { None }).collect();
-                if let Err(error) = node.index_skills(&new) {
-                    tracing::warn!(%error, skills = new.len(), "could not index skills in memory; the sweep retries");
-                    node.inner.owed.store(true, Ordering::Relaxed);
-                }
-                for effect in work {
-                    if let Effect::Boost(id) = effect
-                        && let Err(error) = node.boost(id)
-                    {
-                        tracing::warn!(%error, skill = %id, "could not boost a skill's crystal; the sweep retries");
-                        node.inner.owed.store(true, Ordering::Relaxed);
-                    }
-                }
-            })
-            .await;
-            if let Err(error) = done {
-                tracing::warn!(%error, "the memory worker failed");
-            }
-        }
-    }
-
-    /// Indexes skills that have no crystal and applies the boosts owed: once at start (a crash
-    /// may have come between storing a skill and indexing it), then whenever work was dropped
-    /// or failed, at most every `SWEEP_INTERVAL`, until it is done.
-    pub(super) async fn sweep_loop(self) {
-        self.sweep().await;
-        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            if self.inner.owed.swap(false, Ordering::Relaxed) && !self.sweep().await {
-                self.inner.owed.store(true, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Indexes every skill that has no crystal yet, then applies every bounty boost owed;
-    /// false if something failed (it is tried again).
-    async fn sweep(&self) -> bool {
-        let node = self.clone();
-        let swept = blocking(move || -> Result<(usize, usize), Error> {
-            let waiting: Vec<ContentId> =
-                node.skills()?.into_iter().filter(|s| s.crystal.is_none()).map(|s| s.id).collect();
-            for chunk in waiting.chunks(INDEX_BATCH) {
-                node.index_skills(chunk)?;
-            }
-            Ok((waiting.len(), node.boost_owed()?))
-        })
-        .await;
-        match swept.and_then(|r| r) {
-            Ok((0, 0)) => true,
-            Ok((skills, boosted)) => {
-                tracing::info!(skills, boosted, "swept skills and bounty boosts into memory");
-                true
-            }
-            Err(error) => {
-                tracing::warn!(%error, "could not sweep skills into memory");
-                false
-            }
-        }
-    }
-
-    /// Stores a skill as a memory crystal (origin `peer` with the peer, or `skill` for this
-    /// node's own), records which crystal it is, and returns it (`None`: no such skill).
-    fn index_skill(&self, id: ContentId) -> Result<Option<CrystalId>, Error> {
-        let mut one = self.index_skills(&[id])?;
-        Ok(one.pop().flatten())
-    }
-
-    /// [`Node::index_skill`] for many skills at once: one embedding call, one durable write
-    /// and one text commit for all that have no crystal yet. A skill the memory refuses is
-    /// logged and left out (`None`); the others are indexed.
-    fn index_skills(&self, ids: &[ContentId]) -> Result<Vec<Option<CrystalId>>, Error> {
-        let _one_at_a_time = lock(&self.inner.indexing);
-        let skills: Vec<Option<Skill>> = ids.iter().map(|id| self.skill(id)).collect::<Result<_, _>>()?;
-        let mut once = HashSet::new();
-        let waiting: Vec<&Skill> =
-            skills.iter().flatten().filter(|s| s.crystal.is_none() && once.insert(s.id)).collect();
-        let memories = waiting
-            .iter()
-            .map(|skill| SkillMemory {
-                name: &skill.listing.name,
-                text: &skill.listing.text,
-                semantic_type: skill.listing.semantic_type,
-                peer: (skill.origin == Origin::Peer).then(|| skill.author_peer.clone()),
-            })
-            .collect();
-        let stored = self.inner.memory.add_skills(memories, now_ms());
-        let mut crystals: HashMap<ContentId, CrystalId> = HashMap::with_capacity(stored.len());
-        for (skill, result) in waiting.iter().zip(stored) {
-            match result {
-                Ok(crystal) => {
-                    crystals.insert(skill.id, crystal);
-                }
-                Err(error) => tracing::warn!(%error, skill = %skill.id, "could not index a skill in memory"),
-            }
-        }
-        if !crystals.is_empty() {
-            let indexed: Vec<(ContentId, CrystalId)> = crystals.iter().map(|(s, c)| (*s, *c)).collect();
-            self.inner.ingest.ask_blocking(|reply| Command::Indexed { crystals: indexed, reply })??;
-        }
-        Ok(skills
-            .iter()
-            .map(|skill| skill.as_ref().and_then(|s| s.crystal.or_else(|| crystals.get(&s.id).copied())))
-            .collect())
-    }
-
-    /// Raises the curiosity of a skill's crystal by the boost of each matched bounty it has
-    /// not had yet (indexing it first if the match came before the skill reached memory), and
-    /// records them as had, so a boost is applied once even when the worker's queue dropped it
-    /// and a sweep finds it owed.
-    fn boost(&self, id: ContentId) -> Result<(), Error> {
-        let _one_at_a_time = lock(&self.inner.boosting);
-        let owed = self.stats(&id)?.boosts_owed();
-        if owed.is_empty() {
-            return Ok(());
-        }
-        let Some(crystal) = self.index_skill(id)? else { return Ok(()) };
-        let amount = self.inner.market.bounty_curiosity_boost * owed.len() as f64;
-        let why = format!("bounty match ({}): curiosity boost", owed.join(", "));
-        self.inner.memory.change(crystal, "market", now_ms(), &why, |c| {
-            c.curiosity_boost = (c.curiosity_boost + amount).clamp(0.0, 1.0);
-        })?;
-        self.inner.ingest.ask_blocking(|reply| Command::Boosted { skill: id, bounties: owed, reply })??;
-        Ok(())
-    }
-
-    /// Applies every boost owed to a skill's crystal: the sweep's half for dropped boosts.
-    fn boost_owed(&self) -> Result<usize, Error> {
-        let owed = self.skills_with_evidence(|stats| !stats.boosts_owed().is_empty())?;
-        for id in &owed {
-            self.boost(*id)?;
-        }
-        Ok(owed.len())
     }
 }
 
