@@ -9,7 +9,7 @@ pub mod decay;
 pub mod embed;
 pub mod engine;
 pub mod hormones;
-pub mod pipeline;
+pub mod workflow;
 pub mod skills;
 pub mod text;
 mod turns;

@@ -56,7 +56,7 @@ pub(super) const TEXT_COMMIT_DOCS: usize = 1024;
 
 /// One memory of a batch, with the peer it came from (if from the swarm) and who stores it.
 #[derive(Debug, Clone)]
-pub(crate) struct Incoming {
+pub(super) struct Incoming {
     pub new: NewMemory,
     pub peer: Option<String>,
     pub actor: String,
@@ -87,7 +87,7 @@ impl Memory {
     /// [`Memory::add_many`] for memories that each name their peer and actor. Returns what
     /// was stored, in order, beside whether everything was: after a failure, the memories
     /// before it are stored and returned.
-    pub(crate) fn add_incoming(&self, items: Vec<Incoming>, now: UnixMillis) -> (Vec<Added>, Result<(), Error>) {
+    pub(super) fn add_incoming(&self, items: Vec<Incoming>, now: UnixMillis) -> (Vec<Added>, Result<(), Error>) {
         self.add_incoming_with(items, now, &*self.reconciler)
     }
 
