@@ -429,12 +429,12 @@ impl Agent {
         let since = day(now) * DAY_MS;
         let today: Vec<Crystal> = {
             let mut today: Vec<Crystal> = self.node.memory().crystals_where(|c| {
-                    c.namespace == Namespace::Episodic
-                        && c.created_at >= since
-                        && c.status == Status::Active
-                        && c.kind != MemoryKind::Summary
-                        && !matches!(c.semantic_type, SemanticType::TaskPattern | SemanticType::Skill)
-                        && !matches!(c.origin, Origin::Peer | Origin::Skill)
+                c.namespace == Namespace::Episodic
+                    && c.created_at >= since
+                    && c.status == Status::Active
+                    && c.kind != MemoryKind::Summary
+                    && !matches!(c.semantic_type, SemanticType::TaskPattern | SemanticType::Skill)
+                    && !matches!(c.origin, Origin::Peer | Origin::Skill)
             });
             today.sort_by_key(|c| c.created_at);
             today.truncate(REFLECTION_INPUT);
@@ -475,11 +475,11 @@ impl Agent {
         let now = now_ms();
         let recent: Vec<Crystal> = {
             let mut recent: Vec<Crystal> = self.node.memory().crystals_where(|c| {
-                    matches!(c.namespace, Namespace::User(_))
-                        && c.kind == MemoryKind::Observation
-                        && c.status == Status::Active
-                        && c.session.is_none()
-                        && now.saturating_sub(c.created_at) <= REVIEW_WINDOW_MS
+                matches!(c.namespace, Namespace::User(_))
+                    && c.kind == MemoryKind::Observation
+                    && c.status == Status::Active
+                    && c.session.is_none()
+                    && now.saturating_sub(c.created_at) <= REVIEW_WINDOW_MS
             });
             recent.sort_by_key(|c| std::cmp::Reverse(c.created_at));
             recent.truncate(REVIEW_INPUT);

@@ -25,8 +25,10 @@ use crate::memory::{consolidation, dates};
 
 mod add;
 mod consolidate;
+mod context;
 mod query;
 mod recall;
+mod reembed;
 mod skills;
 
 use add::Incoming;
@@ -276,9 +278,6 @@ struct Changes {
     vectors: Vec<(u8, CrystalId, Vec<f32>)>,
     /// Full-text documents to (re)index: a crystal's text with its context.
     texts: Vec<(CrystalId, text::Document)>,
-    /// Context texts still to embed (a new crystal's text with its context): embedded
-    /// together for a whole batch of adds, then stored and indexed as context vectors.
-    contexts: Vec<(CrystalId, String)>,
     audit: Vec<AuditEntry>,
     purge: Vec<CrystalId>,
 }
@@ -421,6 +420,7 @@ impl Memory {
         }
         *write(&self.turns) = turns;
         *write(&self.crystals) = map;
+        self.reembed_if_changed()?;
         let lagging: Vec<Crystal> =
             read(&self.crystals).values().filter(|c| indexed_up_to.is_none_or(|up_to| c.id > up_to)).cloned().collect();
         for crystal in &lagging {
@@ -533,18 +533,6 @@ impl Memory {
             .ok_or_else(|| Error::Invalid("the embedder returned nothing".into()))
     }
 
-    /// The turn said just before `turn_at` in the same conversation.
-    fn previous_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let id = read(&self.turns).before(namespace, session, turn_at)?;
-        self.get(id)
-    }
-
-    /// The turn said just after `turn_at` in the same conversation.
-    fn next_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let id = read(&self.turns).after(namespace, session, turn_at)?;
-        self.get(id)
-    }
-
     /// The turns said just before and just after `crystal` in its conversation.
     fn neighbours(&self, crystal: &Crystal) -> [Option<CrystalId>; 2] {
         let (Some(session), Some(at)) = (&crystal.session, crystal.turn_at) else { return [None, None] };
@@ -593,7 +581,7 @@ impl Memory {
     /// Brings the in-memory map and the derived indexes up to date with stored changes; the
     /// text documents are added but not yet committed.
     fn index(&self, changes: Changes) -> Result<TextPending, Error> {
-        let Changes { crystals, importance, vectors, texts, audit: _, purge, contexts: _ } = changes;
+        let Changes { crystals, importance, vectors, texts, audit: _, purge } = changes;
         let mut unrecallable = Vec::new();
         {
             let mut map = write(&self.crystals);
@@ -684,39 +672,6 @@ impl Memory {
             self.commit(Changes { crystals: crystals.clone(), audit, ..Changes::default() })?;
         }
         Ok(crystals)
-    }
-
-    /// What a crystal is indexed as: its text, and as context the text it superseded (a
-    /// correction is recalled by what it corrects) and, for a conversation turn when context
-    /// indexing is on, the turn before it and the day it was said. The context embedding and
-    /// the BM25 document are both made from this.
-    fn document(&self, crystal: &Crystal) -> text::Document {
-        let mut context = Vec::new();
-        let mut day = None;
-        if let Some(old) = crystal.supersedes.and_then(|s| self.get(s)) {
-            context.push(old.text);
-        }
-        if self.context_indexing()
-            && let (Some(session), Some(turn_at)) = (&crystal.session, crystal.turn_at)
-        {
-            if let Some(previous) = self.previous_turn(&crystal.namespace, session, turn_at) {
-                context.push(previous.text);
-            }
-            if self.tuning().next_turn_context
-                && let Some(next) = self.next_turn(&crystal.namespace, session, turn_at)
-            {
-                context.push(next.text);
-            }
-            day = Some(dates::describe(turn_at));
-        }
-        let tags = text::Tags {
-            namespace: crystal.namespace.as_string(),
-            kind: kind_tag(crystal.kind),
-            semantic_type: semantic_tag(crystal.semantic_type),
-            session: crystal.session.clone(),
-            at: said_at(crystal),
-        };
-        text::Document { text: crystal.text.clone(), context, day, tags }
     }
 
     fn persist_hormones(&self) -> Result<(), Error> {

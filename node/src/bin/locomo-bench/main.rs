@@ -80,6 +80,11 @@ struct Cli {
     /// one stored set.
     #[arg(long, value_delimiter = ',')]
     sweep: Vec<String>,
+    /// Instead of the run, time the embedder (`--embedder`) alone on the first N turns and
+    /// questions: a turn with the turn before it in one call, and a question, so the add and
+    /// search latencies can be split into embedding and the rest.
+    #[arg(long)]
+    profile_embedder: Option<usize>,
     /// Only the first N questions of each conversation (a quick run).
     #[arg(long)]
     max_questions: Option<usize>,
@@ -211,14 +216,7 @@ async fn start(cli: &Cli) -> anyhow::Result<(Target, String)> {
             Ok((Target::Api { base, token, http: reqwest::Client::new(), running }, embedder))
         }
         Via::Engine => {
-            let embedder: Arc<dyn Embedder> = match cli.embedder {
-                EmbedderArg::Hashing => Arc::new(Hashing::new(embed::DEFAULT_HASHING_DIM)),
-                EmbedderArg::Minilm => {
-                    let folder = std::env::var(embed::MINILM_DIR_ENV)
-                        .with_context(|| format!("set {} to the MiniLM folder", embed::MINILM_DIR_ENV))?;
-                    Arc::new(MiniLm::load(Path::new(&folder))?)
-                }
-            };
+            let embedder = bench_embedder(cli)?;
             let name = embedder.name().to_owned();
             let db = sled::open(dir.join("db"))?;
             let memory = Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now())?;
@@ -310,6 +308,9 @@ async fn main() -> anyhow::Result<()> {
             *n <= max
         });
     }
+    if let Some(n) = cli.profile_embedder {
+        return profile_embedder(&cli, &turns, &questions, n);
+    }
     let (target, embedder) = start(&cli).await?;
     let memory = match &target {
         Target::Api { running, .. } => Arc::clone(running.node.memory()),
@@ -377,6 +378,39 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Times the embedder on its own, as an add and a search call it: each of the first `n` turns
+/// alone (an add embeds only its text; its context vector is made from stored vectors), and
+/// each of the first `n` questions.
+fn profile_embedder(cli: &Cli, turns: &[Turn], questions: &[Question], n: usize) -> anyhow::Result<()> {
+    let embedder = bench_embedder(cli)?;
+    let time = |texts: Vec<&str>| -> anyhow::Result<Vec<Duration>> {
+        let mut samples = Vec::with_capacity(texts.len());
+        for text in texts {
+            let started = Instant::now();
+            embedder.embed(&[text])?;
+            samples.push(started.elapsed());
+        }
+        Ok(samples)
+    };
+    let turn = time(turns.iter().take(n).map(|t| t.text.as_str()).collect())?;
+    let question = time(questions.iter().take(n).map(|q| q.text.as_str()).collect())?;
+    println!("embedder {}: a turn {}", embedder.name(), percentiles(&turn));
+    println!("embedder {}: a question {}", embedder.name(), percentiles(&question));
+    Ok(())
+}
+
+/// The embedder `--embedder` names, loaded on its own.
+fn bench_embedder(cli: &Cli) -> anyhow::Result<Arc<dyn Embedder>> {
+    Ok(match cli.embedder {
+        EmbedderArg::Hashing => Arc::new(Hashing::new(embed::DEFAULT_HASHING_DIM)),
+        EmbedderArg::Minilm => {
+            let folder = std::env::var(embed::MINILM_DIR_ENV)
+                .with_context(|| format!("set {} to the MiniLM folder", embed::MINILM_DIR_ENV))?;
+            Arc::new(MiniLm::load(Path::new(&folder))?)
+        }
+    })
+}
+
 /// Writes what recall's two halves see, for studying fusion offline: each turn with its
 /// embedding and its context embedding (the turn before it in its session), and each question
 /// with its embedding, its evidence and its BM25 candidates (JSON lines).
@@ -389,13 +423,7 @@ fn dump(
     path: &Path,
 ) -> anyhow::Result<()> {
     use std::io::Write;
-    let embedder: Arc<dyn Embedder> = match cli.embedder {
-        EmbedderArg::Hashing => Arc::new(Hashing::new(embed::DEFAULT_HASHING_DIM)),
-        EmbedderArg::Minilm => {
-            let folder = std::env::var(embed::MINILM_DIR_ENV).context("MiniLM folder")?;
-            Arc::new(MiniLm::load(Path::new(&folder))?)
-        }
-    };
+    let embedder = bench_embedder(cli)?;
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut previous: Option<&Turn> = None;
     for chunk in turns.chunks(64) {
