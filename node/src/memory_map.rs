@@ -128,19 +128,12 @@ pub fn build(memory: &Memory, caller: Caller, limit: usize, now: UnixMillis) -> 
         return Err(Error::Limit(limit));
     }
     let started = Instant::now();
-    let (mut visible, hidden) = {
-        let crystals = crate::memory::engine::read(&memory.crystals);
-        let mut visible: Vec<Crystal> = Vec::new();
-        let mut hidden = false;
-        for c in crystals.values() {
-            if c.can_access(caller, now) {
-                visible.push(c.clone());
-            } else if c.can_access(Caller::LocalAgent, now) {
-                hidden = true;
-            }
-        }
-        (visible, hidden)
-    };
+    let mut hidden = false;
+    let mut visible = memory.crystals_where(|c| {
+        let visible = c.can_access(caller, now);
+        hidden |= !visible && c.can_access(Caller::LocalAgent, now);
+        visible
+    });
     if visible.is_empty() && hidden && caller != Caller::LocalAgent {
         return Err(Error::Private);
     }

@@ -271,7 +271,7 @@ impl Run {
     async fn update(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: UpdateArgs = args(call)?;
         let old = self.target(a.crystal)?;
-        let confidence = self.agent.node.memory().config.correction.supersede_confidence;
+        let confidence = self.agent.node.memory().config().correction.supersede_confidence;
         let new = NewMemory {
             subject: old.subject.clone(),
             attribute: old.attribute.clone(),
@@ -428,19 +428,14 @@ impl Agent {
         }
         let since = day(now) * DAY_MS;
         let today: Vec<Crystal> = {
-            let crystals = self.node.memory().crystals.read().unwrap_or_else(|p| p.into_inner());
-            let mut today: Vec<Crystal> = crystals
-                .values()
-                .filter(|c| {
-                    c.namespace == Namespace::Episodic
-                        && c.created_at >= since
-                        && c.status == Status::Active
-                        && c.kind != MemoryKind::Summary
-                        && !matches!(c.semantic_type, SemanticType::TaskPattern | SemanticType::Skill)
-                        && !matches!(c.origin, Origin::Peer | Origin::Skill)
-                })
-                .cloned()
-                .collect();
+            let mut today: Vec<Crystal> = self.node.memory().crystals_where(|c| {
+                c.namespace == Namespace::Episodic
+                    && c.created_at >= since
+                    && c.status == Status::Active
+                    && c.kind != MemoryKind::Summary
+                    && !matches!(c.semantic_type, SemanticType::TaskPattern | SemanticType::Skill)
+                    && !matches!(c.origin, Origin::Peer | Origin::Skill)
+            });
             today.sort_by_key(|c| c.created_at);
             today.truncate(REFLECTION_INPUT);
             today
@@ -479,18 +474,13 @@ impl Agent {
     async fn review(self: &Arc<Self>) -> Outcome {
         let now = now_ms();
         let recent: Vec<Crystal> = {
-            let crystals = self.node.memory().crystals.read().unwrap_or_else(|p| p.into_inner());
-            let mut recent: Vec<Crystal> = crystals
-                .values()
-                .filter(|c| {
-                    matches!(c.namespace, Namespace::User(_))
-                        && c.kind == MemoryKind::Observation
-                        && c.status == Status::Active
-                        && c.session.is_none()
-                        && now.saturating_sub(c.created_at) <= REVIEW_WINDOW_MS
-                })
-                .cloned()
-                .collect();
+            let mut recent: Vec<Crystal> = self.node.memory().crystals_where(|c| {
+                matches!(c.namespace, Namespace::User(_))
+                    && c.kind == MemoryKind::Observation
+                    && c.status == Status::Active
+                    && c.session.is_none()
+                    && now.saturating_sub(c.created_at) <= REVIEW_WINDOW_MS
+            });
             recent.sort_by_key(|c| std::cmp::Reverse(c.created_at));
             recent.truncate(REVIEW_INPUT);
             recent

@@ -161,7 +161,7 @@ pub async fn store(
     new: NewMemory,
     actor: &str,
 ) -> Result<(Added, By), String> {
-    let config = memory.config.correction.clone();
+    let config = memory.config().correction.clone();
     let m = Arc::clone(memory);
     let probe = new.clone();
     let candidates = crate::node::blocking(move || m.reconciliation_candidates(&probe))

@@ -24,13 +24,17 @@ use crate::memory::vector::{self, VectorIndex};
 use crate::memory::{consolidation, dates};
 
 mod add;
+mod consolidate;
+mod context;
 mod query;
 mod recall;
+mod reembed;
+mod skills;
 
-pub(crate) use add::Incoming;
+use add::Incoming;
 pub use query::Query;
 pub(crate) use query::{kind_tag, said_at, semantic_tag};
-pub use recall::Tuning;
+pub use recall::{Fusion, Tuning};
 
 /// Why the memory engine failed.
 #[derive(Debug, thiserror::Error)]
@@ -266,19 +270,16 @@ fn encode_crystals(crystals: &[Crystal]) -> Result<Vec<Vec<u8>>, Error> {
 
 /// Changes to commit together: crystals, embeddings and audit entries.
 #[derive(Default)]
-pub(crate) struct Changes {
-    pub(crate) crystals: Vec<Crystal>,
+struct Changes {
+    crystals: Vec<Crystal>,
     /// Importance recomputed for crystals that otherwise stay as they are: applied in memory,
     /// not written (it is derived, and recomputed when the engine opens).
-    pub(crate) importance: Vec<(CrystalId, f64)>,
-    pub(crate) vectors: Vec<(u8, CrystalId, Vec<f32>)>,
+    importance: Vec<(CrystalId, f64)>,
+    vectors: Vec<(u8, CrystalId, Vec<f32>)>,
     /// Full-text documents to (re)index: a crystal's text with its context.
-    pub(crate) texts: Vec<(CrystalId, text::Document)>,
-    /// Context texts still to embed (a new crystal's text with its context): embedded
-    /// together for a whole batch of adds, then stored and indexed as context vectors.
-    pub(crate) contexts: Vec<(CrystalId, String)>,
-    pub(crate) audit: Vec<AuditEntry>,
-    pub(crate) purge: Vec<CrystalId>,
+    texts: Vec<(CrystalId, text::Document)>,
+    audit: Vec<AuditEntry>,
+    purge: Vec<CrystalId>,
 }
 
 /// The memory engine. Share it behind an `Arc`; its methods block (embedding, disk), so async
@@ -286,7 +287,7 @@ pub(crate) struct Changes {
 pub struct Memory {
     db: sled::Db,
     tree: sled::Tree,
-    pub(crate) crystals: RwLock<HashMap<CrystalId, Crystal>>,
+    crystals: RwLock<HashMap<CrystalId, Crystal>>,
     /// The conversation turns among `crystals`, changed under `crystals`' write lock.
     turns: RwLock<Turns>,
     vectors: VectorIndex,
@@ -294,7 +295,7 @@ pub struct Memory {
     embedder: Arc<dyn Embedder>,
     hormones: Mutex<hormones::State>,
     reconciler: Box<dyn Reconciler>,
-    pub(crate) config: Config,
+    config: Config,
     network_cortisol: AtomicU64,
     /// Whether new conversation turns are also indexed with their context.
     context: AtomicBool,
@@ -303,7 +304,7 @@ pub struct Memory {
     /// search commits them first (see `add::TEXT_COMMIT_DOCS`).
     text_pending: Mutex<TextPending>,
     /// Serialises writers so reconciliation sees every earlier write.
-    pub(crate) write: Mutex<()>,
+    write: Mutex<()>,
 }
 
 impl std::fmt::Debug for Memory {
@@ -312,11 +313,11 @@ impl std::fmt::Debug for Memory {
     }
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -376,7 +377,7 @@ impl Memory {
             Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt("hormones".into(), e))?,
             None => hormones::State::new(&config.hormones, now),
         };
-        let tuning = Tuning::for_embedder(embedder.name());
+        let tuning = Tuning::for_embedder(&*embedder);
         let memory = Self {
             db: db.clone(),
             tree,
@@ -419,6 +420,7 @@ impl Memory {
         }
         *write(&self.turns) = turns;
         *write(&self.crystals) = map;
+        self.reembed_if_changed()?;
         let lagging: Vec<Crystal> =
             read(&self.crystals).values().filter(|c| indexed_up_to.is_none_or(|up_to| c.id > up_to)).cloned().collect();
         for crystal in &lagging {
@@ -475,7 +477,7 @@ impl Memory {
         self.network_cortisol.store(level.to_bits(), Ordering::Relaxed);
     }
 
-    pub(crate) fn network_cortisol(&self) -> f64 {
+    fn network_cortisol(&self) -> f64 {
         f64::from_bits(self.network_cortisol.load(Ordering::Relaxed))
     }
 
@@ -484,18 +486,29 @@ impl Memory {
         lock(&self.hormones).levels_at(&self.config.hormones, now)
     }
 
-    pub(crate) fn hormone_state(&self) -> hormones::State {
+    fn hormone_state(&self) -> hormones::State {
         lock(&self.hormones).clone()
     }
 
     /// How hormones (and weather's cortisol) shape a consolidation pass at `now`.
-    pub(crate) fn consolidation_modulation(&self, now: UnixMillis) -> hormones::ConsolidationModulation {
+    fn consolidation_modulation(&self, now: UnixMillis) -> hormones::ConsolidationModulation {
         self.hormone_state().consolidation(
             &self.config.hormones,
             self.network_cortisol(),
             self.config.consolidation.merge_threshold,
             now,
         )
+    }
+
+    /// The engine's knobs, as it was opened with them.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A copy of every stored crystal `keep` accepts (any order): how readers outside the
+    /// engine (the memory map, the agent's reflection and review) see the store.
+    pub fn crystals_where(&self, mut keep: impl FnMut(&Crystal) -> bool) -> Vec<Crystal> {
+        read(&self.crystals).values().filter(|c| keep(c)).cloned().collect()
     }
 
     /// One crystal.
@@ -520,20 +533,8 @@ impl Memory {
             .ok_or_else(|| Error::Invalid("the embedder returned nothing".into()))
     }
 
-    /// The turn said just before `turn_at` in the same conversation.
-    fn previous_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let id = read(&self.turns).before(namespace, session, turn_at)?;
-        self.get(id)
-    }
-
-    /// The turn said just after `turn_at` in the same conversation.
-    fn next_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let id = read(&self.turns).after(namespace, session, turn_at)?;
-        self.get(id)
-    }
-
     /// The turns said just before and just after `crystal` in its conversation.
-    pub(crate) fn neighbours(&self, crystal: &Crystal) -> [Option<CrystalId>; 2] {
+    fn neighbours(&self, crystal: &Crystal) -> [Option<CrystalId>; 2] {
         let (Some(session), Some(at)) = (&crystal.session, crystal.turn_at) else { return [None, None] };
         let turns = read(&self.turns);
         [turns.before(&crystal.namespace, session, at), turns.after(&crystal.namespace, session, at)]
@@ -541,7 +542,7 @@ impl Memory {
 
     /// Writes a set of changes in one sled batch (one atomic commit) and makes it durable,
     /// then updates the in-memory map and the derived indexes.
-    pub(crate) fn commit(&self, changes: Changes) -> Result<(), Error> {
+    fn commit(&self, changes: Changes) -> Result<(), Error> {
         self.store(&changes)?;
         self.db.flush()?;
         let pending = self.index(changes)?;
@@ -580,7 +581,7 @@ impl Memory {
     /// Brings the in-memory map and the derived indexes up to date with stored changes; the
     /// text documents are added but not yet committed.
     fn index(&self, changes: Changes) -> Result<TextPending, Error> {
-        let Changes { crystals, importance, vectors, texts, audit: _, purge, contexts: _ } = changes;
+        let Changes { crystals, importance, vectors, texts, audit: _, purge } = changes;
         let mut unrecallable = Vec::new();
         {
             let mut map = write(&self.crystals);
@@ -673,39 +674,6 @@ impl Memory {
         Ok(crystals)
     }
 
-    /// What a crystal is indexed as: its text, and as context the text it superseded (a
-    /// correction is recalled by what it corrects) and, for a conversation turn when context
-    /// indexing is on, the turn before it and the day it was said. The context embedding and
-    /// the BM25 document are both made from this.
-    fn document(&self, crystal: &Crystal) -> text::Document {
-        let mut context = Vec::new();
-        let mut day = None;
-        if let Some(old) = crystal.supersedes.and_then(|s| self.get(s)) {
-            context.push(old.text);
-        }
-        if self.context_indexing()
-            && let (Some(session), Some(turn_at)) = (&crystal.session, crystal.turn_at)
-        {
-            if let Some(previous) = self.previous_turn(&crystal.namespace, session, turn_at) {
-                context.push(previous.text);
-            }
-            if self.tuning().next_turn_context
-                && let Some(next) = self.next_turn(&crystal.namespace, session, turn_at)
-            {
-                context.push(next.text);
-            }
-            day = Some(dates::describe(turn_at));
-        }
-        let tags = text::Tags {
-            namespace: crystal.namespace.as_string(),
-            kind: kind_tag(crystal.kind),
-            semantic_type: semantic_tag(crystal.semantic_type),
-            session: crystal.session.clone(),
-            at: said_at(crystal),
-        };
-        text::Document { text: crystal.text.clone(), context, day, tags }
-    }
-
     fn persist_hormones(&self) -> Result<(), Error> {
         let state = self.hormone_state();
         let bytes = serde_json::to_vec(&state).map_err(|e| Error::Corrupt("hormones".into(), e))?;
@@ -745,7 +713,7 @@ impl Memory {
     }
 
     /// Seed 004's importance of `c` at `now`, with `resistance` the hormonal decay resistance.
-    pub(crate) fn importance(&self, c: &Crystal, now: UnixMillis, resistance: f64) -> f64 {
+    fn importance(&self, c: &Crystal, now: UnixMillis, resistance: f64) -> f64 {
         self.config.decay.importance(&decay_inputs(c), now, resistance)
     }
 
@@ -756,7 +724,7 @@ impl Memory {
     }
 
     /// The nearest vectors to `embedding` (crystal ids, context vectors left out), best first.
-    pub(crate) fn nearest(&self, embedding: &[f32], k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
+    fn nearest(&self, embedding: &[f32], k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
         let hits = self.vectors.search(embedding, self.vector_depth(k))?;
         Ok(hits.into_iter().filter(|(key, _)| key & CONTEXT_BIT == 0).take(k).collect())
     }
@@ -770,12 +738,12 @@ impl Memory {
 /// Whether `c` is active and in a lifecycle that can be recalled (not archived or expired):
 /// what consolidation scores, what has an importance to keep current, and what the vector
 /// index holds.
-pub(crate) fn is_live(c: &Crystal) -> bool {
+fn is_live(c: &Crystal) -> bool {
     c.status == Status::Active && c.lifecycle.is_recallable()
 }
 
 /// The decay view of a crystal.
-pub(crate) fn decay_inputs(c: &Crystal) -> decay::Inputs {
+fn decay_inputs(c: &Crystal) -> decay::Inputs {
     decay::Inputs {
         class: c.decay_class,
         access_count: c.access_count,
@@ -787,6 +755,6 @@ pub(crate) fn decay_inputs(c: &Crystal) -> decay::Inputs {
 }
 
 /// An audit entry for `crystal`.
-pub(crate) fn audit(crystal: &Crystal, who: &str, at: UnixMillis, from: &str, to: &str, why: &str) -> AuditEntry {
+fn audit(crystal: &Crystal, who: &str, at: UnixMillis, from: &str, to: &str, why: &str) -> AuditEntry {
     AuditEntry { crystal_id: crystal.id, who: who.into(), at, from: from.into(), to: to.into(), why: why.into() }
 }

@@ -9,11 +9,11 @@ pub mod decay;
 pub mod embed;
 pub mod engine;
 pub mod hormones;
-pub mod pipeline;
 pub mod skills;
 pub mod text;
 mod turns;
 pub mod vector;
+pub mod workflow;
 
 pub use engine::Memory;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::governance::Caller;
 use crate::memory::crystal::{CrystalId, MemoryKind, Namespace};
-use crate::memory::embed::Hashing;
+use crate::memory::embed::{Embedder, Hashing};
 use crate::memory::engine::{Config, Error, Memory, NewMemory, Query, Tuning};
 
 const NOW: u64 = 1_795_305_600_000;
@@ -162,7 +162,7 @@ struct Recording {
     calls: std::sync::Mutex<Vec<Vec<String>>>,
 }
 
-impl crate::memory::embed::Embedder for Recording {
+impl Embedder for Recording {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -175,8 +175,14 @@ impl crate::memory::embed::Embedder for Recording {
     }
 }
 
+/// The cosine of `query` with each crystal's nearer vector (its own or its context's), as
+/// recall's vector half sees it.
+fn vector_scores(m: &Memory, query: &str) -> std::collections::HashMap<CrystalId, f32> {
+    m.vector_hits_exact(query, 10).unwrap().into_iter().collect()
+}
+
 #[test]
-fn a_turn_and_its_context_are_embedded_in_one_call_and_the_turn_is_found_by_its_context() {
+fn a_turn_is_embedded_alone_once_and_found_by_the_turn_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path().join("db")).unwrap();
     let recording = Arc::new(Recording { inner: Hashing::new(384), calls: std::sync::Mutex::default() });
@@ -185,18 +191,19 @@ fn a_turn_and_its_context_are_embedded_in_one_call_and_the_turn_is_found_by_its_
     recording.calls.lock().unwrap().clear();
     let answer = m.add(turn("Jo: Casa do Largo, by the cathedral", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap();
     let calls = recording.calls.lock().unwrap().clone();
-    assert_eq!(calls.len(), 1, "one embedding call for the turn and its context: {calls:?}");
-    assert_eq!(calls[0].len(), 2, "{calls:?}");
-    assert_eq!(calls[0][0], "Jo: Casa do Largo, by the cathedral");
-    assert!(calls[0][1].contains("which hotel should we book"), "the context holds the turn before: {calls:?}");
-    // The context vector is the one recall uses: the turn is found by the words before it.
-    let query = Query { namespace: Some(user("mel")), ..Query::new("Alfama hotel", 5) };
-    let hit = m.peek(&query, Caller::LocalAgent, NOW).unwrap().into_iter().find(|h| h.crystal.id == answer.crystal.id);
-    assert!(hit.is_some_and(|h| h.vector_rank.is_some()), "found through its context vector");
+    assert_eq!(calls, vec![vec!["Jo: Casa do Largo, by the cathedral".to_owned()]], "one text, one call");
+    // Its context vector, made from the stored vectors of both turns, finds it by the words
+    // said before it, which its own vector does not hold.
+    let query = "Alfama hotel";
+    let own = m.embedding(answer.crystal.id).unwrap();
+    let q = recording.inner.embed(&[query]).unwrap().pop().unwrap();
+    let own_cosine: f32 = own.iter().zip(&q).map(|(a, b)| a * b).sum();
+    let score = vector_scores(&m, query)[&answer.crystal.id];
+    assert!(own_cosine < 0.05 && score > 0.2, "own {own_cosine}, with context {score}");
 }
 
 #[test]
-fn a_batch_of_turns_embeds_each_with_the_turn_before_it_in_the_batch() {
+fn a_batch_of_turns_is_embedded_in_one_call_each_turn_in_context_of_the_one_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path().join("db")).unwrap();
     let recording = Arc::new(Recording { inner: Hashing::new(384), calls: std::sync::Mutex::default() });
@@ -206,16 +213,15 @@ fn a_batch_of_turns_embeds_each_with_the_turn_before_it_in_the_batch() {
         turn("Jo: a lighthouse?", "mel", "s1", NOW + MINUTE),
         turn("Mel: no, a sunrise over the lake", "mel", "s1", NOW + 2 * MINUTE),
     ];
-    m.add_many(turns, "u", NOW).unwrap();
+    let ids: Vec<CrystalId> = m.add_many(turns, "u", NOW).unwrap().into_iter().map(|a| a.crystal.id).collect();
     let calls = recording.calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 1, "the whole batch in one call: {calls:?}");
-    let texts = &calls[0];
-    assert_eq!(texts.len(), 6, "three turns, three contexts: {texts:?}");
-    // Each turn, then its context: itself, the turn before it and its day.
-    assert_eq!(texts[1].lines().count(), 2, "no turn before the first: {texts:?}");
-    assert!(texts[3].starts_with("Jo: a lighthouse?\nMel: guess what I painted"), "{texts:?}");
-    assert!(texts[5].starts_with("Mel: no, a sunrise over the lake\nJo: a lighthouse?\n"), "{texts:?}");
-    assert!(!texts[5].contains("guess what"), "only the turn just before: {texts:?}");
+    assert_eq!(calls[0].len(), 3, "each turn once, no context texts: {calls:?}");
+    let q = recording.inner.embed(&["lighthouse"]).unwrap().pop().unwrap();
+    let own = |id: CrystalId| -> f32 { m.embedding(id).unwrap().iter().zip(&q).map(|(a, b)| a * b).sum() };
+    let scores = vector_scores(&m, "lighthouse");
+    assert!(scores[&ids[2]] > own(ids[2]) + 0.1, "the third turn holds the second as context: {scores:?}");
+    assert!((scores[&ids[0]] - own(ids[0])).abs() < 1e-4, "the first has no context: {scores:?} {}", own(ids[0]));
 }
 
 #[test]

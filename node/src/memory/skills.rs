@@ -1,14 +1,11 @@
 //! Skills in memory: a skill the node holds (its own or one from the swarm) is a frozen crystal
 //! of the memory engine, so recall finds it, the market can count similar skills for scarcity,
 //! and a bounty match can raise its curiosity.
+//!
+//! This module holds what a skill brings to memory; storing it is the engine's
+//! (`Memory::add_skills`).
 
-use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
-
-use crate::governance::Scope;
-use crate::memory::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Namespace, Origin, Status};
-use crate::memory::decay::DecayClass;
-use crate::memory::engine::{Error, Incoming, Memory, NewMemory, read};
 
 /// A skill to remember.
 #[derive(Debug, Clone)]
@@ -18,112 +15,4 @@ pub struct SkillMemory<'a> {
     pub semantic_type: SemanticType,
     /// The publishing peer, for a skill from the swarm; `None` for this node's own.
     pub peer: Option<String>,
-}
-
-/// The memory a skill becomes.
-fn incoming(skill: SkillMemory<'_>) -> Incoming {
-    let (origin, actor) = match &skill.peer {
-        Some(peer) => (Origin::Peer, format!("peer:{peer}")),
-        None => (Origin::Skill, "local_agent".to_owned()),
-    };
-    let new = NewMemory {
-        text: format!("{}: {}", skill.name, skill.text),
-        namespace: Namespace::Episodic,
-        kind: MemoryKind::ExplorationNote,
-        semantic_type: skill.semantic_type,
-        origin,
-        subject: None,
-        attribute: None,
-        decay_class: DecayClass::default(),
-        event_at: None,
-        emotional_weight: 0.0,
-        scope: Scope::Public,
-        lifespan: Lifespan::Permanent,
-        ttl_ms: None,
-        session: None,
-        turn_at: None,
-        external_id: None,
-        metadata: None,
-        correction: false,
-    };
-    Incoming { new, peer: skill.peer, actor }
-}
-
-impl Memory {
-    /// Stores skills as crystals (origin `peer` with the peer recorded, or `skill` for this
-    /// node's own) in one batch: embedded together, written in one durable batch
-    /// and made searchable by one text commit. Returns one result per skill, in order. A skill
-    /// the engine refuses (its text too long, say) gets its own error and holds up no other;
-    /// after a failure of the embedder or the disk, the skills stored before it keep their ids
-    /// and the rest get the error.
-    pub fn add_skills(&self, skills: Vec<SkillMemory<'_>>, now: UnixMillis) -> Vec<Result<CrystalId, Error>> {
-        let mut results: Vec<Result<CrystalId, Error>> = Vec::with_capacity(skills.len());
-        let mut items = Vec::new();
-        let mut slots = Vec::new();
-        for skill in skills {
-            let item = incoming(skill);
-            match Memory::check(&item.new) {
-                Ok(()) => {
-                    slots.push(results.len());
-                    items.push(item);
-                    results.push(Err(Error::Invalid("not stored".into())));
-                }
-                Err(error) => results.push(Err(error)),
-            }
-        }
-        let (added, outcome) = self.add_incoming(items, now);
-        let stored = added.len();
-        for (slot, one) in slots.iter().zip(added) {
-            results[*slot] = Ok(one.crystal.id);
-        }
-        if let Err(error) = outcome {
-            // Past the last skill (making them durable and searchable) the stored ones keep
-            // their ids; the failure is still worth an operator's attention.
-            tracing::warn!(%error, stored, of = slots.len(), "storing skills in memory failed");
-            let message = error.to_string();
-            for slot in &slots[stored..] {
-                results[*slot] = Err(Error::Invalid(format!("not stored: {message}")));
-            }
-        }
-        results
-    }
-
-    /// Rewrites one crystal through `edit` (its id, text, lifecycle and status stay), audited.
-    pub fn change(
-        &self,
-        id: CrystalId,
-        actor: &str,
-        now: UnixMillis,
-        why: &str,
-        mut edit: impl FnMut(&mut Crystal),
-    ) -> Result<Crystal, Error> {
-        let changed = self.rewrite(&[id], actor, why, now, |mut c| {
-            edit(&mut c);
-            Some(c)
-        })?;
-        changed.into_iter().next().ok_or(Error::NotFound(id))
-    }
-
-    /// Active crystals of one of `types` whose embedding is at least `min_cosine` similar to
-    /// crystal `id`'s, leaving out `id` itself and `except`; at most `k` are looked at.
-    pub fn similar(
-        &self,
-        id: CrystalId,
-        types: &[SemanticType],
-        min_cosine: f32,
-        except: &[CrystalId],
-        k: usize,
-    ) -> Result<Vec<(CrystalId, f32)>, Error> {
-        let Some(embedding) = self.embedding(id) else { return Ok(Vec::new()) };
-        let nearest = self.nearest(&embedding, k + 1 + except.len())?;
-        let crystals = read(&self.crystals);
-        Ok(nearest
-            .into_iter()
-            .filter(|(other, cosine)| *other != id && !except.contains(other) && *cosine >= min_cosine)
-            .filter(|(other, _)| {
-                crystals.get(other).is_some_and(|c| c.status == Status::Active && types.contains(&c.semantic_type))
-            })
-            .take(k)
-            .collect())
-    }
 }

@@ -94,9 +94,8 @@ fn search(m: &Memory, q: &str) -> Vec<String> {
 
 /// Sets the access counts of crystals in memory, as if they had been recalled that often.
 fn accessed(m: &Memory, counts: &[(CrystalId, u64)]) {
-    let mut map = m.crystals.write().unwrap();
     for &(id, accesses) in counts {
-        map.get_mut(&id).unwrap().access_count = accesses;
+        m.change(id, "test", NOW, "recalled", |c| c.access_count = accesses).unwrap();
     }
 }
 
@@ -290,14 +289,14 @@ fn bad_input_is_a_clear_error_and_stores_nothing() {
 }
 
 #[test]
-fn fluent_pipeline_retrieves_filters_augments_and_stores() {
-    use crate::memory::pipeline::Pipeline;
+fn a_workflow_retrieves_filters_augments_and_stores() {
+    use crate::memory::workflow::Workflow;
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
     let turn = |text: &str| NewMemory { kind: MemoryKind::Interaction, ..memory(text) };
     let crows = m.add(turn("Alice likes crows"), "user", NOW).unwrap().crystal.id;
     m.add(turn("Alice likes crow documentaries"), "user", NOW).unwrap();
-    let out = Pipeline::new(&m)
+    let out = Workflow::new(&m)
         .retrieve(Query { q: "crows".into(), k: 10, ..Query::default() })
         .filter(|c| c.id == crows)
         .augment(|mut c| {
@@ -516,12 +515,12 @@ fn change_keeps_a_crystals_identity_and_state_and_is_audited() {
 }
 
 #[test]
-fn a_pipeline_without_store_returns_its_augments_and_writes_nothing() {
-    use crate::memory::pipeline::Pipeline;
+fn a_workflow_without_store_returns_its_augments_and_writes_nothing() {
+    use crate::memory::workflow::Workflow;
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
     let crows = m.add(memory("Alice likes crows"), "user", NOW).unwrap().crystal.id;
-    let out = Pipeline::new(&m)
+    let out = Workflow::new(&m)
         .retrieve(Query { q: "crows".into(), k: 10, ..Query::default() })
         .augment(|mut c| {
             c.curiosity_boost = 0.75;

@@ -45,7 +45,7 @@ pub struct Document {
     pub text: String,
     pub context: Vec<String>,
     /// For a conversation turn, the day it was said, in words and as a date: indexed as
-    /// context, and embedded with it when [`Document::embedded`] is asked to.
+    /// context.
     pub day: Option<String>,
     /// What recall filters on, indexed beside the text so a filter applies inside the search.
     pub tags: Tags,
@@ -73,23 +73,6 @@ pub struct Filter {
     pub since: Option<u64>,
     /// `at` at or before this.
     pub until: Option<u64>,
-}
-
-impl Document {
-    /// Whether there is anything to index besides the text.
-    pub fn has_context(&self) -> bool {
-        !self.context.is_empty() || self.day.is_some()
-    }
-
-    /// The text and its context as one string, as the context embedding sees them, with the
-    /// day or without it.
-    pub fn embedded(&self, with_day: bool) -> String {
-        std::iter::once(self.text.as_str())
-            .chain(self.context.iter().map(String::as_str))
-            .chain(self.day.as_deref().filter(|_| with_day))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
 }
 
 /// The BM25 index: one document per crystal, keyed by crystal id, with its own text and its

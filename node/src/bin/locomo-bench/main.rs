@@ -34,7 +34,7 @@ use druse_node::governance::Caller;
 use druse_node::memory::Memory;
 use druse_node::memory::crystal::{CrystalId, Namespace};
 use druse_node::memory::embed::{self, Embedder, Hashing, MiniLm};
-use druse_node::memory::engine::{Config as EngineConfig, NewMemory, Query};
+use druse_node::memory::engine::{Config as EngineConfig, Fusion, NewMemory, Query, Tuning};
 use serde_json::{Value, json};
 
 use data::{Question, Turn, load, new_memory};
@@ -60,9 +60,9 @@ struct Cli {
     /// Append each shared photo's caption to its turn's text ("[shares a photo: ...]").
     #[arg(long)]
     captions: bool,
-    /// Override recall's text weight (see `Tuning`).
-    #[arg(long)]
-    text_weight: Option<f64>,
+    /// Override recall's fusion (see `Tuning`): `score:VECTOR_SHARE` or `rank:TEXT_WEIGHT:K`.
+    #[arg(long, value_parser = parse_fusion)]
+    fusion: Option<Fusion>,
     /// Override recall's neighbour weight.
     #[arg(long)]
     neighbour_weight: Option<f64>,
@@ -76,9 +76,15 @@ struct Cli {
     #[arg(long)]
     context: Option<bool>,
     /// After the first pass, ask everything again under each of these query-time settings
-    /// (`text_weight:neighbour_weight:rrf_k`, comma separated): a sweep over one stored set.
+    /// (`FUSION/NEIGHBOUR_WEIGHT`, comma separated, FUSION as for `--fusion`): a sweep over
+    /// one stored set.
     #[arg(long, value_delimiter = ',')]
     sweep: Vec<String>,
+    /// Instead of the run, time the embedder (`--embedder`) alone on the first N turns and
+    /// questions: a turn with the turn before it in one call, and a question, so the add and
+    /// search latencies can be split into embedding and the rest.
+    #[arg(long)]
+    profile_embedder: Option<usize>,
     /// Only the first N questions of each conversation (a quick run).
     #[arg(long)]
     max_questions: Option<usize>,
@@ -210,14 +216,7 @@ async fn start(cli: &Cli) -> anyhow::Result<(Target, String)> {
             Ok((Target::Api { base, token, http: reqwest::Client::new(), running }, embedder))
         }
         Via::Engine => {
-            let embedder: Arc<dyn Embedder> = match cli.embedder {
-                EmbedderArg::Hashing => Arc::new(Hashing::new(embed::DEFAULT_HASHING_DIM)),
-                EmbedderArg::Minilm => {
-                    let folder = std::env::var(embed::MINILM_DIR_ENV)
-                        .with_context(|| format!("set {} to the MiniLM folder", embed::MINILM_DIR_ENV))?;
-                    Arc::new(MiniLm::load(Path::new(&folder))?)
-                }
-            };
+            let embedder = bench_embedder(cli)?;
             let name = embedder.name().to_owned();
             let db = sled::open(dir.join("db"))?;
             let memory = Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now())?;
@@ -309,13 +308,16 @@ async fn main() -> anyhow::Result<()> {
             *n <= max
         });
     }
+    if let Some(n) = cli.profile_embedder {
+        return profile_embedder(&cli, &turns, &questions, n);
+    }
     let (target, embedder) = start(&cli).await?;
     let memory = match &target {
         Target::Api { running, .. } => Arc::clone(running.node.memory()),
         Target::Engine { memory } => Arc::clone(memory),
     };
     let mut tuning = memory.tuning();
-    tuning.text_weight = cli.text_weight.unwrap_or(tuning.text_weight);
+    tuning.fusion = cli.fusion.unwrap_or(tuning.fusion);
     tuning.neighbour_weight = cli.neighbour_weight.unwrap_or(tuning.neighbour_weight);
     tuning.next_turn_context = cli.next_context.unwrap_or(tuning.next_turn_context);
     tuning.day_in_context_vector = cli.day_in_vector.unwrap_or(tuning.day_in_context_vector);
@@ -355,27 +357,123 @@ async fn main() -> anyhow::Result<()> {
         println!("{unresolved} questions name no stored evidence turn; they count as misses");
     }
     memory.wait_indexed(Duration::from_secs(600));
+    if let Some(path) = std::env::var_os("LOCOMO_DUMP") {
+        dump(&cli, &memory, &turns, &questions, &ids, Path::new(&path))?;
+    }
     ask(&target, &questions, &ids).await?.print("first pass");
     if cli.repeat {
         ask(&target, &questions, &ids).await?.print("asked again");
     }
     for setting in &cli.sweep {
-        let parts: Vec<f64> = setting.split(':').map(str::parse).collect::<Result<_, _>>()?;
-        let [text, neighbour, rrf_k] = parts[..] else {
-            bail!("--sweep takes text_weight:neighbour_weight:rrf_k, not {setting:?}");
-        };
-        let tuning = druse_node::memory::engine::Tuning {
-            text_weight: text,
-            neighbour_weight: neighbour,
-            rrf_k,
-            ..memory.tuning()
-        };
-        memory.set_tuning(tuning);
-        ask(&target, &questions, &ids).await?.print(&format!("text {text}, neighbour {neighbour}, rrf_k {rrf_k}"));
+        let (fusion, neighbour) = setting
+            .split_once('/')
+            .with_context(|| format!("--sweep takes FUSION/NEIGHBOUR_WEIGHT, not {setting:?}"))?;
+        let fusion = parse_fusion(fusion).map_err(anyhow::Error::msg)?;
+        let neighbour_weight: f64 = neighbour.parse().with_context(|| format!("neighbour weight in {setting:?}"))?;
+        memory.set_tuning(Tuning { fusion, neighbour_weight, ..memory.tuning() });
+        ask(&target, &questions, &ids).await?.print(&format!("{fusion:?}, neighbour {neighbour_weight}"));
     }
     target.stop().await;
     let _ = std::fs::remove_dir_all(scratch_dir_path());
     Ok(())
+}
+
+/// Times the embedder on its own, as an add and a search call it: each of the first `n` turns
+/// alone (an add embeds only its text; its context vector is made from stored vectors), and
+/// each of the first `n` questions.
+fn profile_embedder(cli: &Cli, turns: &[Turn], questions: &[Question], n: usize) -> anyhow::Result<()> {
+    let embedder = bench_embedder(cli)?;
+    let time = |texts: Vec<&str>| -> anyhow::Result<Vec<Duration>> {
+        let mut samples = Vec::with_capacity(texts.len());
+        for text in texts {
+            let started = Instant::now();
+            embedder.embed(&[text])?;
+            samples.push(started.elapsed());
+        }
+        Ok(samples)
+    };
+    let turn = time(turns.iter().take(n).map(|t| t.text.as_str()).collect())?;
+    let question = time(questions.iter().take(n).map(|q| q.text.as_str()).collect())?;
+    println!("embedder {}: a turn {}", embedder.name(), percentiles(&turn));
+    println!("embedder {}: a question {}", embedder.name(), percentiles(&question));
+    Ok(())
+}
+
+/// The embedder `--embedder` names, loaded on its own.
+fn bench_embedder(cli: &Cli) -> anyhow::Result<Arc<dyn Embedder>> {
+    Ok(match cli.embedder {
+        EmbedderArg::Hashing => Arc::new(Hashing::new(embed::DEFAULT_HASHING_DIM)),
+        EmbedderArg::Minilm => {
+            let folder = std::env::var(embed::MINILM_DIR_ENV)
+                .with_context(|| format!("set {} to the MiniLM folder", embed::MINILM_DIR_ENV))?;
+            Arc::new(MiniLm::load(Path::new(&folder))?)
+        }
+    })
+}
+
+/// Writes what recall's two halves see, for studying fusion offline: each turn with its
+/// embedding and its context embedding (the turn before it in its session), and each question
+/// with its embedding, its evidence and its BM25 candidates (JSON lines).
+fn dump(
+    cli: &Cli,
+    memory: &Memory,
+    turns: &[Turn],
+    questions: &[Question],
+    ids: &HashMap<String, CrystalId>,
+    path: &Path,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let embedder = bench_embedder(cli)?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut previous: Option<&Turn> = None;
+    for chunk in turns.chunks(64) {
+        let mut texts = Vec::new();
+        for turn in chunk {
+            let before = previous.filter(|p| p.session == turn.session && p.namespace == turn.namespace);
+            texts.push(turn.text.clone());
+            texts.push(match before {
+                Some(p) => format!("{}\n{}", turn.text, p.text),
+                None => turn.text.clone(),
+            });
+            previous = Some(turn);
+        }
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embedder.embed(&refs)?;
+        for (i, turn) in chunk.iter().enumerate() {
+            let line = json!({"turn": ids.get(&turn.dia_id), "dia": turn.dia_id, "ns": turn.namespace,
+                "session": turn.session, "text": turn.text, "vec": vectors[2 * i], "ctx": vectors[2 * i + 1]});
+            writeln!(out, "{line}")?;
+        }
+    }
+    for question in questions {
+        let namespace = Namespace::try_from(question.namespace.clone()).map_err(anyhow::Error::msg)?;
+        let query = Query { namespace: Some(namespace), ..Query::new(question.text.clone(), 10) };
+        let text = memory.text_hits(&query, 200)?;
+        let vector = embedder.embed(&[question.text.as_str()])?;
+        let evidence: Vec<CrystalId> = question.evidence.iter().filter_map(|e| ids.get(e).copied()).collect();
+        let line = json!({"q": question.text, "ns": question.namespace, "cat": question.category,
+            "evidence": evidence, "bm25": text, "vec": vector.first()});
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// `score:VECTOR_SHARE` or `rank:TEXT_WEIGHT:K`.
+fn parse_fusion(text: &str) -> Result<Fusion, String> {
+    let numbers = |rest: &str| -> Result<Vec<f64>, String> {
+        rest.split(':').map(|n| n.parse::<f64>().map_err(|e| format!("{n:?}: {e}"))).collect()
+    };
+    match text.split_once(':') {
+        Some(("score", rest)) => match numbers(rest)?[..] {
+            [vector_share] if (0.0..=1.0).contains(&vector_share) => Ok(Fusion::Score { vector_share }),
+            _ => Err(format!("score fusion takes one share in [0, 1], not {rest:?}")),
+        },
+        Some(("rank", rest)) => match numbers(rest)?[..] {
+            [text_weight, k] => Ok(Fusion::Rank { text_weight, k }),
+            _ => Err(format!("rank fusion takes TEXT_WEIGHT:K, not {rest:?}")),
+        },
+        _ => Err(format!("a fusion is score:SHARE or rank:TEXT_WEIGHT:K, not {text:?}")),
+    }
 }
 
 fn scratch_dir_path() -> PathBuf {

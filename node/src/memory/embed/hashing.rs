@@ -108,6 +108,10 @@ impl Embedder for Hashing {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, Error> {
         Ok(texts.iter().map(|text| self.embed_one(text)).collect())
     }
+
+    fn matches_words(&self) -> bool {
+        true
+    }
 }
 
 /// 64-bit FNV-1a: fixed, portable and fast on short keys (std's hasher is randomly keyed per process).

@@ -43,6 +43,11 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     fn dim(&self) -> usize;
     /// One L2-normalised vector per text, in the order of `texts`.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, Error>;
+    /// Whether its vectors match words rather than meaning (feature hashing): recall then
+    /// indexes a turn's context vector with the words of its day, which only words can match.
+    fn matches_words(&self) -> bool {
+        false
+    }
 }
 
 /// Why an embedder could not be built or could not embed.

@@ -1,20 +1,22 @@
 //! Storing memories: validation, hormones, reconciliation against what is stored, and the
 //! changes one memory makes.
 
+use std::collections::HashMap;
+
 use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
 
 use super::{
     Added, CONTEXT, CONTEXT_BIT, Changes, EMBEDDING, Error, MAX_EXTERNAL_ID, MAX_METADATA, MAX_SESSION, MAX_TEXT,
-    Memory, NewMemory, TextPending, audit, encode_vector, is_live, key, lock, read,
+    Memory, NewMemory, TextPending, audit, lock, read,
 };
 use crate::governance;
 use crate::memory::correction::{self, Candidate, Decision};
 use crate::memory::crystal::{
     Crystal, CrystalId, Governance, Lifecycle, Lifespan, MemoryKind, Origin, ProvenanceNode, Status,
 };
+use crate::memory::decay;
 use crate::memory::hormones;
-use crate::memory::{dates, decay, text};
 
 /// Refuses a memory the engine must not store.
 fn check(new: &NewMemory) -> Result<(), Error> {
@@ -56,7 +58,7 @@ pub(super) const TEXT_COMMIT_DOCS: usize = 1024;
 
 /// One memory of a batch, with the peer it came from (if from the swarm) and who stores it.
 #[derive(Debug, Clone)]
-pub(crate) struct Incoming {
+pub(super) struct Incoming {
     pub new: NewMemory,
     pub peer: Option<String>,
     pub actor: String,
@@ -87,7 +89,7 @@ impl Memory {
     /// [`Memory::add_many`] for memories that each name their peer and actor. Returns what
     /// was stored, in order, beside whether everything was: after a failure, the memories
     /// before it are stored and returned.
-    pub(crate) fn add_incoming(&self, items: Vec<Incoming>, now: UnixMillis) -> (Vec<Added>, Result<(), Error>) {
+    pub(super) fn add_incoming(&self, items: Vec<Incoming>, now: UnixMillis) -> (Vec<Added>, Result<(), Error>) {
         self.add_incoming_with(items, now, &*self.reconciler)
     }
 
@@ -186,119 +188,41 @@ impl Memory {
         pending: &mut TextPending,
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(), Error> {
-        // A turn and its context go to the embedder together: one forward pass for both.
-        let ahead = self.contexts_ahead(chunk);
-        let mut texts: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
-        for (item, context) in chunk.iter().zip(&ahead) {
-            texts.push(&item.new.text);
-            texts.extend(context.as_deref());
-        }
-        let vectors = self.embedder.embed(&texts)?;
-        let wrong = || Error::Invalid("the embedder returned the wrong number of vectors".into());
-        if vectors.len() != texts.len() {
-            return Err(wrong());
-        }
-        let mut vectors = vectors.into_iter();
-        let mut embeddings = Vec::with_capacity(chunk.len());
-        for context in ahead {
-            let embedding = vectors.next().ok_or_else(wrong)?;
-            let context = match context {
-                Some(text) => Some((text, vectors.next().ok_or_else(wrong)?)),
-                None => None,
-            };
-            embeddings.push((embedding, context));
+        let texts: Vec<&str> = chunk.iter().map(|item| item.new.text.as_str()).collect();
+        let embeddings = self.embedder.embed(&texts)?;
+        if embeddings.len() != texts.len() {
+            return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
         }
         let _writer = lock(&self.write);
         let mut batch = sled::Batch::default();
-        let mut contexts = Vec::new();
-        let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, (embedding, context))| {
-            let (one, mut changes) = self.prepare(item, embedding, context, now, reconciler)?;
-            contexts.append(&mut changes.contexts);
+        // The vectors of this chunk's crystals, not yet in sled: a turn's context vector may
+        // need the turn stored just before it.
+        let mut fresh: HashMap<CrystalId, Vec<f32>> = HashMap::new();
+        let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, embedding)| {
+            let (one, changes) = self.prepare(item, embedding, &fresh, now, reconciler)?;
+            for (prefix, id, vector) in &changes.vectors {
+                if *prefix == EMBEDDING {
+                    fresh.insert(*id, vector.clone());
+                }
+            }
             self.add_to_batch(&changes, &mut batch)?;
             *pending = pending.and(self.index(changes)?);
             added.push(one);
             Ok(())
         });
-        // Whatever happened after them, the memories stored so far get their context vectors.
-        let contexts = self.embed_contexts(contexts, &mut batch);
         self.tree.apply_batch(batch)?;
-        indexed.and(contexts)
-    }
-
-    /// The context text each memory of `chunk` will be indexed with (see `Memory::document`),
-    /// as far as it is known before the chunk is stored: for a conversation turn, the turn
-    /// said before it (stored, or earlier in the chunk) and its day. `None` where there is no
-    /// such context, or where it holds the next turn too. A guess that comes out wrong (another
-    /// writer got in first) costs a second embedding, never a wrong vector: `prepare` uses the
-    /// vector only for the very text the crystal is indexed with.
-    fn contexts_ahead(&self, chunk: &[Incoming]) -> Vec<Option<String>> {
-        let tuning = self.tuning();
-        if !self.context_indexing() || tuning.next_turn_context {
-            return vec![None; chunk.len()];
-        }
-        let with_day = tuning.day_in_context_vector;
-        chunk
-            .iter()
-            .enumerate()
-            .map(|(i, item)| {
-                let new = &item.new;
-                let (Some(session), Some(at)) = (&new.session, new.turn_at) else { return None };
-                // Among turns said at the same time, the one stored last: the latest in the chunk.
-                let earlier = chunk[..i]
-                    .iter()
-                    .map(|other| &other.new)
-                    .filter(|other| other.namespace == new.namespace && other.session.as_ref() == Some(session))
-                    .filter_map(|other| Some((other.turn_at.filter(|t| *t < at)?, other.text.as_str())))
-                    .max_by_key(|(t, _)| *t);
-                let stored = self.previous_turn(&new.namespace, session, at);
-                // The later of the two; on a tie, the one in the chunk (stored after).
-                let previous = match (earlier, stored.as_ref()) {
-                    (Some((t, text)), Some(s)) if s.turn_at <= Some(t) => Some(text),
-                    (_, Some(s)) => Some(s.text.as_str()),
-                    (Some((_, text)), None) => Some(text),
-                    (None, None) => None,
-                };
-                let document = text::Document {
-                    text: new.text.clone(),
-                    context: previous.map(str::to_owned).into_iter().collect(),
-                    day: Some(dates::describe(at)),
-                    ..text::Document::default()
-                };
-                Some(document.embedded(with_day))
-            })
-            .collect()
-    }
-
-    /// Embeds the context texts of a chunk in one call (context vectors are never
-    /// reconciliation candidates, so they can wait for the chunk's end), adds them to `batch`
-    /// and indexes those of crystals still live.
-    fn embed_contexts(&self, contexts: Vec<(CrystalId, String)>, batch: &mut sled::Batch) -> Result<(), Error> {
-        if contexts.is_empty() {
-            return Ok(());
-        }
-        let texts: Vec<&str> = contexts.iter().map(|(_, text)| text.as_str()).collect();
-        let vectors = self.embedder.embed(&texts)?;
-        if vectors.len() != contexts.len() {
-            return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
-        }
-        for ((id, _), vector) in contexts.iter().zip(vectors) {
-            batch.insert(&key(CONTEXT, *id), encode_vector(&vector));
-            if self.get(*id).is_some_and(|c| is_live(&c)) {
-                self.vectors.insert(id | CONTEXT_BIT, &vector)?;
-            }
-        }
-        Ok(())
+        indexed
     }
 
     /// Decides what storing `new` (embedded as `embedding`, from `peer` if it came from the
-    /// swarm) changes. `context` is the context text embedded ahead with it, used when it is
-    /// the one the stored crystal is indexed with. The caller holds the writer lock and
-    /// commits the changes before releasing it.
+    /// swarm) changes. `fresh` holds the vectors of crystals stored by the same call and not
+    /// yet written. The caller holds the writer lock and commits the changes before releasing
+    /// it.
     fn prepare(
         &self,
         item: &Incoming,
         embedding: Vec<f32>,
-        context: Option<(String, Vec<f32>)>,
+        fresh: &HashMap<CrystalId, Vec<f32>>,
         now: UnixMillis,
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(Added, Changes), Error> {
@@ -390,14 +314,11 @@ impl Memory {
                     changes.audit.push(audit(&old, actor, now, "active", "superseded", &why));
                     changes.crystals.push(old);
                 }
-                let document = self.document(&crystal);
-                if document.has_context() {
-                    let joined = document.embedded(self.tuning().day_in_context_vector);
-                    match context {
-                        Some((text, vector)) if text == joined => changes.vectors.push((CONTEXT, id, vector)),
-                        _ => changes.contexts.push((id, joined)),
-                    }
+                let (parts, day) = self.context(&crystal);
+                if let Some(vector) = self.context_vector(&embedding, &parts, day.as_deref(), fresh)? {
+                    changes.vectors.push((CONTEXT, id, vector));
                 }
+                let document = self.document_of(&crystal, parts, day);
                 changes.vectors.push((EMBEDDING, id, embedding));
                 changes.texts.push((id, document));
                 // The turn before this one is now followed by it: its text document says so.

@@ -11,53 +11,129 @@ use crate::governance::Caller;
 use crate::memory::crystal::{Crystal, CrystalId};
 use crate::memory::vector;
 
-/// How recall weighs what it finds. The defaults were measured on the LoCoMo dev split
-/// (`locomo-bench`, recall_any@5 / @10) and on `tests/data/retrieval.json` (recall@5): against
-/// plain RRF (text weight 1, no neighbours, k = 60) at 0.600 / 0.730 (MiniLM) and 0.504 / 0.629
-/// (hashing) on LoCoMo, text weight 2, neighbour weight 0.3 and k = 10 give 0.678 / 0.777 and
-/// 0.670 / 0.756, and 0.758 and 0.581 on the labelled set (plain RRF: 0.742 and 0.581). Text
-/// weight 4 with k = 20 scored as well on LoCoMo but lost 0.05 on the labelled set with MiniLM.
-/// The BM25 list, over a turn with its neighbour and its date, is the stronger of the two in
-/// conversation; the vector list finds the paraphrases.
+/// How recall weighs what it finds. Measured on the LoCoMo dev split (`locomo-bench`,
+/// recall_any@5 / @10) and on `tests/data/retrieval.json` (recall@5); the figures are in the
+/// README's "Recall on LoCoMo". The BM25 list, over a turn with its neighbour and its date, is
+/// the stronger of the two in conversation; the vector list finds the paraphrases.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuning {
-    /// The weight of the BM25 list against the vector list in reciprocal rank fusion.
-    pub text_weight: f64,
+    /// How the two candidate lists are combined.
+    pub fusion: Fusion,
     /// How much of a neighbouring turn's fused relevance a turn takes on: the answer is often
     /// said just before or after the turn that shares the question's words.
     pub neighbour_weight: f64,
     /// Whether a turn is indexed for text search with the turn that follows it, as well as
     /// the one before it.
     pub next_turn_context: bool,
-    /// Reciprocal rank fusion's constant: a hit at rank r scores `weight / (rrf_k + r)`.
-    pub rrf_k: f64,
     /// Whether a turn's context vector embeds the day it was said as well as the turn before
-    /// it (the BM25 document always holds the day). Off: on the LoCoMo dev split with MiniLM
-    /// the day's words dilute the vector, and leaving them out raised recall_any@5 / @10 from
-    /// 0.678 / 0.777 to 0.694 / 0.790 (hashing: 0.670 / 0.756 to 0.670 / 0.753).
+    /// it (the BM25 document always holds the day). Off for an embedder of meaning: on the
+    /// LoCoMo dev split with MiniLM the day's words dilute the vector, and leaving them out
+    /// raised recall_any@5 / @10 from 0.678 / 0.777 to 0.694 / 0.790. On for one that matches
+    /// words: on `tests/data/retrieval.json` hashing's recall@5 falls from 0.581 to 0.548
+    /// without them.
     pub day_in_context_vector: bool,
 }
 
+/// How recall combines its vector and BM25 candidate lists into one relevance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fusion {
+    /// Reciprocal rank fusion: a hit at rank r of a list scores `weight / (k + r)`, the vector
+    /// list with weight 1 and the BM25 list with `text_weight`. It sees only ranks, so a
+    /// list's clear winner counts no more than a near tie.
+    Rank { text_weight: f64, k: f64 },
+    /// A convex combination of the two lists' scores, each min-max normalised over its own
+    /// candidates (cosine for the vector list, BM25 for the text list): `vector_share` of the
+    /// vector score plus the rest of the text score; a crystal absent from a list scores 0
+    /// there. Unlike ranks, it keeps how far ahead a candidate is.
+    Score { vector_share: f64 },
+}
+
 impl Tuning {
-    /// The defaults for an embedder: one that matches words (the hashing embedder) also
-    /// embeds a turn's day in its context vector, where the day's words find date questions
-    /// (on `tests/data/retrieval.json` hashing's recall@5 falls from 0.581 to 0.548 without
-    /// them); one that matches meaning does not (see [`Tuning::day_in_context_vector`]).
-    pub fn for_embedder(name: &str) -> Self {
-        Self { day_in_context_vector: name.starts_with("hashing"), ..Self::default() }
+    /// The defaults for an embedder. One that matches words (the hashing embedder) embeds a
+    /// turn's day in its context vector (see [`Tuning::day_in_context_vector`]), and its
+    /// vector list, which mostly repeats what BM25 matched, gets a smaller share of the
+    /// fusion ([`Tuning::WORD_VECTOR_SHARE`]).
+    pub fn for_embedder(embedder: &dyn crate::memory::embed::Embedder) -> Self {
+        if embedder.matches_words() {
+            Self {
+                fusion: Fusion::Score { vector_share: Self::WORD_VECTOR_SHARE },
+                day_in_context_vector: true,
+                ..Self::default()
+            }
+        } else {
+            Self::default()
+        }
     }
+
+    /// The vector list's share of score fusion for an embedder of meaning (MiniLM). On the
+    /// LoCoMo dev split (recall_any@5 / @10, MiniLM) 0.3 to 0.45 all beat rank fusion's
+    /// 0.691 / 0.792 (0.4: 0.70–0.71 / 0.80–0.81); on `tests/data/retrieval.json`, whose
+    /// questions paraphrase, 0.4 gives 0.823 against 0.774 (rank fusion) and 0.726 (0.3).
+    pub const MEANING_VECTOR_SHARE: f64 = 0.4;
+
+    /// The vector list's share for an embedder that matches words: with the hashing embedder,
+    /// 0.3 gives 0.681 / 0.756 on the LoCoMo dev split (rank fusion 0.670 / 0.756, 0.4 about
+    /// 0.66 / 0.74) and 0.581 on the labelled set (0.4: 0.597).
+    pub const WORD_VECTOR_SHARE: f64 = 0.3;
 }
 
 impl Default for Tuning {
     fn default() -> Self {
         Self {
-            text_weight: 2.0,
-            neighbour_weight: 0.3,
+            fusion: Fusion::Score { vector_share: Self::MEANING_VECTOR_SHARE },
+            neighbour_weight: 0.4,
             next_turn_context: false,
-            rrf_k: 10.0,
             day_in_context_vector: false,
         }
     }
+}
+
+/// One crystal's fused relevance and its rank (1-based) in each list that found it.
+type Fused = (f64, Option<usize>, Option<usize>);
+
+/// Fuses the vector and BM25 candidate lists (each best first, with its score) by `fusion`.
+fn fuse(vector: &[(CrystalId, f32)], text: &[(CrystalId, f32)], fusion: Fusion) -> HashMap<CrystalId, Fused> {
+    let mut fused: HashMap<CrystalId, Fused> = HashMap::with_capacity(vector.len() + text.len());
+    let (vector_weights, text_weights): (Vec<f64>, Vec<f64>) = match fusion {
+        Fusion::Rank { text_weight, k } => (
+            (0..vector.len()).map(|rank| 1.0 / (k + rank as f64 + 1.0)).collect(),
+            (0..text.len()).map(|rank| text_weight / (k + rank as f64 + 1.0)).collect(),
+        ),
+        Fusion::Score { vector_share } => {
+            let share = vector_share.clamp(0.0, 1.0);
+            (
+                normalised(vector).into_iter().map(|v| share * v).collect(),
+                normalised(text).into_iter().map(|v| (1.0 - share) * v).collect(),
+            )
+        }
+    };
+    for (rank, ((id, _), relevance)) in vector.iter().zip(vector_weights).enumerate() {
+        let entry = fused.entry(*id).or_insert((0.0, None, None));
+        entry.0 += relevance;
+        entry.1 = Some(rank + 1);
+    }
+    for (rank, ((id, _), relevance)) in text.iter().zip(text_weights).enumerate() {
+        let entry = fused.entry(*id).or_insert((0.0, None, None));
+        entry.0 += relevance;
+        entry.2 = Some(rank + 1);
+    }
+    fused
+}
+
+/// A list's scores mapped onto [0, 1]: its best to 1, its worst to 0 (all to 1 when they are
+/// equal, as one alone is); a score that is not a number counts as the worst.
+fn normalised(list: &[(CrystalId, f32)]) -> Vec<f64> {
+    let scores: Vec<f64> = list.iter().map(|(_, s)| f64::from(*s)).collect();
+    let finite = scores.iter().copied().filter(|s| s.is_finite());
+    let (low, high) = finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), s| (lo.min(s), hi.max(s)));
+    scores
+        .into_iter()
+        .map(|s| match s.is_finite() {
+            false => 0.0,
+            true if high > low => (s - low) / (high - low),
+            true => 1.0,
+        })
+        .collect()
 }
 
 /// How many candidates each half of recall gathers for `k` results.
@@ -104,6 +180,15 @@ impl Memory {
         Ok(hits)
     }
 
+    /// The `k` best crystals for `query` by BM25 alone, among those its filters admit, as
+    /// recall's text half finds them: what a benchmark studies that half with. Scope and
+    /// lifecycle are not applied.
+    pub fn text_hits(&self, query: &Query, k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
+        query.check()?;
+        self.publish_text()?;
+        Ok(self.text.search_where(&query.q, k, &query.text_filter())?)
+    }
+
     /// The vector index's shape and build history, for operators and benchmarks.
     pub fn vector_stats(&self) -> vector::Stats {
         self.vectors.stats()
@@ -117,10 +202,10 @@ impl Memory {
 
     /// Hybrid recall: vector and BM25 candidates, each gathered among the memories the
     /// query's filters and `caller`'s access admit (so `k` come back whenever `k` exist),
-    /// fused by reciprocal rank.
+    /// fused into one relevance (see [`Fusion`]).
     ///
-    /// `score` is the fused relevance, `Σ w / (rrf_k + rank)` over the two lists (weighted by
-    /// [`Tuning`](super::Tuning)), plus a share of the relevance of the more relevant turn said next to it. Importance, recency, hormones and access only order memories of equal
+    /// `score` is that relevance, plus a share of the relevance of the more relevant turn said
+    /// next to it. Importance, recency, hormones and access only order memories of equal
     /// relevance: a strong match is never pushed below a weak one by how often it was
     /// recalled, so asking the same question again cannot lower its recall.
     ///
@@ -147,18 +232,13 @@ impl Memory {
         let vector_hits = {
             let hits = self.vectors.search_where(&embedding, self.vector_depth(depth), &keep)?;
             let mut seen = HashSet::with_capacity(hits.len());
-            hits.into_iter().map(|(key, _)| key & !CONTEXT_BIT).filter(|id| seen.insert(*id)).collect::<Vec<_>>()
+            hits.into_iter()
+                .map(|(key, score)| (key & !CONTEXT_BIT, score))
+                .filter(|(id, _)| seen.insert(*id))
+                .collect::<Vec<_>>()
         };
         let tuning = self.tuning();
-        let mut fused: HashMap<CrystalId, (f64, Option<usize>, Option<usize>)> = HashMap::new();
-        for (rank, id) in vector_hits.into_iter().enumerate() {
-            fused.insert(id, (1.0 / (tuning.rrf_k + rank as f64 + 1.0), Some(rank + 1), None));
-        }
-        for (rank, (id, _)) in text_hits.into_iter().enumerate() {
-            let entry = fused.entry(id).or_insert((0.0, None, None));
-            entry.0 += tuning.text_weight / (tuning.rrf_k + rank as f64 + 1.0);
-            entry.2 = Some(rank + 1);
-        }
+        let mut fused = fuse(&vector_hits, &text_hits, tuning.fusion);
         if tuning.neighbour_weight > 0.0 {
             // A turn takes a share of the relevance of the more relevant of the turns said
             // just before and after it; a neighbour of a candidate becomes one.
@@ -180,7 +260,7 @@ impl Memory {
         let modulation = self.hormone_state().retrieval(&self.config.hormones, self.network_cortisol(), now);
         let mut hits: Vec<(f64, Hit)> = fused
             .into_iter()
-            .filter_map(|(id, (rrf, vector_rank, text_rank))| {
+            .filter_map(|(id, (relevance, vector_rank, text_rank))| {
                 // The text half filters by the query; access and lifecycle are checked here.
                 let c = crystals.get(&id).filter(|c| admits(c))?;
                 let importance = self.importance(c, now, 0.0);
@@ -188,7 +268,7 @@ impl Memory {
                 let recency = (-days / 7.0).exp();
                 let signal =
                     (1.0 + importance * modulation.importance_boost) * (1.0 + 0.25 * recency * modulation.recency_bias);
-                Some((signal, Hit { crystal: c.clone(), score: rrf, vector_rank, text_rank }))
+                Some((signal, Hit { crystal: c.clone(), score: relevance, vector_rank, text_rank }))
             })
             .collect();
         let withheld = hits.is_empty() && caller != Caller::LocalAgent && self.withholds(query, caller, now, &crystals);
@@ -240,5 +320,39 @@ impl Memory {
         drop(map);
         self.tree.apply_batch(batch)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_are_normalised_from_the_worst_to_the_best_of_their_list() {
+        assert_eq!(normalised(&[(1, 8.0), (2, 5.0), (3, 2.0)]), vec![1.0, 0.5, 0.0]);
+        assert_eq!(normalised(&[(1, 0.3), (2, 0.3)]), vec![1.0, 1.0]);
+        assert_eq!(normalised(&[(1, 0.9), (2, f32::NAN), (3, 0.1)]), vec![1.0, 0.0, 0.0]);
+        assert!(normalised(&[]).is_empty());
+    }
+
+    #[test]
+    fn score_fusion_keeps_a_clear_winner_ahead_where_rank_fusion_ties_it() {
+        // Crystal 1 leads the text list by far and is third of the vector list; crystal 2 is
+        // first of the vector list by a hair and third of the text list.
+        let vector = [(2, 0.61), (3, 0.60), (1, 0.59), (4, 0.10)];
+        let text = [(1, 12.0), (3, 2.1), (2, 2.0), (4, 1.0)];
+        let score = fuse(&vector, &text, Fusion::Score { vector_share: 0.5 });
+        assert!(score[&1].0 > score[&2].0, "{score:?}");
+        let rank = fuse(&vector, &text, Fusion::Rank { text_weight: 1.0, k: 10.0 });
+        assert_eq!(rank[&1].0, rank[&2].0);
+        assert_eq!((score[&1].1, score[&1].2), (Some(3), Some(1)));
+    }
+
+    #[test]
+    fn a_crystal_found_by_one_list_only_scores_its_share_of_that_list() {
+        let fused = fuse(&[(1, 0.9), (2, 0.1)], &[(3, 4.0), (4, 1.0)], Fusion::Score { vector_share: 0.3 });
+        assert!((fused[&1].0 - 0.3).abs() < 1e-9);
+        assert!((fused[&3].0 - 0.7).abs() < 1e-9);
+        assert_eq!((fused[&2].0, fused[&4].0), (0.0, 0.0));
     }
 }

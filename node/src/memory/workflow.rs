@@ -1,8 +1,9 @@
-//! Seed 004's fluent pipeline: `retrieve → filter → augment → store`, for custom memory
-//! workflows on top of recall.
+//! Seed 004's fluent memory pipeline (`MemoryPipeline` there): a recall workflow,
+//! `retrieve → filter → augment → store`, for custom memory work on top of recall. Named a
+//! workflow here so it is not mistaken for the ingest pipeline of gossip messages.
 //!
 //! ```ignore
-//! let boosted = Pipeline::new(&memory)
+//! let boosted = Workflow::new(&memory)
 //!     .retrieve(Query { q: "deploy".into(), semantic_type: Some(SemanticType::Skill), k: 20, ..Default::default() })
 //!     .filter(|c| c.importance > 0.5)
 //!     .augment(|mut c| { c.curiosity_boost += 0.1; c })
@@ -20,7 +21,7 @@ type Filter<'a> = Box<dyn Fn(&Crystal) -> bool + 'a>;
 type Augment<'a> = Box<dyn Fn(Crystal) -> Crystal + 'a>;
 
 /// A recall followed by in-process steps; nothing runs until `execute`.
-pub struct Pipeline<'a> {
+pub struct Workflow<'a> {
     memory: &'a Memory,
     query: Option<Query>,
     filters: Vec<Filter<'a>>,
@@ -28,9 +29,9 @@ pub struct Pipeline<'a> {
     store: bool,
 }
 
-impl std::fmt::Debug for Pipeline<'_> {
+impl std::fmt::Debug for Workflow<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pipeline")
+        f.debug_struct("Workflow")
             .field("query", &self.query)
             .field("filters", &self.filters.len())
             .field("augments", &self.augments.len())
@@ -39,8 +40,8 @@ impl std::fmt::Debug for Pipeline<'_> {
     }
 }
 
-impl<'a> Pipeline<'a> {
-    /// An empty pipeline over `memory`.
+impl<'a> Workflow<'a> {
+    /// An empty workflow over `memory`.
     pub fn new(memory: &'a Memory) -> Self {
         Self { memory, query: None, filters: Vec::new(), augments: Vec::new(), store: false }
     }
@@ -84,7 +85,7 @@ impl<'a> Pipeline<'a> {
                 .then(|| self.augments.iter().fold(original, |c, change| change(c)))
         };
         if self.store {
-            self.memory.rewrite(&ids, "pipeline", "augmented", now, steps)
+            self.memory.rewrite(&ids, "workflow", "augmented", now, steps)
         } else {
             Ok(self.memory.edited(&ids, steps))
         }
