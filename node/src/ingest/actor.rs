@@ -204,14 +204,9 @@ pub fn spawn(ingestor: Ingestor, outlets: Outlets) -> std::io::Result<(Handle, T
     Ok((Handle { inbox, snapshot, book }, Threads { verify, actor }))
 }
 
-/// What the verify thread found of a command's envelopes.
-enum Opened {
-    /// Nothing to open (or the actor opens it: this node's own messages).
-    Nothing,
-    One(Result<druse_protocol::Envelope, Reason>),
-    /// A synced batch's, in order.
-    Many(Vec<Result<druse_protocol::Envelope, Reason>>),
-}
+/// What the verify thread found of a command's envelopes, in order: none for a command with
+/// none to open (or one the actor opens itself: this node's own messages).
+type Opened = Vec<Result<druse_protocol::Envelope, Reason>>;
 
 /// A command with its envelopes opened.
 struct Staged {
@@ -225,13 +220,13 @@ fn verify_loop(mut commands: mpsc::Receiver<Command>, verified: mpsc::Sender<Sta
     let mut batch = Vec::with_capacity(BATCH);
     while commands.blocking_recv_many(&mut batch, BATCH) > 0 {
         for command in batch.drain(..) {
-            let opened = match &command {
-                Command::Gossip { source: Some(_), data, .. } => Opened::One(validate::open_envelope(data, &mut keys)),
-                Command::Message { bytes, .. } => Opened::One(validate::open_envelope(bytes, &mut keys)),
+            let opened: Opened = match &command {
+                Command::Gossip { source: Some(_), data, .. } => vec![validate::open_envelope(data, &mut keys)],
+                Command::Message { bytes, .. } => vec![validate::open_envelope(bytes, &mut keys)],
                 Command::Synced { envelopes, .. } => {
-                    Opened::Many(envelopes.iter().map(|bytes| validate::open_envelope(bytes, &mut keys)).collect())
+                    envelopes.iter().map(|bytes| validate::open_envelope(bytes, &mut keys)).collect()
                 }
-                _ => Opened::Nothing,
+                _ => Vec::new(),
             };
             let stop = matches!(command, Command::Stop { .. });
             if verified.blocking_send(Staged { command, opened }).is_err() || stop {
@@ -307,12 +302,7 @@ impl Actor {
     fn handle(&mut self, staged: Staged) -> Option<oneshot::Sender<()>> {
         let metrics = Arc::clone(&self.outlets.metrics);
         let Staged { command, opened } = staged;
-        let mut opened = match opened {
-            Opened::Nothing => Vec::new(),
-            Opened::One(one) => vec![one],
-            Opened::Many(many) => many,
-        }
-        .into_iter();
+        let mut opened = opened.into_iter();
         match command {
             Command::Gossip { id, propagation_source, source, topic, data } => {
                 let received = Instant::now();

@@ -6,8 +6,7 @@ use druse_protocol::body::SemanticType;
 
 use super::{Error, Incoming, Memory, NewMemory, read};
 use crate::governance::Scope;
-use crate::memory::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Namespace, Origin, Status};
-use crate::memory::decay::DecayClass;
+use crate::memory::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Origin, Status};
 use crate::memory::skills::SkillMemory;
 
 /// The memory a skill becomes.
@@ -17,24 +16,12 @@ fn incoming(skill: SkillMemory<'_>) -> Incoming {
         None => (Origin::Skill, "local_agent".to_owned()),
     };
     let new = NewMemory {
-        text: format!("{}: {}", skill.name, skill.text),
-        namespace: Namespace::Episodic,
         kind: MemoryKind::ExplorationNote,
         semantic_type: skill.semantic_type,
         origin,
-        subject: None,
-        attribute: None,
-        decay_class: DecayClass::default(),
-        event_at: None,
-        emotional_weight: 0.0,
         scope: Scope::Public,
         lifespan: Lifespan::Permanent,
-        ttl_ms: None,
-        session: None,
-        turn_at: None,
-        external_id: None,
-        metadata: None,
-        correction: false,
+        ..NewMemory::text(format!("{}: {}", skill.name, skill.text))
     };
     Incoming { new, peer: skill.peer, actor }
 }
