@@ -348,7 +348,7 @@ impl Ingestor {
     /// bounded dedupe set has forgotten it (or was emptied by a restart or a failed commit).
     fn kept_already(&self, accepted: &Accepted) -> Option<Outcome> {
         let key = sync::Key::new(accepted.body.kind(), &accepted.content_id);
-        match self.store.has_envelope(&self.writes, &key) {
+        match self.store.keeps_envelope(&self.writes, &key) {
             Ok(false) => None,
             Ok(true) => Some(Outcome::Protocol(Reason::Duplicate)),
             Err(error) => {

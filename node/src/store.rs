@@ -290,9 +290,14 @@ impl Store {
         Ok(())
     }
 
-    /// Whether a signed message is kept (or about to be, in `writes`).
-    pub fn has_envelope(&self, writes: &Writes, key: &Key) -> Result<bool, Error> {
-        Ok(writes.get_raw(&self.envelopes, key.as_bytes())?.is_some())
+    /// Whether a signed message is kept.
+    pub fn has_envelope(&self, key: &Key) -> Result<bool, Error> {
+        Ok(self.envelopes.tree.contains_key(key.as_bytes())?)
+    }
+
+    /// Whether a signed message is kept, or about to be in `writes`.
+    pub fn keeps_envelope(&self, writes: &Writes, key: &Key) -> Result<bool, Error> {
+        writes.contains(&self.envelopes, key.as_bytes())
     }
 
     /// A kept signed message's bytes.
@@ -363,10 +368,11 @@ impl Writes {
         self.ops.clear();
     }
 
-    fn get_raw(&self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+    /// Whether a record is under `key`, as this batch leaves it.
+    pub fn contains(&self, table: &Table, key: &[u8]) -> Result<bool, Error> {
         match self.ops.get(&(table.index, key.to_vec())) {
-            Some(value) => Ok(value.clone()),
-            None => Ok(table.tree.get(key)?.map(|v| v.to_vec())),
+            Some(value) => Ok(value.is_some()),
+            None => Ok(table.tree.contains_key(key)?),
         }
     }
 
@@ -374,9 +380,12 @@ impl Writes {
         self.ops.insert((table.index, key.to_vec()), Some(value));
     }
 
-    /// Reads the record under `key`, as this batch leaves it.
+    /// Reads the record under `key`, as this batch leaves it (decoded in place, not copied).
     pub fn get<T: DeserializeOwned>(&self, table: &Table, key: &[u8]) -> Result<Option<T>, Error> {
-        self.get_raw(table, key)?.map(|b| decode(key, &b)).transpose()
+        match self.ops.get(&(table.index, key.to_vec())) {
+            Some(value) => value.as_deref().map(|b| decode(key, b)).transpose(),
+            None => table.tree.get(key)?.map(|b| decode(key, &b)).transpose(),
+        }
     }
 
     /// Writes the record under `key`.
@@ -387,7 +396,7 @@ impl Writes {
 
     /// Writes the record unless one is there; false (and nothing written) if it was.
     pub fn insert_new<T: Serialize>(&mut self, table: &Table, key: &[u8], value: &T) -> Result<bool, Error> {
-        if self.get_raw(table, key)?.is_some() {
+        if self.contains(table, key)? {
             return Ok(false);
         }
         self.put(table, key, value)?;
@@ -479,12 +488,13 @@ mod tests {
         for n in 0..5 {
             store.keep_envelope(&mut writes, &key(Kind::Crystal, n), &[n]).unwrap();
         }
-        assert!(store.has_envelope(&writes, &key(Kind::Crystal, 1)).unwrap(), "read back before the commit");
+        assert!(store.keeps_envelope(&writes, &key(Kind::Crystal, 1)).unwrap(), "read back before the commit");
+        assert!(!store.has_envelope(&key(Kind::Crystal, 1)).unwrap(), "not kept before the commit");
         store.keep_envelope(&mut writes, &key(Kind::Weather, 1), b"old weather").unwrap();
         store.commit(&mut writes).unwrap();
         store.keep_envelope(&mut writes, &key(Kind::Weather, 2), b"new weather").unwrap();
         store.commit(&mut writes).unwrap();
-        assert!(!store.has_envelope(&writes, &key(Kind::Weather, 1)).unwrap(), "the older weather is dropped");
+        assert!(!store.has_envelope(&key(Kind::Weather, 1)).unwrap(), "the older weather is dropped");
         let (kept, bytes) = store.weather_envelope().unwrap().unwrap();
         assert_eq!((kept, bytes.as_slice()), (key(Kind::Weather, 2), &b"new weather"[..]));
 

@@ -419,10 +419,7 @@ fn a_synced_message_of_any_age_is_applied_once_even_after_a_restore() {
     let a_day_later = NOW + 86_400_000;
     assert_eq!(f.synced(&author, &body, a_day_later), Outcome::Accepted, "a relayed skill is old by nature");
     assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Accepted);
-    assert!(
-        f.ingestor.store.has_envelope(&Writes::default(), &sync::Key::new(Kind::Crystal, &id)).unwrap(),
-        "kept for other peers"
-    );
+    assert!(f.ingestor.store.has_envelope(&sync::Key::new(Kind::Crystal, &id)).unwrap(), "kept for other peers");
     assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Protocol(Reason::Duplicate));
 
     // A restarted node has forgotten its seen-set; the kept envelopes still dedupe.
@@ -443,10 +440,7 @@ fn a_synced_skill_is_judged_by_its_author_banned_or_halted_like_gossip() {
     let body = listing("during-weather", "retry with backoff");
     assert_eq!(f.synced(&stranger, &body, NOW), Outcome::Halted);
     let key = sync::Key::new(Kind::Crystal, &ContentId::of(&body.encode().unwrap()));
-    assert!(
-        !f.ingestor.store.has_envelope(&Writes::default(), &key).unwrap(),
-        "a refused message is not kept, so a later sync retries"
-    );
+    assert!(!f.ingestor.store.has_envelope(&key).unwrap(), "a refused message is not kept, so a later sync retries");
 }
 
 #[test]
@@ -474,16 +468,15 @@ fn a_message_s_writes_reach_the_store_together_at_the_commit_and_its_work_only_t
     let (_, outcome) = f.ingestor.ingest(&seal(&author, &body), &source, &source, topic::CRYSTALS, NOW, &f.metrics);
     assert_eq!(outcome, Outcome::Accepted);
     let key = sync::Key::new(Kind::Crystal, &id);
-    let committed = Writes::default();
     assert_eq!(f.ingestor.store.skill::<Skill>(&id).unwrap(), None, "nothing is visible before the commit");
-    assert!(!f.ingestor.store.has_envelope(&committed, &key).unwrap());
+    assert!(!f.ingestor.store.has_envelope(&key).unwrap());
     assert_eq!(stats(&f, &id).bounty_matches.len(), 0);
     assert!(f.ingestor.has_writes());
 
     let effects = f.ingestor.commit().unwrap();
     assert_eq!(effects, vec![Effect::Boost(id), Effect::NewSkill(id)], "work for memory follows the commit");
     assert!(f.ingestor.store.skill::<Skill>(&id).unwrap().is_some());
-    assert!(f.ingestor.store.has_envelope(&committed, &key).unwrap());
+    assert!(f.ingestor.store.has_envelope(&key).unwrap());
     assert_eq!(stats(&f, &id).bounty_matches.len(), 1, "the bounty match landed with the skill");
     assert!(!f.ingestor.has_writes());
     assert!(f.ingestor.commit().unwrap().is_empty(), "effects are handed over once");

@@ -271,8 +271,7 @@ fn unexpected(response: &Response) -> net::Error {
 
 /// The keys of a page this node does not keep.
 fn lacking(store: &Store, keys: Vec<Key>) -> Vec<Key> {
-    let committed = crate::store::Writes::default();
-    keys.into_iter().filter(|k| !store.has_envelope(&committed, k).unwrap_or(false)).collect()
+    keys.into_iter().filter(|k| !store.has_envelope(k).unwrap_or(false)).collect()
 }
 
 /// What this node answers a peer's question with.
