@@ -28,7 +28,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use druse_node::config::Anomaly as Config;
 use druse_node::ingest::Outcome;
 use druse_node::metrics::TriggerLabel;
 use druse_node::node::{Activity, now_ms};
@@ -39,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::Management;
+use crate::config::Anomaly as Config;
 
 /// PeerIds remembered as seen; past this the longest-known are forgotten (and would count as
 /// new again, which only a burst far above any threshold can cause).
@@ -345,7 +345,7 @@ pub fn spawn(management: &Arc<Management>) -> Option<Arc<Watch>> {
     for trigger in Trigger::ALL {
         let _ = node.metrics().anomaly_weather.get_or_create(&TriggerLabel { trigger: trigger.as_str() });
     }
-    let config = node.config().management.anomaly.clone();
+    let config = management.config().anomaly.clone();
     if !config.enabled {
         tracing::info!("anomaly detector off (management.anomaly.enabled = false)");
         return None;
@@ -405,7 +405,7 @@ async fn run(management: Arc<Management>, watch: Arc<Watch>, mut activity: tokio
 }
 
 async fn raise(management: &Management, watch: &Watch, firing: Firing) {
-    let config = &management.node().config().management.anomaly;
+    let config = &management.config().anomaly;
     let reason = firing.reason();
     lock(&watch.detector).reset();
     match management.weather(config.level, config.duration, reason.clone()).await {

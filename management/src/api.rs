@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use druse_node::api::{Error, Published};
 use druse_node::node::now_ms;
+use druse_protocol::api::Code;
 use druse_protocol::body::{Bounty, EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, PublicKey};
 use serde::{Deserialize, Serialize};
@@ -21,9 +22,9 @@ impl From<crate::Error> for Error {
     fn from(error: crate::Error) -> Self {
         match error {
             crate::Error::UnknownSkill(_) => Error::not_found(error.to_string()),
-            crate::Error::Invalid(_) => Error::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string()),
+            crate::Error::Invalid(_) => Error::new(Code::Invalid, error.to_string()),
             crate::Error::Node(e) => (*e).into(),
-            crate::Error::Store(e) => Error::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+            crate::Error::Store(e) => Error::internal(e),
         }
     }
 }
@@ -143,7 +144,7 @@ async fn weather_route(
 ) -> Answer {
     let Json(request) = request?;
     if !(0.0..=1.0).contains(&request.level) {
-        return Err(Error::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", "level must be in [0, 1]"));
+        return Err(Error::new(Code::Invalid, "level must be in [0, 1]"));
     }
     published(m.weather(request.level, request.duration, request.reason).await?)
 }

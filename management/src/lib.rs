@@ -10,6 +10,7 @@
 pub mod anomaly;
 pub mod api;
 pub mod census;
+pub mod config;
 mod policy;
 
 use std::time::Duration;
@@ -42,6 +43,8 @@ pub enum Error {
 #[derive(Debug)]
 pub struct Management {
     node: Node,
+    /// The role's own config (`[management]`).
+    config: config::Config,
     /// The last seq signed; held across the flush so no seq is ever used twice.
     seq: Mutex<u64>,
     /// The anomaly detector, once asked to start (`None` inside when the config turns it off).
@@ -49,18 +52,24 @@ pub struct Management {
 }
 
 impl Management {
-    /// Takes the management role on `node` (which must run as `Role::Management`).
-    pub fn new(node: Node) -> Result<std::sync::Arc<Self>, Error> {
+    /// Takes the management role on `node` (which must run as `Role::Management`), with the
+    /// role's `config` (read with [`config::Config::from_node`]).
+    pub fn new(node: Node, config: config::Config) -> Result<std::sync::Arc<Self>, Error> {
         if node.role() != Role::Management {
             return Err(Error::Invalid("the node was not started in the management role".into()));
         }
         let seq = node.store().state::<u64>(SEQ_KEY)?.unwrap_or(0);
-        Ok(std::sync::Arc::new(Self { node, seq: Mutex::new(seq), anomaly: std::sync::OnceLock::new() }))
+        Ok(std::sync::Arc::new(Self { node, config, seq: Mutex::new(seq), anomaly: std::sync::OnceLock::new() }))
     }
 
     /// The node this role runs on.
     pub fn node(&self) -> &Node {
         &self.node
+    }
+
+    /// The role's config.
+    pub fn config(&self) -> &config::Config {
+        &self.config
     }
 
     /// The last seq this node signed.

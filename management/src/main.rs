@@ -15,6 +15,9 @@ use druse_protocol::body::{EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, Keypair};
 use serde_json::Value;
 
+#[global_allocator]
+static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+
 /// Where a management node keeps its data unless told otherwise.
 const DEFAULT_DATA_DIR: &str = "./druse-mgmt-data";
 
@@ -159,8 +162,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             base.metrics.listen = ([127, 0, 0, 1], 9465).into();
             base.p2p.listen = vec!["/ip4/0.0.0.0/tcp/4010".parse()?, "/ip4/0.0.0.0/udp/4010/quic-v1".parse()?];
             let config = args.load_over(base).context("loading the config")?;
-            let every = config.management.weather_reannounce;
-            daemon::run(config, Role::Management, signals, |node| match Management::new(node.clone()) {
+            let role = druse_management::config::Config::from_node(&config).context("loading the config")?;
+            let every = role.weather_reannounce;
+            daemon::run(config, Role::Management, signals, |node| match Management::new(node.clone(), role) {
                 Ok(management) => {
                     management.spawn_reannounce(every);
                     management.spawn_anomaly();

@@ -24,7 +24,7 @@ impl Management {
     /// Endorses each of `ids` that qualifies now: not ruled on by this node, not deprecated,
     /// and past the gate on independent reports.
     async fn auto_endorse(&self, ids: Vec<ContentId>) -> Result<Vec<ContentId>, Error> {
-        let policy = &self.node().config().management.endorsement;
+        let policy = &self.config().endorsement;
         let gate = self.node().config().market.engine().gate;
         let me = self.node().key().public();
         let mut endorsed = Vec::new();
@@ -53,7 +53,7 @@ impl Management {
     /// start, then on the skills whose evidence changed (another full pass if it fell behind).
     /// The node owns the task. Returns whether it started.
     pub fn spawn_auto_endorse(self: &Arc<Self>) -> bool {
-        if !self.node().config().management.endorsement.auto {
+        if !self.config().endorsement.auto {
             return false;
         }
         let this = Arc::clone(self);

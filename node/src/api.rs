@@ -11,6 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use druse_protocol::api::Code;
 use druse_protocol::body::{Body, CrystalListing, ExecutionStats, ReportEvent, SemanticType};
 use druse_protocol::validate::Reason;
 use druse_protocol::{ContentId, UnixMillis};
@@ -23,42 +24,50 @@ use crate::ingest::Outcome;
 use crate::memory::{self, crystal::CrystalId};
 use crate::node::{self, Node, now_ms};
 
-/// An API error: a status, a stable code and a human sentence.
+/// An API error: a stable code (shared with every client: [`Code`]), sent with the code's
+/// status, and a human sentence.
 #[derive(Debug)]
 pub struct Error {
-    pub status: StatusCode,
-    pub code: &'static str,
+    pub code: Code,
     pub detail: String,
 }
 
 impl Error {
-    /// An error with this status, code and detail.
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
-        Self { status, code, detail: detail.into() }
+    /// An error with this code.
+    pub fn new(code: Code, detail: impl Into<String>) -> Self {
+        Self { code, detail: detail.into() }
     }
 
     /// 400: the request itself is wrong.
     pub fn bad_request(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad_request", detail)
+        Self::new(Code::BadRequest, detail)
     }
 
     /// 404.
     pub fn not_found(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", detail)
+        Self::new(Code::NotFound, detail)
+    }
+
+    /// 500, logged: the node failed, not the request.
+    pub fn internal(error: impl std::fmt::Display) -> Self {
+        tracing::error!(%error, "request failed");
+        Self::new(Code::Internal, error.to_string())
     }
 }
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.code, "detail": self.detail }))).into_response()
+        let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(json!({ "error": self.code, "detail": self.detail }))).into_response()
     }
 }
 
 impl From<JsonRejection> for Error {
+    /// A body that is not what the route takes: 400, whether the JSON is malformed, of the
+    /// wrong shape or not declared JSON; 413 when it is over the cap.
     fn from(rejection: JsonRejection) -> Self {
-        let status = rejection.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "bad_request" };
-        Self::new(status, code, rejection.body_text())
+        let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE { Code::TooLarge } else { Code::BadRequest };
+        Self::new(code, rejection.body_text())
     }
 }
 
@@ -72,37 +81,23 @@ impl From<node::Error> for Error {
     fn from(error: node::Error) -> Self {
         match error {
             node::Error::Refused(Outcome::Protocol(Reason::RateLimited)) => {
-                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "over the per-peer listing rate; try later")
+                Self::new(Code::RateLimited, "over the per-peer listing rate; try later")
             }
             node::Error::Refused(Outcome::Protocol(Reason::Duplicate)) => {
-                Self::new(StatusCode::CONFLICT, "duplicate", "this exact message was already published")
+                Self::new(Code::Duplicate, "this exact message was already published")
             }
-            node::Error::Refused(Outcome::Confidential) => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "confidential", error.to_string())
-            }
-            node::Error::Refused(_) | node::Error::Body(_) => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string())
-            }
+            node::Error::Refused(Outcome::Confidential) => Self::new(Code::Confidential, error.to_string()),
+            node::Error::Refused(_) | node::Error::Body(_) => Self::new(Code::Invalid, error.to_string()),
             node::Error::NoSkill(_) => Self::not_found(error.to_string()),
-            node::Error::Market(code, detail) => {
-                let status = match code {
-                    node::market_error::NOT_FOUND => StatusCode::NOT_FOUND,
-                    node::market_error::CONFLICT => StatusCode::CONFLICT,
-                    _ => StatusCode::UNPROCESSABLE_ENTITY,
-                };
-                Self::new(status, code, detail)
-            }
-            other => {
-                tracing::error!(error = %other, "request failed");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string())
-            }
+            node::Error::Market(code, detail) => Self::new(code, detail),
+            other => Self::internal(other),
         }
     }
 }
 
 impl From<governance::Refusal> for Error {
     fn from(refusal: governance::Refusal) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "not_publishable", refusal.to_string())
+        Self::new(Code::NotPublishable, refusal.to_string())
     }
 }
 
@@ -120,8 +115,7 @@ pub fn require_token<S: Clone + Send + Sync + 'static>(routes: Router<S>, token:
             let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
             if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
                 return Error::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
+                    Code::Unauthorized,
                     "write routes need `Authorization: Bearer <token>` (the token is in the data directory's api.token)",
                 )
                 .into_response();
@@ -183,12 +177,8 @@ pub fn router(node: Node, extra: Router) -> Router {
 async fn refuse_declared_over(max: usize, request: Request, next: Next) -> Response {
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
-        return Error::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("the body is over the {max}-byte cap (api.max_body_bytes)"),
-        )
-        .into_response();
+        return Error::new(Code::TooLarge, format!("the body is over the {max}-byte cap (api.max_body_bytes)"))
+            .into_response();
     }
     next.run(request).await
 }
@@ -358,16 +348,11 @@ pub(crate) fn caller(node: &Node, headers: &HeaderMap) -> Caller {
 impl From<memory::engine::Error> for Error {
     fn from(error: memory::engine::Error) -> Self {
         match error {
-            memory::engine::Error::Invalid(_) => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", error.to_string())
-            }
+            memory::engine::Error::Invalid(_) => Self::new(Code::Invalid, error.to_string()),
             memory::engine::Error::BadQuery(_) => Self::bad_request(error.to_string()),
-            memory::engine::Error::Private(_) => Self::new(StatusCode::UNAUTHORIZED, "unauthorized", error.to_string()),
+            memory::engine::Error::Private(_) => Self::new(Code::Unauthorized, error.to_string()),
             memory::engine::Error::NotFound(_) => Self::not_found(error.to_string()),
-            other => {
-                tracing::error!(error = %other, "memory request failed");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string())
-            }
+            other => Self::internal(other),
         }
     }
 }
@@ -403,20 +388,11 @@ async fn crystal_history(
     Ok(Json(history))
 }
 
-/// A memory request body that is not what the route takes: 400 (413 when too large), as the
-/// README promises, whether the JSON is malformed or a field is wrong.
-fn memory_body(rejection: JsonRejection) -> Error {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        return Error::from(rejection);
-    }
-    Error::bad_request(rejection.body_text())
-}
-
 async fn add_memory(
     State(node): State<Node>,
     request: Result<Json<memory::engine::NewMemory>, JsonRejection>,
 ) -> Result<(StatusCode, Json<memory::engine::Added>), Error> {
-    let Json(request) = request.map_err(memory_body)?;
+    let Json(request) = request?;
     let memory = node.memory().clone();
     let added = node::blocking(move || memory.add(request, "api", now_ms())).await??;
     Ok((StatusCode::CREATED, Json(added)))
@@ -439,7 +415,7 @@ async fn add_memories(
     State(node): State<Node>,
     request: Result<Json<MemoryBatch>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Vec<memory::engine::Added>>), Error> {
-    let Json(MemoryBatch { memories }) = request.map_err(memory_body)?;
+    let Json(MemoryBatch { memories }) = request?;
     if memories.is_empty() || memories.len() > MAX_MEMORY_BATCH {
         return Err(Error::bad_request(format!(
             "a batch holds 1 to {MAX_MEMORY_BATCH} memories, not {}",

@@ -37,7 +37,9 @@ pub struct Config {
     pub api: Api,
     pub metrics: Metrics,
     pub agent: Agent,
-    pub management: Management,
+    /// The `[management]` table, kept unread: `druse-mgmt` reads and checks it
+    /// (`druse_management::config`); an edge node ignores it, so both can share a file.
+    pub management: toml::Table,
 }
 
 /// How the node joins the swarm.
@@ -276,104 +278,6 @@ impl Default for Metrics {
     }
 }
 
-/// The management role; read by `druse-mgmt` only.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Management {
-    /// How often active weather is broadcast again, so nodes that join late obey it.
-    #[serde(with = "humantime_serde")]
-    pub weather_reannounce: Duration,
-    /// The anomaly detector that raises weather by itself (`[management.anomaly]`).
-    pub anomaly: Anomaly,
-    /// The automatic endorsement policy (`[management.endorsement]`).
-    pub endorsement: EndorsementPolicy,
-}
-
-/// When the management node endorses by itself: off by default (endorsement is manual); when
-/// on, a skill is endorsed once it passes the quality gate on the reports of at least
-/// `min_independent_reporters` reporters other than its publisher.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct EndorsementPolicy {
-    pub auto: bool,
-    pub min_independent_reporters: u64,
-}
-
-impl Default for EndorsementPolicy {
-    fn default() -> Self {
-        Self { auto: false, min_independent_reporters: 3 }
-    }
-}
-
-impl Default for Management {
-    fn default() -> Self {
-        Self {
-            weather_reannounce: Duration::from_secs(30),
-            anomaly: Anomaly::default(),
-            endorsement: EndorsementPolicy::default(),
-        }
-    }
-}
-
-/// The management node's anomaly detector (seed 004's network cortisol override): a burst of
-/// new peers, or of listings from one peer, within `window` raises weather at `level` for
-/// `duration`. The defaults are seed 004's weather (0.9 for 5 minutes).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Anomaly {
-    /// Whether the detector runs.
-    pub enabled: bool,
-    /// The sliding window both bursts are counted in.
-    #[serde(with = "humantime_serde")]
-    pub window: Duration,
-    /// New peers (PeerIds never seen before) within `window` that raise weather.
-    pub new_peers: u32,
-    /// Listings one peer offers within `window` that raise weather.
-    pub listings_per_peer: u32,
-    /// After start, peers are learned but not counted as new for this long, so a restarted
-    /// management node does not take its swarm reconnecting for an attack.
-    #[serde(with = "humantime_serde")]
-    pub warmup: Duration,
-    /// Cortisol level of the weather raised.
-    pub level: f64,
-    /// How long the weather raised lasts.
-    #[serde(with = "humantime_serde")]
-    pub duration: Duration,
-}
-
-impl Default for Anomaly {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            window: Duration::from_secs(60),
-            new_peers: 20,
-            listings_per_peer: 30,
-            warmup: Duration::from_secs(120),
-            level: 0.9,
-            duration: Duration::from_secs(300),
-        }
-    }
-}
-
-impl Anomaly {
-    /// Checks what TOML types cannot.
-    pub fn check(&self) -> Result<(), Error> {
-        if self.window.is_zero() {
-            return Err(Error::Invalid("management.anomaly.window must be positive".into()));
-        }
-        if self.new_peers == 0 || self.listings_per_peer == 0 {
-            return Err(Error::Invalid("management.anomaly thresholds must be positive".into()));
-        }
-        if !(self.level > 0.0 && self.level <= 1.0) {
-            return Err(Error::Invalid("management.anomaly.level must be in (0, 1]".into()));
-        }
-        if self.duration.is_zero() || self.duration > Duration::from_secs(7 * 24 * 3600) {
-            return Err(Error::Invalid("management.anomaly.duration must be positive and at most 7 days".into()));
-        }
-        Ok(())
-    }
-}
-
 impl Config {
     /// Reads a TOML file; unknown keys are an error that names them.
     pub fn load(path: &Path) -> Result<Self, Error> {
@@ -486,7 +390,6 @@ impl Config {
         if self.trust.rate_window.is_zero() {
             return Err(Error::Invalid("trust.rate_window must be positive".into()));
         }
-        self.management.anomaly.check()?;
         self.agent.check()?;
         Ok(())
     }
@@ -536,20 +439,6 @@ mod tests {
     }
 
     #[test]
-    fn anomaly_section_reads_durations_and_refuses_nonsense() {
-        let config = Config::parse("[management.anomaly]\nwindow = \"30s\"\nnew_peers = 5\nenabled = false\n").unwrap();
-        let anomaly = &config.management.anomaly;
-        assert_eq!((anomaly.window, anomaly.new_peers, anomaly.enabled), (Duration::from_secs(30), 5, false));
-        assert_eq!(anomaly.level, 0.9, "unset keys keep their defaults");
-        config.check().unwrap();
-        for bad in ["level = 0.0", "level = 1.5", "new_peers = 0", "window = \"0s\"", "duration = \"8days\""] {
-            let config = Config::parse(&format!("[management.anomaly]\n{bad}\n")).unwrap();
-            assert!(config.check().is_err(), "{bad} was accepted");
-        }
-        assert!(Config::parse("[management.anomaly]\nthreshold = 3\n").is_err());
-    }
-
-    #[test]
     fn pins_name_trust_levels() {
         let config = Config::parse("[trust.pins]\n\"12D3KooWabc\" = \"trusted\"\n").unwrap();
         assert_eq!(config.trust.pins.get("12D3KooWabc"), Some(&TrustLevel::Trusted));
@@ -565,11 +454,10 @@ mod tests {
         let config =
             Config::parse_over("[management.endorsement]\nauto = true\n[metrics]\nlisten = \"127.0.0.1:1\"\n", &base)
                 .unwrap();
-        assert!(config.management.endorsement.auto);
+        assert_eq!(config.management["endorsement"]["auto"].as_bool(), Some(true), "the management table is kept");
         assert_eq!(config.api.listen, base.api.listen, "a key the file does not name keeps the base value");
         assert_eq!(config.store.data_dir, base.store.data_dir);
         assert_eq!(config.metrics.listen, ([127, 0, 0, 1], 1).into());
-        assert_eq!(config.management.weather_reannounce, base.management.weather_reannounce);
         let err = Config::parse_over("[api]\ncolour = \"red\"\n", &base).unwrap_err();
         assert!(err.contains("colour"), "{err}");
     }

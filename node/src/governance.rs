@@ -99,6 +99,12 @@ pub fn tag_sensitivity(text: &str) -> Sensitivity {
     }
 }
 
+/// Whether text looks like a secret (a password, key, token): [`tag_sensitivity`]'s
+/// confidential class, without the personal class's patterns.
+pub fn is_confidential(text: &str) -> bool {
+    CONFIDENTIAL.is_match(text)
+}
+
 /// Why something may not be published.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -125,7 +131,7 @@ pub fn check_publishable(
     if scope == Scope::Private {
         return Err(Refusal::PrivateScope(scope));
     }
-    if declared == Sensitivity::Confidential || texts.iter().any(|t| tag_sensitivity(t) == Sensitivity::Confidential) {
+    if declared == Sensitivity::Confidential || texts.iter().any(|t| is_confidential(t)) {
         return Err(Refusal::Confidential);
     }
     Ok(())

@@ -11,7 +11,7 @@ use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{self, Accepted, Reason, TrustView};
 use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, sync, topic};
 
-use crate::governance::{self, Sensitivity};
+use crate::governance;
 use crate::market::{self, BountyRecord};
 use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, VerdictLabel};
 use crate::peers::{self, Book};
@@ -413,9 +413,7 @@ impl Ingestor {
         let mut keep = true;
         match &accepted.body {
             Body::Crystal(listing) => {
-                if governance::tag_sensitivity(&listing.text) == Sensitivity::Confidential
-                    || governance::tag_sensitivity(&listing.name) == Sensitivity::Confidential
-                {
+                if governance::is_confidential(&listing.text) || governance::is_confidential(&listing.name) {
                     return Ok(Outcome::Confidential);
                 }
                 // Endorsements that waited for the skill are applied before it is stored, so no

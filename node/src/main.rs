@@ -11,6 +11,9 @@ use druse_protocol::Keypair;
 use druse_protocol::body::{ExecutionStats, SemanticType};
 use serde_json::Value;
 
+#[global_allocator]
+static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+
 #[derive(Debug, Parser)]
 #[command(name = "druse-node", version, about = "A druse edge node")]
 struct Cli {

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -238,7 +238,7 @@ impl From<Error> for crate::api::Error {
     fn from(error: Error) -> Self {
         match error {
             Error::Limit(_) => Self::bad_request(error.to_string()),
-            Error::Private => Self::new(StatusCode::UNAUTHORIZED, "unauthorized", error.to_string()),
+            Error::Private => Self::new(druse_protocol::api::Code::Unauthorized, error.to_string()),
         }
     }
 }

@@ -36,7 +36,7 @@ mod sync;
 mod trading;
 
 pub use sync::Synced;
-pub use trading::{Adoption, LedgerView, market_error};
+pub use trading::{Adoption, LedgerView};
 /// The version every binary reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -113,9 +113,9 @@ pub enum Error {
     Stopped(#[from] actor::Stopped),
     #[error("this node holds no skill {0}")]
     NoSkill(ContentId),
-    /// A market refusal: a code from [`market_error`] and a sentence.
+    /// A market refusal: its API code (not found, invalid or conflict) and a sentence.
     #[error("{1}")]
-    Market(&'static str, String),
+    Market(druse_protocol::api::Code, String),
 }
 
 /// Runs blocking work (embedding, disk) off the async runtime.
@@ -157,6 +157,8 @@ struct Inner {
     adopting: tokio::sync::Mutex<()>,
     /// Skills are put into memory one at a time, so none is indexed twice.
     indexing: Mutex<()>,
+    /// The low-priority thread that indexes skills into memory, behind ingestion and the API.
+    indexer: crate::background::Background,
     /// Bounty boosts are applied one skill at a time, so none is applied twice.
     boosting: Mutex<()>,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
@@ -270,6 +272,10 @@ impl Node {
     /// Opens the data directory, joins the swarm and starts ingesting.
     pub async fn start(config: Config, role: Role) -> Result<Self, Error> {
         config.check()?;
+        // The shared thread pool (the MiniLM embedder's matrix products) starts here, at the
+        // default priority: started lazily by a background thread, its threads would inherit
+        // that thread's lower priority (see `crate::background`).
+        let _ = rayon::current_num_threads();
         // The agent (crate::agent): its secrets are read now, so a missing one refuses to start.
         let agent_secrets = crate::agent::Secrets::from_env(&config)?;
         std::fs::create_dir_all(&config.store.data_dir)?;
@@ -343,6 +349,7 @@ impl Node {
                 owed,
                 adopting: tokio::sync::Mutex::new(()),
                 indexing: Mutex::new(()),
+                indexer: crate::background::Background::start("druse-index", crate::background::LOW)?,
                 boosting: Mutex::new(()),
                 activity,
                 evidence: broadcast::channel(EVIDENCE_BATCHES).0,

@@ -149,10 +149,31 @@ const IDENTITY_MULTIHASH: u8 = 0x00;
 /// length 32.
 const PEER_ID_PREFIX: [u8; 4] = [0x08, 0x01, 0x12, 0x20];
 
+/// Keys this thread decoded lately, at most this many: decoding decompresses a curve point,
+/// which costs about a fifth of a signature check, and stored records name the same authors
+/// again and again. Only valid keys are kept.
+const DECODED_KEYS: usize = 1024;
+
+thread_local! {
+    static DECODED: std::cell::RefCell<std::collections::HashMap<[u8; 32], VerifyingKey>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 impl PublicKey {
     /// Parses 32 bytes; fails on a point that is not a valid key.
     pub fn from_bytes(bytes: &[u8; 32]) -> Option<Self> {
-        VerifyingKey::from_bytes(bytes).ok().map(Self)
+        if let Some(key) = DECODED.with(|decoded| decoded.borrow().get(bytes).copied()) {
+            return Some(Self(key));
+        }
+        let key = VerifyingKey::from_bytes(bytes).ok()?;
+        DECODED.with(|decoded| {
+            let mut decoded = decoded.borrow_mut();
+            if decoded.len() >= DECODED_KEYS {
+                decoded.clear();
+            }
+            decoded.insert(*bytes, key);
+        });
+        Some(Self(key))
     }
 
     /// The 32 bytes an envelope carries.
@@ -248,6 +269,24 @@ impl<'de> serde::Deserialize<'de> for PublicKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_decoded_again_is_the_same_key_and_a_bad_one_stays_bad() {
+        let off_curve = (0..=255u8).map(|b| [b; 32]).find(|k| VerifyingKey::from_bytes(k).is_err()).unwrap();
+        // Past the bound of decoded keys, so the kept ones are forgotten once on the way.
+        for seed in 0..(DECODED_KEYS as u32 + 50) {
+            let mut bytes = [0u8; 32];
+            bytes[..4].copy_from_slice(&seed.to_le_bytes());
+            let public = Keypair::from_seed(bytes).public();
+            for _ in 0..2 {
+                let decoded = PublicKey::from_bytes(&public.to_bytes()).unwrap();
+                assert_eq!(decoded, public);
+                assert_eq!(decoded.verifying().to_bytes(), public.to_bytes());
+            }
+            assert!(PublicKey::from_bytes(&off_curve).is_none(), "an invalid key was accepted after {seed}");
+        }
+        assert!(DECODED.with(|d| d.borrow().len()) <= DECODED_KEYS);
+    }
 
     #[test]
     fn peer_id_equals_libp2p_own_derivation() {

@@ -6,6 +6,7 @@
 //! math that every node recomputes for itself. The core is IO-free and is tested without
 //! sockets; the libp2p layer sits behind the default `net` feature.
 
+pub mod api;
 pub mod body;
 pub mod cid;
 pub mod envelope;

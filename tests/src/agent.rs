@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::process::{binaries, free_port};
-use crate::{WAIT, eventually};
+use crate::process::{Startup, binaries};
+use crate::{WAIT, eventually, wait_for};
 
 /// The environment variable the scenarios' configs name for the app password.
 pub const PASSWORD_ENV: &str = "DRUSE_TEST_AGENT_PASSWORD";
@@ -38,8 +38,9 @@ pub struct AgentNode {
     http: reqwest::Client,
 }
 
-/// The config file of a scenario's node.
-pub fn config(setup: &AgentSetup, data_dir: &Path, api: &str, metrics: &str) -> String {
+/// The config file of a scenario's node: every listener on a port the OS picks.
+pub fn config(setup: &AgentSetup, data_dir: &Path) -> String {
+    let (api, metrics) = ("127.0.0.1:0", "127.0.0.1:0");
     format!(
         "[store]\ndata_dir = {data:?}\n[p2p]\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nmdns = false\nheartbeat = \"100ms\"\n\
          [api]\nlisten = {api:?}\n[metrics]\nlisten = {metrics:?}\n\
@@ -56,17 +57,17 @@ pub fn config(setup: &AgentSetup, data_dir: &Path, api: &str, metrics: &str) -> 
 }
 
 impl AgentNode {
-    /// Writes the config and starts `druse-node run --config …`; returns once the API
-    /// answers (the agent logs in in the background).
+    /// Writes the config and starts `druse-node run --config …`; returns once the node has
+    /// logged the addresses it bound and its API answers (the agent logs in in the background).
     pub async fn start(setup: &AgentSetup, data_dir: &Path) -> Result<Self> {
         let bins = tokio::task::spawn_blocking(binaries).await??;
         std::fs::create_dir_all(data_dir)?;
-        let api = format!("127.0.0.1:{}", free_port()?);
-        let metrics = format!("127.0.0.1:{}", free_port()?);
         let config_path = data_dir.with_extension("toml");
-        std::fs::write(&config_path, config(setup, data_dir, &api, &metrics))?;
+        std::fs::write(&config_path, config(setup, data_dir))?;
         let log = data_dir.with_extension("log");
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        // The log is appended to: this start's startup line is after what is there now.
+        let offset = file.metadata()?.len() as usize;
         let mut command = tokio::process::Command::new(&bins.node);
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("DRUSE_") {
@@ -86,14 +87,26 @@ impl AgentNode {
             .spawn()
             .context("spawning druse-node")?;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
-        let mut node = Self {
-            data_dir: data_dir.to_owned(),
-            api: format!("http://{api}"),
-            metrics: format!("http://{metrics}"),
-            log,
-            child,
-            http,
+        let mut node =
+            Self { data_dir: data_dir.to_owned(), api: String::new(), metrics: String::new(), log, child, http };
+        let mut exited = None;
+        let startup = wait_for(WAIT, "the agent node's startup line", async || {
+            if let Ok(Some(status)) = node.child.try_wait() {
+                exited = Some(status);
+                return Some(None);
+            }
+            let text = std::fs::read(&node.log).ok()?;
+            Startup::find(&String::from_utf8_lossy(text.get(offset..)?)).map(Some)
+        })
+        .await;
+        let startup = match (startup, exited) {
+            (Ok(Some(startup)), _) => startup,
+            (_, Some(status)) => bail!("druse-node exited with {status}\n{}", node.log_tail()),
+            (Err(error), None) => bail!("{error}\n{}", node.log_tail()),
+            (Ok(None), None) => bail!("druse-node logged no startup line\n{}", node.log_tail()),
         };
+        node.api = startup.api;
+        node.metrics = startup.metrics;
         let url = format!("{}/healthz", node.api);
         let http = node.http.clone();
         let healthy = eventually(WAIT, "the agent node's API", async || {

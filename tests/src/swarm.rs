@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use druse_management::Management;
+use druse_management::config::Config as ManagementConfig;
 use druse_node::node::now_ms;
 use druse_node::skill::Skill;
 use druse_node::{Config, Node, Role};
@@ -281,10 +282,19 @@ impl Cluster {
     /// Starts the management node (seed [`MGMT_SEED`]) and one edge per `(name, seed)`, each
     /// config edited by `tweak`; connects every pair and waits for gossip to flow.
     pub async fn start(edges: &[(&str, u8)], tweak: impl Fn(&mut Config)) -> Result<Self> {
+        Self::start_managed(edges, tweak, ManagementConfig::default()).await
+    }
+
+    /// [`Cluster::start`] with the management role's own config (`[management]`).
+    pub async fn start_managed(
+        edges: &[(&str, u8)],
+        tweak: impl Fn(&mut Config),
+        role: ManagementConfig,
+    ) -> Result<Self> {
         crate::init_logging();
         let trusted = [mgmt_key().public()];
         let mgmt = TestNode::start("mgmt", MGMT_SEED, Role::Management, &trusted, &tweak).await?;
-        let management = Management::new(mgmt.node.clone()).context("taking the management role")?;
+        let management = Management::new(mgmt.node.clone(), role).context("taking the management role")?;
         let mut started = Vec::new();
         for (name, seed) in edges {
             started.push(TestNode::start(name, *seed, Role::Edge, &trusted, &tweak).await?);
@@ -313,9 +323,10 @@ impl Cluster {
     /// it to every edge at once and waits for gossip to flow.
     pub async fn restart_mgmt(self) -> Result<Self> {
         let Self { mgmt, management, edges } = self;
+        let role = management.config().clone();
         drop(management);
         let mgmt = mgmt.restart().await?;
-        let management = Management::new(mgmt.node.clone()).context("taking the management role again")?;
+        let management = Management::new(mgmt.node.clone(), role).context("taking the management role again")?;
         let cluster = Self { mgmt, management, edges };
         for edge in &cluster.edges {
             connect(cluster.mgmt.net(), edge.net()).await?;

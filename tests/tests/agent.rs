@@ -521,7 +521,9 @@ async fn musing_posts_on_its_schedule_at_most_once_per_session() -> anyhow::Resu
             .await
             .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
     assert_eq!(posted, ["a quiet thought from the swarm"], "an original post, outside any thread");
-    assert_eq!(node.metric("druse_agent_entries_total{label=\"musing_posted\"}").await?, 1.0);
+    // The post is on the PDS as soon as it is made; the run is counted when it returns.
+    let musings_posted = async || node.metric("druse_agent_entries_total{label=\"musing_posted\"}").await;
+    eventually(ANSWERED, "the musing to be counted", async || musings_posted().await.is_ok_and(|n| n >= 1.0)).await?;
 
     // The operator's trigger (the CLI) runs it again now: the session already had its musing.
     let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
@@ -535,6 +537,7 @@ async fn musing_posts_on_its_schedule_at_most_once_per_session() -> anyhow::Resu
     assert_eq!(outcome["result"], "skipped", "{out}");
     assert!(outcome["detail"].as_str().is_some_and(|d| d.contains("one musing per session")), "{out}");
     assert_eq!(own_posts(&world).await?.len(), 1);
+    assert_eq!(musings_posted().await?, 1.0, "a second musing was counted");
     let musings = world.llm.requests().iter().filter(|r| r.tool_names().iter().any(|t| t == "post")).count();
     assert!(musings >= 1);
     let asked = world.llm.requests();

@@ -8,16 +8,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use druse_management::anomaly::Watch;
+use druse_management::config::Config as ManagementConfig;
+use druse_node::Role;
 use druse_node::weather::Current;
-use druse_node::{Config, Role};
 use druse_protocol::body::Body;
 use druse_tests::swarm::{Cluster, Sniffer, TestNode, connect, listing, mesh_ready, mgmt_key};
 use druse_tests::{WAIT, eventually};
 
 /// The detector with its defaults, except that it counts new peers from the start: a test
 /// swarm has no reconnecting crowd to learn first.
-fn no_warmup(config: &mut Config) {
-    config.management.anomaly.warmup = Duration::ZERO;
+fn no_warmup() -> ManagementConfig {
+    let mut config = ManagementConfig::default();
+    config.anomaly.warmup = Duration::ZERO;
+    config
 }
 
 /// Time for the detector to act on what it has counted: two of its one-second ticks.
@@ -33,7 +36,7 @@ async fn settle(watch: &Watch) {
 /// Starts a cluster with `edges` and the detector (without warm-up) on its management node, and
 /// waits until the detector knows the edges.
 async fn watched(edges: &[(&str, u8)]) -> (Cluster, Arc<Watch>) {
-    let cluster = Cluster::start(edges, no_warmup).await.unwrap();
+    let cluster = Cluster::start_managed(edges, |_| {}, no_warmup()).await.unwrap();
     let watch = cluster.management.spawn_anomaly().expect("the detector is on by default");
     let known = cluster.edges.len();
     eventually(WAIT, "the detector to learn the peers already there", async || watch.snapshot().known_peers >= known)
@@ -61,7 +64,7 @@ fn raised(node: &TestNode, trigger: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_of_new_peers_makes_the_management_node_halt_every_edge() {
     let (cluster, watch) = watched(&[("a", 1), ("b", 2)]).await;
-    let threshold = cluster.mgmt.config.management.anomaly.new_peers;
+    let threshold = cluster.management.config().anomaly.new_peers;
     assert_eq!(threshold, 20, "this scenario runs at the default threshold");
     for node in cluster.nodes() {
         assert!(!node.halted(), "{} is halted before the flood", node.name);
@@ -93,13 +96,12 @@ async fn a_flood_of_new_peers_makes_the_management_node_halt_every_edge() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_listing_burst_from_one_peer_makes_the_management_node_halt_every_edge_once() {
     let (cluster, watch) = watched(&[("b", 2), ("c", 3)]).await;
-    let threshold = cluster.mgmt.config.management.anomaly.listings_per_peer;
+    let threshold = cluster.management.config().anomaly.listings_per_peer;
     assert_eq!(threshold, 30, "this scenario runs at the default threshold");
 
     // A peer that ignores the per-peer listing rate on its own side; every other node keeps
     // the default (10 a minute) and refuses what is over it.
     let flooder = TestNode::start("flooder", 9, Role::Edge, &[mgmt_key().public()], |config| {
-        no_warmup(config);
         config.trust.listings_per_window = 1000;
     })
     .await
@@ -201,7 +203,9 @@ async fn ordinary_churn_and_a_few_listings_raise_no_weather() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_detector_can_be_turned_off() {
-    let cluster = Cluster::start(&[], |config| config.management.anomaly.enabled = false).await.unwrap();
+    let mut role = ManagementConfig::default();
+    role.anomaly.enabled = false;
+    let cluster = Cluster::start_managed(&[], |_| {}, role).await.unwrap();
     assert!(cluster.management.spawn_anomaly().is_none(), "the detector started although the config turns it off");
     assert!(cluster.management.anomaly().is_none());
     let census = druse_management::census::take(&cluster.management).await.unwrap();

@@ -35,7 +35,7 @@ async fn start(role: Role, dir: &std::path::Path) -> Running {
         mgmt_key().save(&dir.join("node.key")).unwrap();
     }
     daemon::start(config, role, |node| match role {
-        Role::Management => druse_management::api::router(Management::new(node.clone()).unwrap()),
+        Role::Management => druse_management::api::router(Management::new(node.clone(), Default::default()).unwrap()),
         _ => axum::Router::new(),
     })
     .await

@@ -6,10 +6,12 @@
 
 use std::time::Duration;
 
+use druse_management::config::Config as ManagementConfig;
 use druse_node::ingest::Outcome;
 use druse_node::market::{Listing, Stats};
-use druse_node::node::{self, market_error};
+use druse_node::node;
 use druse_protocol::ContentId;
+use druse_protocol::api::Code;
 use druse_protocol::body::{Body, Bounty, CrystalListing, ReportEvent};
 use druse_protocol::reputation::{self, Evidence};
 use druse_protocol::topic;
@@ -137,7 +139,9 @@ async fn reports_from_three_adopters_move_the_price_identically_on_every_node() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_authors_own_reports_never_satisfy_the_independent_reporter_rule() {
-    let cluster = Cluster::start(&EDGES, |config| config.management.endorsement.auto = true).await.unwrap();
+    let mut role = ManagementConfig::default();
+    role.endorsement.auto = true;
+    let cluster = Cluster::start_managed(&EDGES, |_| {}, role).await.unwrap();
     assert!(cluster.management.spawn_auto_endorse());
     let [a, b, c, d] = ["a", "b", "c", "d"].map(|n| cluster.edge(n));
     let id = publish_everywhere(&cluster, a, priced("parse-dates", 1_000, &["time"])).await;
@@ -313,7 +317,7 @@ async fn a_second_version_deprecates_the_first_everywhere_and_nobody_else_can() 
         assert!(!node.stored(&squatter).unwrap().unwrap().deprecated);
     }
     let err = a.versions("no-such-skill").await.unwrap_err();
-    assert!(matches!(err, node::Error::Market(market_error::NOT_FOUND, _)), "{err}");
+    assert!(matches!(err, node::Error::Market(Code::NotFound, _)), "{err}");
     cluster.stop().await;
 }
 
@@ -341,9 +345,9 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
         .unwrap();
     }
     let again = b.adopt(greedy).await.unwrap_err();
-    assert!(matches!(again, node::Error::Market(market_error::CONFLICT, _)), "{again}");
+    assert!(matches!(again, node::Error::Market(Code::Conflict, _)), "{again}");
     let own = a.adopt(greedy).await.unwrap_err();
-    assert!(matches!(own, node::Error::Market(market_error::INVALID, _)), "{own}");
+    assert!(matches!(own, node::Error::Market(Code::Invalid, _)), "{own}");
 
     // A skill priced above b's credits: the adoption is refused and nothing changes.
     let good = publish_everywhere(&cluster, a, priced("good", 1_000_000, &[])).await;
@@ -353,7 +357,7 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
     let seen = listings_when(&cluster, good, "three executions", |l| l.stats.executions == 3).await;
     assert!(seen[0].computed_price.micros > 5_000, "{:?}", seen[0].computed_price);
     let poor = b.adopt(good).await.unwrap_err();
-    assert!(matches!(poor, node::Error::Market(market_error::CONFLICT, _)), "{poor}");
+    assert!(matches!(poor, node::Error::Market(Code::Conflict, _)), "{poor}");
     assert!(poor.to_string().contains("ledger holds 5000"), "{poor}");
     let ledger = b.ledger(10).unwrap();
     assert_eq!((ledger.balance, ledger.spent, ledger.entries.len()), (5_000, 0, 1));

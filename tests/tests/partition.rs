@@ -97,8 +97,10 @@ async fn halves_that_lost_each_other_converge_on_every_skill_endorsement_and_the
     let r1 = start("r1", R1, Role::Edge, 2).await;
     let bridge_l = start("bridge-l", BRIDGE_L, Role::Edge, 3).await;
     let bridge_r = start("bridge-r", BRIDGE_R, Role::Edge, 3).await;
-    let (management_l, management_r) =
-        (Management::new(mgmt_l.node.clone()).unwrap(), Management::new(mgmt_r.node.clone()).unwrap());
+    let (management_l, management_r) = (
+        Management::new(mgmt_l.node.clone(), Default::default()).unwrap(),
+        Management::new(mgmt_r.node.clone(), Default::default()).unwrap(),
+    );
     management_l.spawn_reannounce(REANNOUNCE_EVERY);
     management_r.spawn_reannounce(REANNOUNCE_EVERY);
 

@@ -159,21 +159,16 @@ pub async fn run_now(
     AxumState(node): AxumState<Node>,
     body: Result<Json<RunBody>, JsonRejection>,
 ) -> Result<Json<Outcome>, crate::api::Error> {
-    use axum::http::StatusCode;
+    use druse_protocol::api::Code;
     let Json(body) = body.map_err(|e| {
         crate::api::Error::bad_request(format!(
             "{}: send {{\"entry\": \"musing\" | \"reflection\" | \"review\" | \"notifications\"}}",
             e.body_text()
         ))
     })?;
-    let unavailable =
-        |detail: String| crate::api::Error::new(StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable", detail);
+    let unavailable = |detail: String| crate::api::Error::new(Code::AgentUnavailable, detail);
     let Some(agent) = node.agent() else {
-        return Err(crate::api::Error::new(
-            StatusCode::CONFLICT,
-            "agent_disabled",
-            "the agent is off: set [agent] enabled = true",
-        ));
+        return Err(crate::api::Error::new(Code::AgentDisabled, "the agent is off: set [agent] enabled = true"));
     };
     let state = agent.status().state;
     if state != "running" {

@@ -31,6 +31,9 @@ use druse_node::memory::engine::{Config as EngineConfig, NewMemory, Query};
 use druse_node::memory::vector::{self, BuildStats, VectorIndex, kernel};
 use druse_protocol::body::SemanticType;
 
+#[global_allocator]
+static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+
 #[derive(Debug, Parser)]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {

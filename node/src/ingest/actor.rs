@@ -5,10 +5,12 @@
 //! 1. The network actor hands the node an [`Event::Message`]; the node's event task puts it in
 //!    this actor's bounded inbox as [`Command::Gossip`] (a full inbox waits: backpressure reaches
 //!    the network actor's event queue, which drops and counts what does not fit).
-//! 2. A verify thread takes the inbox in order and opens each peer's envelope: size, strict
-//!    decode and the Ed25519 signature, the costly part that needs no state
-//!    ([`validate::open_envelope`]). It hands the command on, with that result, through a second
-//!    bounded queue, so signatures are checked while the actor applies the messages before.
+//! 2. A verify thread takes the inbox in order, up to [`BATCH`] commands at a time, and opens
+//!    each peer's envelope: size, strict decode and the Ed25519 signature, the costly part that
+//!    needs no state ([`validate::open_envelope`]). The envelopes of a batch are opened in
+//!    parallel, one worker per core, and handed on in inbox order, with their results, through
+//!    a second bounded queue: signatures are checked while the actor applies the messages
+//!    before.
 //! 3. The actor runs on its own OS thread, so sled never runs on the async executor. It takes
 //!    whatever waits, up to [`BATCH`] commands, and runs each message through the rest of
 //!    validation, the trust and weather gate, and applying it ([`Ingestor::ingest_opened`]).
@@ -48,8 +50,9 @@ pub const BATCH: usize = 256;
 /// Commands that may wait in the inbox, and again between the verify thread and the actor.
 pub const INBOX: usize = 1024;
 
-/// Signer keys the verify thread keeps decoded.
-const SIGNER_KEYS: usize = 4096;
+/// Signer keys each verify worker keeps decoded per share of a batch (the protocol crate keeps
+/// recently decoded keys per thread too).
+const SIGNER_KEYS: usize = 64;
 
 /// What the node asks the actor to do.
 #[derive(Debug)]
@@ -195,7 +198,14 @@ pub fn spawn(ingestor: Ingestor, outlets: Outlets) -> std::io::Result<(Handle, T
     let verify_span = span.clone();
     let verify = std::thread::Builder::new().name("druse-verify".into()).spawn(move || {
         let _entered = verify_span.enter();
-        verify_loop(commands, verified);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = rayon::ThreadPoolBuilder::new()
+            .num_threads(cores)
+            .thread_name(|i| format!("druse-verify-{i}"))
+            .build()
+            .inspect_err(|error| tracing::warn!(%error, "no verify workers; envelopes are opened on one thread"))
+            .ok();
+        verify_loop(commands, verified, workers);
     })?;
     let actor = std::thread::Builder::new().name("druse-ingest".into()).spawn(move || {
         let _entered = span.enter();
@@ -214,25 +224,43 @@ struct Staged {
     opened: Opened,
 }
 
-/// Opens the envelopes peers sent, in inbox order, and hands each command on.
-fn verify_loop(mut commands: mpsc::Receiver<Command>, verified: mpsc::Sender<Staged>) {
+/// Opens the envelopes peers sent, a batch at a time on `workers`, and hands each command on
+/// in inbox order.
+fn verify_loop(
+    mut commands: mpsc::Receiver<Command>,
+    verified: mpsc::Sender<Staged>,
+    workers: Option<rayon::ThreadPool>,
+) {
+    use rayon::prelude::*;
     let mut keys = SignerKeys::new(SIGNER_KEYS);
     let mut batch = Vec::with_capacity(BATCH);
     while commands.blocking_recv_many(&mut batch, BATCH) > 0 {
-        for command in batch.drain(..) {
-            let opened: Opened = match &command {
-                Command::Gossip { source: Some(_), data, .. } => vec![validate::open_envelope(data, &mut keys)],
-                Command::Message { bytes, .. } => vec![validate::open_envelope(bytes, &mut keys)],
-                Command::Synced { envelopes, .. } => {
-                    envelopes.iter().map(|bytes| validate::open_envelope(bytes, &mut keys)).collect()
-                }
-                _ => Vec::new(),
-            };
+        let opened: Vec<Opened> = match &workers {
+            Some(workers) if batch.len() > 1 => workers.install(|| {
+                let open = |keys: &mut SignerKeys, command: &Command| open_all(command, keys);
+                batch.par_iter().map_init(|| SignerKeys::new(SIGNER_KEYS), open).collect()
+            }),
+            _ => batch.iter().map(|command| open_all(command, &mut keys)).collect(),
+        };
+        for (command, opened) in batch.drain(..).zip(opened) {
             let stop = matches!(command, Command::Stop { .. });
             if verified.blocking_send(Staged { command, opened }).is_err() || stop {
                 return;
             }
         }
+    }
+}
+
+/// Opens a command's envelopes: none for a command with none to open, or one the actor opens
+/// itself (this node's own messages).
+fn open_all(command: &Command, keys: &mut SignerKeys) -> Opened {
+    match command {
+        Command::Gossip { source: Some(_), data, .. } => vec![validate::open_envelope(data, keys)],
+        Command::Message { bytes, .. } => vec![validate::open_envelope(bytes, keys)],
+        Command::Synced { envelopes, .. } => {
+            envelopes.iter().map(|bytes| validate::open_envelope(bytes, keys)).collect()
+        }
+        _ => Vec::new(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! The memory worker: puts the skills ingestion stored into the memory engine and applies
 //! bounty boosts to their crystals, in batches; and the sweep that makes up for work the
-//! worker's queue dropped or that failed, until it is done.
+//! worker's queue dropped or that failed, until it is done. Both run their work on the
+//! `druse-index` thread, at a lower CPU priority ([`crate::background`]): under a flood of
+//! gossip, ingestion keeps the CPU and indexing catches up when it is free.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -8,7 +10,7 @@ use std::sync::atomic::Ordering;
 use druse_protocol::ContentId;
 use tokio::sync::mpsc;
 
-use super::{Error, Node, blocking, lock, now_ms};
+use super::{Error, Node, lock, now_ms};
 use crate::ingest::Effect;
 use crate::ingest::actor::Command;
 use crate::memory::crystal::CrystalId;
@@ -30,7 +32,7 @@ impl Node {
         while effects.recv_many(&mut batch, INDEX_BATCH).await > 0 {
             let node = self.clone();
             let work = std::mem::take(&mut batch);
-            let done = blocking(move || {
+            let done = self.inner.indexer.run(move || {
                 let new: Vec<ContentId> =
                     work.iter().filter_map(|e| if let Effect::NewSkill(id) = e { Some(*id) } else { None }).collect();
                 if let Err(error) = node.index_skills(&new) {
@@ -73,16 +75,19 @@ impl Node {
     /// false if something failed (it is tried again).
     async fn sweep(&self) -> bool {
         let node = self.clone();
-        let swept = blocking(move || -> Result<(usize, usize), Error> {
-            let waiting: Vec<ContentId> =
-                node.skills()?.into_iter().filter(|s| s.crystal.is_none()).map(|s| s.id).collect();
-            for chunk in waiting.chunks(INDEX_BATCH) {
-                node.index_skills(chunk)?;
-            }
-            Ok((waiting.len(), node.boost_owed()?))
-        })
-        .await;
-        match swept.and_then(|r| r) {
+        let swept = self
+            .inner
+            .indexer
+            .run(move || -> Result<(usize, usize), Error> {
+                let waiting: Vec<ContentId> =
+                    node.skills()?.into_iter().filter(|s| s.crystal.is_none()).map(|s| s.id).collect();
+                for chunk in waiting.chunks(INDEX_BATCH) {
+                    node.index_skills(chunk)?;
+                }
+                Ok((waiting.len(), node.boost_owed()?))
+            })
+            .await;
+        match swept.map_err(|e| Error::Join(e.to_string())).and_then(|r| r) {
             Ok((0, 0)) => true,
             Ok((skills, boosted)) => {
                 tracing::info!(skills, boosted, "swept skills and bounty boosts into memory");

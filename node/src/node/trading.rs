@@ -1,6 +1,7 @@
 //! The node's side of the marketplace: listings with computed prices, reports, adoptions,
 //! versions, bounties and the ledger.
 
+use druse_protocol::api::Code;
 use druse_protocol::body::{Body, Report, ReportEvent, SemanticType};
 use druse_protocol::{ContentId, Kind};
 use serde::Serialize;
@@ -74,7 +75,7 @@ impl Node {
             }
         };
         if ids.is_empty() {
-            return Err(Error::Market(market_error::NOT_FOUND, format!("no skill with id {key:?}")));
+            return Err(Error::Market(Code::NotFound, format!("no skill with id {key:?}")));
         }
         let node = self.clone();
         blocking(move || {
@@ -186,10 +187,10 @@ impl Node {
     async fn pay_for_adoption(&self, id: ContentId) -> Result<(market::PaidAdoption, market::Totals), Error> {
         let listing = self.listing(id).await?;
         if listing.skill.author == self.inner.key.public() {
-            return Err(Error::Market(market_error::INVALID, "a node cannot adopt its own skill".into()));
+            return Err(Error::Market(Code::Invalid, "a node cannot adopt its own skill".into()));
         }
         if listing.adopted {
-            return Err(Error::Market(market_error::CONFLICT, format!("skill {id} is already adopted")));
+            return Err(Error::Market(Code::Conflict, format!("skill {id} is already adopted")));
         }
         let settlement = market::settle(listing.asking_price, listing.computed_price.micros);
         let (report_id, report) = self.seal(&Body::Report(Report {
@@ -211,7 +212,7 @@ impl Node {
         match self.inner.ingest.ask(spend).await?? {
             Spent::Debited(totals, paid) => Ok((paid, totals)),
             Spent::Short(balance) => Err(Error::Market(
-                market_error::CONFLICT,
+                Code::Conflict,
                 format!("adopting costs {} micro-USDC; the ledger holds {balance}", settlement.paid),
             )),
         }
@@ -277,16 +278,6 @@ impl Node {
     }
 }
 
-/// The codes of market refusals, for the API.
-pub mod market_error {
-    /// The skill or version is not here.
-    pub const NOT_FOUND: &str = "not_found";
-    /// The request makes no sense (adopting your own skill).
-    pub const INVALID: &str = "invalid";
-    /// The state forbids it (already adopted, not enough credits).
-    pub const CONFLICT: &str = "conflict";
-}
-
 #[cfg(test)]
 mod tests {
     use druse_protocol::body::CrystalListing;
@@ -338,7 +329,7 @@ mod tests {
         assert_eq!(ledger.spent, after_first.spent);
         assert!(node.listing(id).await.unwrap().adopted);
         let again = node.adopt(id).await.unwrap_err();
-        assert!(matches!(again, Error::Market(market_error::CONFLICT, _)), "{again}");
+        assert!(matches!(again, Error::Market(Code::Conflict, _)), "{again}");
         node.shutdown().await;
     }
 

@@ -20,6 +20,9 @@ use druse_protocol::body::SemanticType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+#[global_allocator]
+static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+
 #[derive(Debug, Parser)]
 struct Args {
     /// Memories stored before timing.

@@ -17,6 +17,9 @@ use druse_tests::browser::{self, Browser};
 use druse_tests::page;
 use serde_json::Value;
 
+#[global_allocator]
+static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+
 #[derive(Debug, Parser)]
 struct Args {
     /// Crystals stored before timing.

@@ -36,6 +36,9 @@ use druse_tests::swarm::{config, mgmt_key, seal};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+#[global_allocator]
+static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+
 #[derive(Debug, Parser)]
 #[command(about = "Concurrent API writes, gossip ingest and consolidation on a loaded store, with a stall watchdog")]
 struct Args {

@@ -26,6 +26,9 @@ use ed25519_dalek::Signer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+#[global_allocator]
+static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+
 /// Each latency sample must complete within this, or the run fails.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -81,7 +84,8 @@ async fn main() -> Result<()> {
     );
     let nodes = start_swarm(&args, &mut rng).await?;
     let mgmt = &nodes[0];
-    let management = druse_management::Management::new(mgmt.node.clone()).context("management role")?;
+    let management =
+        druse_management::Management::new(mgmt.node.clone(), Default::default()).context("management role")?;
 
     let publish = measure_publish(&nodes, args.publishes, &mut rng).await?;
     let (lockdown, lift) = measure_weather(&nodes, &management, args.weather_rounds).await?;

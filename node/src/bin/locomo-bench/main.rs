@@ -41,6 +41,9 @@ use data::{Question, Turn, load, new_memory};
 
 mod data;
 
+#[global_allocator]
+static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+
 #[derive(Debug, Parser)]
 struct Cli {
     /// A LoCoMo-format JSON file (a list of conversations with `conversation` and `qa`).

@@ -310,7 +310,25 @@ impl VectorIndex {
         let worker = Arc::clone(&shared);
         let builder = thread::Builder::new()
             .name("vector-index-builder".into())
-            .spawn(move || worker.run_builder())
+            .spawn(move || {
+                // Segments are built whenever the CPU is free: searches and inserts never wait
+                // for a build, so the build yields to the threads that serve peers and users.
+                // Its parallel graph construction runs on a pool of its own, whose threads
+                // inherit that priority; the process's shared pool keeps the default.
+                crate::background::lower_this_thread(crate::background::LOWEST);
+                let threads = thread::available_parallelism().map_or(1, |n| n.get());
+                match rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("vector-build-{i}"))
+                    .build()
+                {
+                    Ok(pool) => pool.install(|| worker.run_builder()),
+                    Err(error) => {
+                        tracing::warn!(%error, "no thread pool of its own for vector segment builds");
+                        worker.run_builder()
+                    }
+                }
+            })
             .map_err(Error::Spawn)?;
         Ok(Self { shared, builder: Some(builder) })
     }

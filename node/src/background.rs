@@ -1,0 +1,103 @@
+//! Work that can wait: threads that run it at a lower CPU priority.
+//!
+//! Indexing skills into memory and building vector index segments catch up whenever the CPU is
+//! free; ingestion, whose verdicts gate gossip propagation, and the API should not wait for
+//! them. On Linux the nice value is a per-thread attribute, so a background thread raises its
+//! own and the threads that serve peers and users keep theirs. Lowering a priority needs no
+//! privilege.
+
+use tokio::sync::{mpsc, oneshot};
+
+/// The nice value of work that holds locks others may wait for (the memory engine's writer):
+/// about a tenth of a core's share against busy threads of the default priority, so it still
+/// moves while they run.
+pub const LOW: i32 = 10;
+/// The nice value of work nobody waits for (vector segment builds): the lowest priority.
+pub const LOWEST: i32 = 19;
+
+/// Jobs waiting for the background thread; a caller past this waits to hand its job over.
+const QUEUE: usize = 16;
+
+/// Lowers the calling thread's CPU priority to `nice` ([`LOW`] or [`LOWEST`]). Failing
+/// changes nothing but the scheduling, so it is logged, not returned.
+pub fn lower_this_thread(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if let Err(error) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice) {
+        tracing::debug!(%error, nice, "could not lower a background thread's priority");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
+/// The calling thread's nice value (Linux), for tests and diagnostics.
+#[cfg(target_os = "linux")]
+pub fn this_thread_nice() -> Option<i32> {
+    rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok()
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The background thread has stopped (it panicked, or the process is shutting down).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the background thread has stopped")]
+pub struct Stopped;
+
+/// One thread of lower priority that runs jobs one at a time, in the order they were handed
+/// over. It ends when the last handle is dropped, after the jobs already queued.
+#[derive(Debug, Clone)]
+pub struct Background {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Background {
+    /// Starts the thread, named `name`, at `nice`.
+    pub fn start(name: &str, nice: i32) -> std::io::Result<Self> {
+        let (jobs, mut queue) = mpsc::channel::<Job>(QUEUE);
+        std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+            lower_this_thread(nice);
+            while let Some(job) = queue.blocking_recv() {
+                // A job that panics fails alone: its caller gets `Stopped`, the next job runs.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            }
+        })?;
+        Ok(Self { jobs })
+    }
+
+    /// Runs `work` on the background thread and returns its result. If the caller stops
+    /// waiting, a job already handed over still runs to its end.
+    pub async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<T, Stopped> {
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _ = reply.send(work());
+        });
+        self.jobs.send(job).await.map_err(|_| Stopped)?;
+        answer.await.map_err(|_| Stopped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn jobs_run_on_a_named_thread_of_lower_priority() {
+        let background = Background::start("test-background", LOW).unwrap();
+        let first = background.run(|| (std::thread::current().name().map(str::to_owned), 1)).await.unwrap();
+        assert_eq!(first, (Some("test-background".to_owned()), 1));
+        #[cfg(target_os = "linux")]
+        {
+            let before = this_thread_nice();
+            let nice = background.run(this_thread_nice).await.unwrap();
+            assert_eq!(nice, Some(LOW.max(before.unwrap_or(0))), "the background thread kept its priority");
+            assert_eq!(this_thread_nice(), before, "the caller's priority changed too");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_job_that_panics_fails_alone() {
+        let background = Background::start("test-background-panic", LOWEST).unwrap();
+        let failed = background.run(|| -> u32 { panic!("a job failed") }).await;
+        assert!(failed.is_err());
+        assert_eq!(background.run(|| 7).await.unwrap(), 7, "the thread did not survive a job's panic");
+    }
+}
