@@ -26,9 +26,10 @@ pub mod store;
 pub mod weather;
 
 pub use config::Config;
-/// The allocator every druse binary runs on (mimalloc): ingestion and indexing allocate many
-/// small records per message, where glibc's malloc took a fifth of their time. A binary
-/// installs it with `#[global_allocator] static ALLOCATOR: druse_node::Allocator =
+/// The allocator every druse binary runs on (mimalloc, with transparent huge pages off, which
+/// would otherwise fill an idle node's arenas): ingestion and indexing allocate many small
+/// records per message, where glibc's malloc took a fifth of their time. A binary installs it
+/// with `#[global_allocator] static ALLOCATOR: druse_node::Allocator =
 /// druse_node::Allocator;`.
 pub use mimalloc::MiMalloc as Allocator;
 pub use node::{Node, Role};

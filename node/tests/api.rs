@@ -96,6 +96,19 @@ async fn bad_requests_get_json_errors_and_lose_nothing() {
 }
 
 #[tokio::test]
+async fn a_published_skill_is_counted_by_the_next_status_read() {
+    let (running, _dir) = start().await;
+    let token = running.node.token().to_owned();
+    for n in 1..=10 {
+        let (status, body) = post(&running, Some(&token), skill(&format!("counted-{n}"))).await;
+        assert_eq!(status, 201, "{body}");
+        let (status, body) = get_json(&running, "/v1/status", false).await;
+        assert_eq!((status, body["skills"].as_u64()), (200, Some(n)), "the status after publish {n}: {body}");
+    }
+    running.stop().await;
+}
+
+#[tokio::test]
 async fn over_the_listing_rate_is_429() {
     let (running, _dir) = start().await;
     let token = running.node.token().to_owned();

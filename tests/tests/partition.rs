@@ -20,6 +20,7 @@
 use std::time::{Duration, Instant};
 
 use druse_management::Management;
+use druse_node::node::now_ms;
 use druse_node::{Config, Role};
 use druse_protocol::body::{Body, EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, PublicKey};
@@ -136,7 +137,9 @@ async fn halves_that_lost_each_other_converge_on_every_skill_endorsement_and_the
     management_l.endorse(left_skill, EndorsementVerdict::Endorse, "left review".into()).await.unwrap();
     management_r.endorse(right_skill, EndorsementVerdict::Endorse, "right review".into()).await.unwrap();
     management_l.weather(0.3, Duration::from_secs(600), "left storm".into()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The right storm is issued in a later millisecond, so it is the newer one everywhere.
+    let left_issued = mgmt_l.weather().last.unwrap().issued_at;
+    eventually(WAIT, "the clock to pass the left storm's issue time", async || now_ms() > left_issued).await.unwrap();
     management_r.weather(0.6, Duration::from_secs(600), "right storm".into()).await.unwrap();
     let newest = mgmt_r.weather().last.unwrap();
     assert_eq!(newest.reason, "right storm");

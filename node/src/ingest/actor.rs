@@ -17,10 +17,11 @@
 //!    Every write goes to the ingestor's pending writes, where later messages of the batch
 //!    read it.
 //! 4. [`Actor::finish`] commits the batch's writes in one sled transaction: each message's
-//!    writes land whole or not at all. Only then are verdicts sent to gossipsub (fire and
-//!    forget: nobody waits for them), replies answered, metrics counted, the memory worker
-//!    handed its work, and the read snapshot refreshed. A failed commit turns every accepted
-//!    message of the batch into `store_failed`.
+//!    writes land whole or not at all. Only then is the memory worker handed its work and the
+//!    read snapshot refreshed, and then verdicts are sent to gossipsub (fire and forget: nobody
+//!    waits for them), replies answered and metrics counted, so a caller told that its message
+//!    is stored reads it. A failed commit turns every accepted message of the batch into
+//!    `store_failed`.
 //!
 //! Readers never go through the actor: the trust book is behind a read-write lock the actor
 //! takes only to change a record, and the weather, the management seqs and the trust list are
@@ -423,8 +424,8 @@ impl Actor {
         }
     }
 
-    /// Commits the batch, then sends every answer it owes, hands the memory worker its work
-    /// and refreshes the snapshot.
+    /// Commits the batch, then hands the memory worker its work, refreshes the snapshot and
+    /// sends every answer it owes.
     fn finish(&mut self) {
         let committed = match self.ingestor.commit() {
             Ok(effects) => {
@@ -440,6 +441,11 @@ impl Actor {
         let stored =
             |outcome: Outcome| if committed || outcome != Outcome::Accepted { outcome } else { Outcome::StoreFailed };
         let metrics = &self.outlets.metrics;
+        // Before any answer, so a caller that is told its weather or skill is stored reads it.
+        if std::mem::take(&mut self.changed) {
+            self.ingestor.refresh_weather_gauges(now_ms(), metrics);
+            let _ = self.publish.send(Arc::new(snapshot_of(&self.ingestor)));
+        }
         for owed in self.waiting.drain(..) {
             match owed {
                 Owed::Verdict { id, propagation_source, source, topic, kind, outcome, received } => {
@@ -485,10 +491,6 @@ impl Actor {
                     let _ = reply.send(result);
                 }
             }
-        }
-        if std::mem::take(&mut self.changed) {
-            self.ingestor.refresh_weather_gauges(now_ms(), metrics);
-            let _ = self.publish.send(Arc::new(snapshot_of(&self.ingestor)));
         }
     }
 
