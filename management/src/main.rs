@@ -144,9 +144,8 @@ async fn send<B: serde::Serialize>(api: MgmtApi, path: &str, body: &B) -> anyhow
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    cli::exit_code(run(Cli::parse()).await)
+fn main() -> std::process::ExitCode {
+    cli::block_on(async { cli::exit_code(run(Cli::parse()).await) })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

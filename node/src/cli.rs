@@ -159,6 +159,17 @@ pub fn print_json<T: serde::Serialize>(value: &T) {
     }
 }
 
+/// Runs a binary's async `main` on a multi-threaded tokio runtime (what `#[tokio::main]` builds),
+/// after settling, while the process still has one thread, what must be settled before any other
+/// starts ([`crate::memory::embed::settle_compute_threads`]).
+pub fn block_on<F: std::future::Future>(main: F) -> F::Output {
+    crate::memory::embed::settle_compute_threads();
+    // Proof of impossibility: building a runtime fails only when the OS refuses its threads or
+    // its I/O driver, and a process that cannot have them cannot run at all.
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("starting the tokio runtime");
+    runtime.block_on(main)
+}
+
 /// A CLI's exit: success, or the error's whole chain on one line and status 1.
 pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> std::process::ExitCode {
     match result {

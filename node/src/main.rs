@@ -206,9 +206,8 @@ fn encode(text: &str) -> String {
     cli::percent_encode(text)
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    cli::exit_code(run(Cli::parse()).await)
+fn main() -> std::process::ExitCode {
+    cli::block_on(async { cli::exit_code(run(Cli::parse()).await) })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

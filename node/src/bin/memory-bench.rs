@@ -769,6 +769,7 @@ fn index(args: &IndexArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
+    druse_node::memory::embed::settle_compute_threads();
     let cli = Cli::parse();
     watchdog(Duration::from_secs(600));
     match &cli.mode {

@@ -296,9 +296,11 @@ async fn ask(target: &Target, questions: &[Question], ids: &HashMap<String, Crys
     Ok(pass)
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> anyhow::Result<()> {
+    druse_node::cli::block_on(run(Cli::parse()))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.batch == 0 || cli.batch > druse_node::api::MAX_MEMORY_BATCH {
         bail!("--batch must be 1 to {}", druse_node::api::MAX_MEMORY_BATCH);
     }
