@@ -9,6 +9,7 @@ pub mod decay;
 pub mod embed;
 pub mod engine;
 pub mod hormones;
+pub mod sentences;
 pub mod skills;
 pub mod text;
 mod turns;

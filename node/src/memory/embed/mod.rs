@@ -404,7 +404,7 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Scales `v` to unit length; false (and `v` untouched) when it has no direction or is not finite.
-fn normalize(v: &mut [f32]) -> bool {
+pub(crate) fn normalize(v: &mut [f32]) -> bool {
     let norm = v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
     if !norm.is_finite() || norm <= f64::from(f32::MIN_POSITIVE) {
         return false;

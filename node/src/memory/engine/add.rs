@@ -7,8 +7,8 @@ use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
 
 use super::{
-    Added, CONTEXT, CONTEXT_BIT, Changes, EMBEDDING, Error, MAX_EXTERNAL_ID, MAX_METADATA, MAX_SESSION, MAX_TEXT,
-    Memory, NewMemory, TextPending, audit, lock, read,
+    Added, CONTEXT, Changes, EMBEDDING, SENTENCES, Error, MAX_EXTERNAL_ID, MAX_METADATA, MAX_SESSION, MAX_TEXT,
+    Memory, NewMemory, TextPending, audit, is_own, lock, read,
 };
 use crate::governance;
 use crate::memory::correction::{self, Candidate, Decision};
@@ -189,17 +189,14 @@ impl Memory {
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(), Error> {
         let texts: Vec<&str> = chunk.iter().map(|item| item.new.text.as_str()).collect();
-        let embeddings = self.embedder.embed(&texts)?;
-        if embeddings.len() != texts.len() {
-            return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
-        }
+        let embeddings = self.embed_with_sentences(&texts)?;
         let _writer = lock(&self.write);
         let mut batch = sled::Batch::default();
         // The vectors of this chunk's crystals, not yet in sled: a turn's context vector may
         // need the turn stored just before it.
         let mut fresh: HashMap<CrystalId, Vec<f32>> = HashMap::new();
-        let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, embedding)| {
-            let (one, changes) = self.prepare(item, embedding, &fresh, now, reconciler)?;
+        let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, (embedding, sentences))| {
+            let (one, changes) = self.prepare(item, embedding, sentences, &fresh, now, reconciler)?;
             for (prefix, id, vector) in &changes.vectors {
                 if *prefix == EMBEDDING {
                     fresh.insert(*id, vector.clone());
@@ -214,14 +211,15 @@ impl Memory {
         indexed
     }
 
-    /// Decides what storing `new` (embedded as `embedding`, from `peer` if it came from the
-    /// swarm) changes. `fresh` holds the vectors of crystals stored by the same call and not
+    /// Decides what storing `new` (embedded as `embedding`, its sentences as `sentences`, from
+    /// `peer` if it came from the swarm) changes. `fresh` holds the vectors of crystals stored by the same call and not
     /// yet written. The caller holds the writer lock and commits the changes before releasing
     /// it.
     fn prepare(
         &self,
         item: &Incoming,
         embedding: Vec<f32>,
+        sentences: Vec<f32>,
         fresh: &HashMap<CrystalId, Vec<f32>>,
         now: UnixMillis,
         reconciler: &dyn correction::Reconciler,
@@ -320,6 +318,9 @@ impl Memory {
                 }
                 let document = self.document_of(&crystal, parts, day);
                 changes.vectors.push((EMBEDDING, id, embedding));
+                if !sentences.is_empty() {
+                    changes.vectors.push((SENTENCES, id, sentences));
+                }
                 changes.texts.push((id, document));
                 // The turn before this one is now followed by it: its text document says so.
                 if self.tuning().next_turn_context
@@ -432,7 +433,7 @@ impl Memory {
         // The namespace filter applies inside the vector search, so a namespace among many
         // still gets its nearest observations.
         let wanted = self.config.correction.candidates + out.len();
-        let keep = |key: u64| key & CONTEXT_BIT == 0 && crystals.get(&key).is_some_and(&usable);
+        let keep = |key: u64| is_own(key) && crystals.get(&key).is_some_and(&usable);
         for (id, similarity) in self.vectors.search_where(embedding, self.vector_depth(wanted), &keep)? {
             if out.len() >= self.config.correction.candidates {
                 break;

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use druse_protocol::UnixMillis;
 
-use super::{CONTEXT_BIT, CRYSTAL, Error, Hit, Memory, Query, key, read, write};
+use super::{CRYSTAL, crystal_of, Error, Hit, Memory, Query, key, read, write};
 use crate::governance::Caller;
+use crate::memory::correction::speaker;
 use crate::memory::crystal::{Crystal, CrystalId};
 use crate::memory::vector;
 
@@ -32,6 +33,13 @@ pub struct Tuning {
     /// words: on `tests/data/retrieval.json` hashing's recall@5 falls from 0.581 to 0.548
     /// without them.
     pub day_in_context_vector: bool,
+    /// How much more a memory counts when its text names its speaker the way a transcript
+    /// does ("Melanie: ...") and the question names that speaker: its relevance is multiplied
+    /// by `1 + speaker_weight`. A question about someone is most often answered by what they
+    /// said; a memory of the other speaker still wins when it matches clearly better. On the
+    /// LoCoMo dev split (MiniLM, recall_any@5 / @10) 1.0 raised 0.694 / 0.803 to 0.74 / 0.84;
+    /// 0.5 and 2.0 give within 0.01 of it.
+    pub speaker_weight: f64,
 }
 
 /// How recall combines its vector and BM25 candidate lists into one relevance.
@@ -84,7 +92,25 @@ impl Default for Tuning {
             neighbour_weight: 0.4,
             next_turn_context: false,
             day_in_context_vector: false,
+            speaker_weight: 1.0,
         }
+    }
+}
+
+/// A text's words, lowercased and separated by single spaces, to find a name in it as whole words.
+struct Words(String);
+
+impl Words {
+    fn of(text: &str) -> Self {
+        let spaced: String =
+            text.chars().map(|c| if c.is_alphanumeric() { c } else { ' ' }).flat_map(char::to_lowercase).collect();
+        Self(format!(" {} ", spaced.split_whitespace().collect::<Vec<_>>().join(" ")))
+    }
+
+    /// Whether `name` (any case and punctuation) appears in these words as whole words.
+    fn names(&self, name: &str) -> bool {
+        let name = Self::of(name);
+        !name.0.trim().is_empty() && self.0.contains(&name.0)
     }
 }
 
@@ -136,6 +162,12 @@ fn normalised(list: &[(CrystalId, f32)]) -> Vec<f64> {
         .collect()
 }
 
+/// How many vector-index keys the vector half reads per candidate it wants: a crystal has up
+/// to one for itself, one with its context and one per sentence, and several of one crystal
+/// near the query count once. On the LoCoMo dev split (MiniLM) reading three per candidate
+/// instead of one raised recall_any@5 / @10 from 0.753 / 0.849 to 0.766 / 0.857.
+const KEYS_PER_CANDIDATE: usize = 3;
+
 /// How many candidates each half of recall gathers for `k` results.
 fn candidate_depth(k: usize) -> usize {
     (k * 5).max(50)
@@ -159,7 +191,7 @@ impl Memory {
         let mut seen = HashSet::with_capacity(hits.len());
         Ok(hits
             .into_iter()
-            .map(|(key, score)| (key & !CONTEXT_BIT, score))
+            .map(|(key, score)| (crystal_of(key), score))
             .filter(|(id, _)| seen.insert(*id))
             .collect())
     }
@@ -228,12 +260,12 @@ impl Memory {
         let text_hits = self.text.search_where(&query.q, depth, &query.text_filter())?;
         let crystals = read(&self.crystals);
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
-        let keep = |key: u64| crystals.get(&(key & !CONTEXT_BIT)).is_some_and(admits);
+        let keep = |key: u64| crystals.get(&(crystal_of(key))).is_some_and(admits);
         let vector_hits = {
-            let hits = self.vectors.search_where(&embedding, self.vector_depth(depth), &keep)?;
+            let hits = self.vectors.search_deep_where(&embedding, depth * KEYS_PER_CANDIDATE, &keep)?;
             let mut seen = HashSet::with_capacity(hits.len());
             hits.into_iter()
-                .map(|(key, score)| (key & !CONTEXT_BIT, score))
+                .map(|(key, score)| (crystal_of(key), score))
                 .filter(|(id, _)| seen.insert(*id))
                 .collect::<Vec<_>>()
         };
@@ -255,6 +287,15 @@ impl Memory {
             }
             for (id, relevance) in lifted {
                 fused.entry(id).or_insert((0.0, None, None)).0 += tuning.neighbour_weight * relevance;
+            }
+        }
+        if tuning.speaker_weight > 0.0 {
+            let asked = Words::of(&query.q);
+            for (id, entry) in &mut fused {
+                let named = crystals.get(id).and_then(|c| speaker(&c.text)).is_some_and(|who| asked.names(&who));
+                if named {
+                    entry.0 *= 1.0 + tuning.speaker_weight;
+                }
             }
         }
         let modulation = self.hormone_state().retrieval(&self.config.hormones, self.network_cortisol(), now);

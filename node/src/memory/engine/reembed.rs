@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{CONTEXT, EMBEDDING, Error, Memory, encode_vector, key, read};
+use super::{CONTEXT, EMBEDDING, Error, SENTENCES, Memory, encode_vector, key, read};
 use crate::memory::crystal::{Crystal, CrystalId};
 
 /// Where the store records which embedder made its vectors.
@@ -38,13 +38,14 @@ impl Memory {
         // Own vectors first, then context vectors from them: a context may name a later crystal.
         for chunk in crystals.chunks(CHUNK) {
             let texts: Vec<&str> = chunk.iter().map(|c| c.text.as_str()).collect();
-            let vectors = self.embedder.embed(&texts)?;
-            if vectors.len() != chunk.len() {
-                return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
-            }
+            let vectors = self.embed_with_sentences(&texts)?;
             let mut batch = sled::Batch::default();
-            for (c, vector) in chunk.iter().zip(&vectors) {
+            for (c, (vector, sentences)) in chunk.iter().zip(&vectors) {
                 batch.insert(&key(EMBEDDING, c.id), encode_vector(vector));
+                match sentences.is_empty() {
+                    true => batch.remove(&key(SENTENCES, c.id)),
+                    false => batch.insert(&key(SENTENCES, c.id), encode_vector(sentences)),
+                }
             }
             self.tree.apply_batch(batch)?;
         }
