@@ -24,9 +24,9 @@ use druse_node::memory::engine::{Config, NewMemory, Query};
 mod data;
 
 /// recall_any@5 and @10 on the dev split must not fall below these: just under what was
-/// measured (hashing 0.681 / 0.756, MiniLM 0.694 / 0.803); raise them when recall gets better.
-const HASHING_FLOOR: (f64, f64) = (0.66, 0.73);
-const MINILM_FLOOR: (f64, f64) = (0.67, 0.78);
+/// measured (hashing 0.727 / 0.795, MiniLM 0.753 / 0.849); raise them when recall gets better.
+const HASHING_FLOOR: (f64, f64) = (0.70, 0.77);
+const MINILM_FLOOR: (f64, f64) = (0.73, 0.83);
 
 /// recall_any@5 and @10 over every question.
 fn measure(embedder: Arc<dyn Embedder>) -> (f64, f64) {

@@ -253,3 +253,64 @@ fn text_documents_no_search_committed_before_a_crash_are_found_after_reopening()
     let hits = m.peek(&query, Caller::LocalAgent, NOW).unwrap();
     assert!(hits.iter().any(|h| h.crystal.id == id && h.text_rank.is_some()), "{hits:?}");
 }
+
+#[test]
+fn a_question_that_names_a_speaker_prefers_what_they_said_but_not_over_a_clearly_better_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let melanie = m.add(fact("Melanie: I love painting sunsets by the lake", "pair"), "user", NOW).unwrap().crystal.id;
+    let caroline =
+        m.add(fact("Caroline: I love painting sunsets by the lake", "pair"), "user", NOW).unwrap().crystal.id;
+    assert_eq!(ask(&m, "What does Caroline love painting?", "pair", 2), [caroline, melanie]);
+    assert_eq!(ask(&m, "What does Melanie love painting?", "pair", 2), [melanie, caroline]);
+    // A name is matched as whole words: "Carol" is not "Caroline".
+    m.set_tuning(Tuning { speaker_weight: 0.0, ..m.tuning() });
+    let unlifted = ask(&m, "What does Carol love painting?", "pair", 2);
+    m.set_tuning(Tuning { speaker_weight: 1.0, ..m.tuning() });
+    assert_eq!(ask(&m, "What does Carol love painting?", "pair", 2), unlifted);
+
+    let pottery =
+        m.add(fact("Melanie: my pottery class moved to Friday evening", "pair"), "user", NOW).unwrap().crystal.id;
+    m.add(fact("Caroline: music helps me relax", "pair"), "user", NOW).unwrap();
+    assert_eq!(ask(&m, "When is Caroline's pottery class?", "pair", 1), [pottery]);
+}
+
+/// The hashing embedder, presented as an embedder of meaning, so the engine stores sentence
+/// vectors with it as it does with MiniLM.
+#[derive(Debug)]
+struct ByMeaning(Hashing);
+
+impl Embedder for ByMeaning {
+    fn name(&self) -> &str {
+        "hashing-as-meaning"
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::memory::embed::Error> {
+        self.0.embed(texts)
+    }
+}
+
+#[test]
+fn a_memory_of_several_sentences_is_found_by_one_of_them_and_keeps_its_vectors_across_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let reopen = || {
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let embedder = Arc::new(ByMeaning(Hashing::new(384)));
+        Memory::open(&db, &dir.path().join("index"), Config::default(), embedder, NOW).unwrap()
+    };
+    let m = reopen();
+    let long = "Melanie: We drove north for the weekend. The cabin had no heating at all. \
+                Still, the kids adored the frozen waterfall behind it.";
+    let id = m.add(fact(long, "trip"), "user", NOW).unwrap().crystal.id;
+    let one = m.add(fact("Melanie: the waterfall trail was closed", "trip"), "user", NOW).unwrap().crystal.id;
+    // Its own vector, and one for each of its three sentences; the one-sentence memory has one.
+    assert_eq!(m.vector_stats().live, 5);
+    let scores = vector_scores(&m, "Melanie: the kids adored the frozen waterfall");
+    assert!(scores[&id] > scores[&one], "the sentence is nearer than the whole: {scores:?}");
+    drop(m);
+    let m = reopen();
+    assert_eq!(m.vector_stats().live, 5, "sentence vectors are stored, and indexed again on open");
+    assert_eq!(ask(&m, "who adored the frozen waterfall", "trip", 1), [id]);
+}

@@ -7,8 +7,8 @@ use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
 
 use super::{
-    Added, CONTEXT, Changes, EMBEDDING, SENTENCES, Error, MAX_EXTERNAL_ID, MAX_METADATA, MAX_SESSION, MAX_TEXT,
-    Memory, NewMemory, TextPending, audit, is_own, lock, read,
+    Added, CONTEXT, Changes, EMBEDDING, Error, MAX_EXTERNAL_ID, MAX_METADATA, MAX_SESSION, MAX_TEXT, Memory, NewMemory,
+    SENTENCES, TextPending, audit, is_own, lock, read,
 };
 use crate::governance;
 use crate::memory::correction::{self, Candidate, Decision};

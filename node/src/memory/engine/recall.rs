@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use druse_protocol::UnixMillis;
 
-use super::{CRYSTAL, crystal_of, Error, Hit, Memory, Query, key, read, write};
+use super::{CRYSTAL, Error, Hit, Memory, Query, crystal_of, key, read, write};
 use crate::governance::Caller;
 use crate::memory::correction::speaker;
 use crate::memory::crystal::{Crystal, CrystalId};
@@ -114,6 +114,10 @@ impl Words {
     }
 }
 
+/// A candidate as recall orders it: relevance, the crystal, the signal that orders equals,
+/// and its rank in the vector and BM25 lists.
+type Ranked<'a> = (f64, &'a Crystal, f64, Option<usize>, Option<usize>);
+
 /// One crystal's fused relevance and its rank (1-based) in each list that found it.
 type Fused = (f64, Option<usize>, Option<usize>);
 
@@ -162,12 +166,6 @@ fn normalised(list: &[(CrystalId, f32)]) -> Vec<f64> {
         .collect()
 }
 
-/// How many vector-index keys the vector half reads per candidate it wants: a crystal has up
-/// to one for itself, one with its context and one per sentence, and several of one crystal
-/// near the query count once. On the LoCoMo dev split (MiniLM) reading three per candidate
-/// instead of one raised recall_any@5 / @10 from 0.753 / 0.849 to 0.766 / 0.857.
-const KEYS_PER_CANDIDATE: usize = 3;
-
 /// How many candidates each half of recall gathers for `k` results.
 fn candidate_depth(k: usize) -> usize {
     (k * 5).max(50)
@@ -189,11 +187,7 @@ impl Memory {
             self.vectors.search(embedding, self.vector_depth(depth))?
         };
         let mut seen = HashSet::with_capacity(hits.len());
-        Ok(hits
-            .into_iter()
-            .map(|(key, score)| (crystal_of(key), score))
-            .filter(|(id, _)| seen.insert(*id))
-            .collect())
+        Ok(hits.into_iter().map(|(key, score)| (crystal_of(key), score)).filter(|(id, _)| seen.insert(*id)).collect())
     }
 
     /// The `k` crystals whose vectors are nearest to `q`, as recall's vector half finds them:
@@ -262,7 +256,7 @@ impl Memory {
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
         let keep = |key: u64| crystals.get(&(crystal_of(key))).is_some_and(admits);
         let vector_hits = {
-            let hits = self.vectors.search_deep_where(&embedding, depth * KEYS_PER_CANDIDATE, &keep)?;
+            let hits = self.vectors.search_where(&embedding, self.vector_depth(depth), &keep)?;
             let mut seen = HashSet::with_capacity(hits.len());
             hits.into_iter()
                 .map(|(key, score)| (crystal_of(key), score))
@@ -299,7 +293,8 @@ impl Memory {
             }
         }
         let modulation = self.hormone_state().retrieval(&self.config.hormones, self.network_cortisol(), now);
-        let mut hits: Vec<(f64, Hit)> = fused
+        // Ranked by reference; only the `k` that come back are copied.
+        let mut ranked: Vec<Ranked<'_>> = fused
             .into_iter()
             .filter_map(|(id, (relevance, vector_rank, text_rank))| {
                 // The text half filters by the query; access and lifecycle are checked here.
@@ -309,27 +304,28 @@ impl Memory {
                 let recency = (-days / 7.0).exp();
                 let signal =
                     (1.0 + importance * modulation.importance_boost) * (1.0 + 0.25 * recency * modulation.recency_bias);
-                Some((signal, Hit { crystal: c.clone(), score: relevance, vector_rank, text_rank }))
+                Some((relevance, c, signal, vector_rank, text_rank))
             })
             .collect();
-        let withheld = hits.is_empty() && caller != Caller::LocalAgent && self.withholds(query, caller, now, &crystals);
-        drop(crystals);
-        if withheld {
+        if ranked.is_empty() && caller != Caller::LocalAgent && self.withholds(query, caller, now, &crystals) {
             return Err(Error::Private(
                 "the memories this search matches are private: send `Authorization: Bearer <token>`".into(),
             ));
         }
         // Relevance first; among equals, the better rank in either list (still relevance);
         // only then importance, recency and hormones; then the newest.
-        let best_rank = |h: &Hit| h.vector_rank.into_iter().chain(h.text_rank).min().unwrap_or(usize::MAX);
-        hits.sort_by(|(sa, a), (sb, b)| {
-            b.score
-                .total_cmp(&a.score)
-                .then(best_rank(a).cmp(&best_rank(b)))
+        let best_rank = |v: Option<usize>, t: Option<usize>| v.into_iter().chain(t).min().unwrap_or(usize::MAX);
+        ranked.sort_by(|(ra, a, sa, va, ta), (rb, b, sb, vb, tb)| {
+            rb.total_cmp(ra)
+                .then(best_rank(*va, *ta).cmp(&best_rank(*vb, *tb)))
                 .then(sb.total_cmp(sa))
-                .then(b.crystal.id.cmp(&a.crystal.id))
+                .then(b.id.cmp(&a.id))
         });
-        Ok(hits.into_iter().take(k).map(|(_, hit)| hit).collect())
+        Ok(ranked
+            .into_iter()
+            .take(k)
+            .map(|(score, c, _, vector_rank, text_rank)| Hit { crystal: c.clone(), score, vector_rank, text_rank })
+            .collect())
     }
 
     /// Whether a memory passes `query`'s filters but is hidden from `caller`.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{CONTEXT, EMBEDDING, Error, SENTENCES, Memory, encode_vector, key, read};
+use super::{CONTEXT, EMBEDDING, Error, Memory, SENTENCES, encode_vector, key, read};
 use crate::memory::crystal::{Crystal, CrystalId};
 
 /// Where the store records which embedder made its vectors.

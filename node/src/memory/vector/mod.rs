@@ -408,24 +408,6 @@ impl VectorIndex {
         })
     }
 
-    /// Up to `k` of the live vectors `keep` accepts that are most similar to `query`, best
-    /// first, where each segment gives at most the best its graph finds in one search (its
-    /// `ef_search`, the same cost as [`VectorIndex::search_where`] at that `k`) and the tail
-    /// its exact best `k`: for a caller that wants more than `ef_search` when they are cheap,
-    /// never an exact scan of a segment for them.
-    pub fn search_deep_where(
-        &self,
-        query: &[f32],
-        k: usize,
-        keep: &dyn Fn(u64) -> bool,
-    ) -> Result<Vec<(u64, f32)>, Error> {
-        self.top_k(query, k, keep, |segment, query, live, top| {
-            for hit in segment.search(query, k.min(segment.ef_search()), &live) {
-                top.offer(hit);
-            }
-        })
-    }
-
     /// The exact `k` nearest live vectors, by brute force over everything: the reference that
     /// [`VectorIndex::search`]'s recall is measured against.
     pub fn exact(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {

@@ -47,8 +47,6 @@ pub(super) struct Segment {
     /// Names the segment across swaps (stable while segments are added and removed).
     pub(super) uid: u64,
     map: HnswMap<Point, Entry>,
-    /// How many candidates one graph search yields at most (the graph's `ef_search`).
-    ef_search: usize,
     len: usize,
     /// Entries whose id was since removed or re-inserted; kept in the graph until a rebuild.
     dead: AtomicUsize,
@@ -83,18 +81,12 @@ impl Segment {
         Self {
             uid,
             map,
-            ef_search: params.ef_search,
             len,
             dead: AtomicUsize::new(0),
             build_time: started.elapsed(),
             built_at: SystemTime::now(),
             pool: Mutex::new(Vec::new()),
         }
-    }
-
-    /// How many candidates one graph search yields at most.
-    pub(super) fn ef_search(&self) -> usize {
-        self.ef_search
     }
 
     /// How many vectors the graph holds, live or dead.

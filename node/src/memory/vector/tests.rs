@@ -257,29 +257,6 @@ fn k_above_ef_search_still_returns_k_results() {
 }
 
 #[test]
-fn deep_search_takes_each_segments_graph_best_and_the_whole_tail() {
-    let mut rng = Rng(21);
-    let index = index_with(config(32, 10_000, 8), &rng.vectors(200, 32));
-    index.seal();
-    assert!(index.wait_idle(IDLE));
-    // 30 more, unsealed: the tail, searched exactly.
-    for (i, v) in rng.vectors(30, 32).iter().enumerate() {
-        index.insert(1_000 + i as u64, v).expect("insert");
-    }
-    let query = rng.vector(32);
-    let deep = index.search_deep_where(&query, 100, &|_| true).expect("search");
-    let from_segment = deep.iter().filter(|(id, _)| *id < 1_000).count();
-    assert!((1..=8).contains(&from_segment), "the segment gives at most its ef_search: {from_segment}");
-    assert_eq!(deep.len() - from_segment, 30, "the tail gives every one of its vectors");
-    assert!(deep.windows(2).all(|w| w[0].1 >= w[1].1), "best first");
-    // At or under ef_search it is the ordinary search.
-    assert_eq!(ids(&index.search_deep_where(&query, 8, &|_| true).expect("search")), ids(&index.search(&query, 8).expect("search")));
-    // The filter applies inside it, as in the ordinary search.
-    let even = index.search_deep_where(&query, 100, &|id| id % 2 == 0).expect("search");
-    assert!(!even.is_empty() && even.iter().all(|(id, _)| id % 2 == 0));
-}
-
-#[test]
 fn small_segments_merge_into_one() {
     let mut rng = Rng(10);
     let config = Config { merge_factor: 4, ..config(32, 100, 512) };
