@@ -18,7 +18,6 @@ use crate::memory::crystal::{Crystal, CrystalId, Lifecycle, Lifespan, MemoryKind
 use crate::memory::decay::{self, DecayClass};
 use crate::memory::embed::{self, Embedder};
 use crate::memory::hormones;
-use crate::memory::sentences::{MAX_SENTENCES, sentence_texts};
 use crate::memory::text::{self, TextIndex};
 use crate::memory::turns::Turns;
 use crate::memory::vector::{self, VectorIndex};
@@ -31,11 +30,13 @@ mod query;
 mod recall;
 mod reembed;
 mod skills;
+mod vectors;
 
 use add::Incoming;
 pub use query::Query;
 pub(crate) use query::{kind_tag, said_at, semantic_tag};
 pub use recall::{Fusion, Tuning};
+use vectors::{crystal_of, is_own, vector_keys};
 
 /// Why the memory engine failed.
 #[derive(Debug, thiserror::Error)]
@@ -232,32 +233,6 @@ fn key(prefix: u8, id: u64) -> [u8; 9] {
     k[0] = prefix;
     k[1..].copy_from_slice(&id.to_be_bytes());
     k
-}
-
-/// A memory's own vector, and its sentence vectors one after another (empty for one sentence).
-type Embedded = (Vec<f32>, Vec<f32>);
-
-/// Vector-index keys. A crystal's id (sled's counter) stays far below 2^56, so the top byte of
-/// a key says which of its vectors it holds: none set, its own; the top bit, its conversation
-/// context; 1 to [`MAX_SENTENCES`] in the bits from 56, one of its sentences.
-const CONTEXT_BIT: u64 = 1 << 63;
-const SENTENCE_SHIFT: u32 = 56;
-const ID_BITS: u64 = (1 << SENTENCE_SHIFT) - 1;
-
-/// The crystal a vector-index key belongs to.
-fn crystal_of(vkey: u64) -> CrystalId {
-    vkey & ID_BITS
-}
-
-/// Whether a vector-index key holds its crystal's own vector.
-fn is_own(vkey: u64) -> bool {
-    vkey & !ID_BITS == 0
-}
-
-/// Every key a crystal's vectors may have in the index, to remove them all.
-fn vector_keys(id: CrystalId) -> impl Iterator<Item = u64> {
-    let sentences = (1..=MAX_SENTENCES as u64).map(move |n| id | (n << SENTENCE_SHIFT));
-    [id, id | CONTEXT_BIT].into_iter().chain(sentences)
 }
 
 fn encode_vector(v: &[f32]) -> Vec<u8> {
@@ -645,67 +620,6 @@ impl Memory {
             self.text.remove(*id);
         }
         Ok(pending)
-    }
-
-    /// Each text's own vector, and its sentence vectors one after another (none for a text of
-    /// one sentence, or from an embedder that matches words: the hashing embedder's vector of
-    /// a text already is the sum of its words', and on the LoCoMo dev split its sentence
-    /// vectors moved recall_any@5 / @10 by −0.008 / +0.010, not worth four keys a memory),
-    /// embedded in one call. A text of several sentences is embedded as its
-    /// sentences only, and its own vector is their normalised mean: one short text per
-    /// sentence costs about what the whole text did, where embedding both cost 2.5 times as
-    /// much. On the LoCoMo dev split (MiniLM) recall is within 0.01 of embedding the whole.
-    fn embed_with_sentences(&self, texts: &[&str]) -> Result<Vec<Embedded>, Error> {
-        let by_sentence = !self.embedder.matches_words();
-        let sentences: Vec<Vec<String>> =
-            texts.iter().map(|text| if by_sentence { sentence_texts(text) } else { Vec::new() }).collect();
-        let all: Vec<&str> = texts
-            .iter()
-            .zip(&sentences)
-            .flat_map(|(text, sentences)| match sentences.is_empty() {
-                true => vec![*text],
-                false => sentences.iter().map(String::as_str).collect(),
-            })
-            .collect();
-        let vectors = self.embedder.embed(&all)?;
-        if vectors.len() != all.len() {
-            return Err(Error::Invalid("the embedder returned the wrong number of vectors".into()));
-        }
-        let mut vectors = vectors.into_iter();
-        let mut out = Vec::with_capacity(texts.len());
-        for sentences in &sentences {
-            if sentences.is_empty() {
-                out.push((vectors.next().unwrap_or_default(), Vec::new()));
-                continue;
-            }
-            let parts: Vec<Vec<f32>> = vectors.by_ref().take(sentences.len()).collect();
-            let mut own = vec![0f32; self.embedder.dim()];
-            for part in &parts {
-                own.iter_mut().zip(part).for_each(|(sum, x)| *sum += x);
-            }
-            if !embed::normalize(&mut own) {
-                return Err(Error::Invalid("the sentences' vectors sum to zero".into()));
-            }
-            out.push((own, parts.concat()));
-        }
-        Ok(out)
-    }
-
-    /// Puts a stored vector record (`prefix` says which) into the vector index under its key;
-    /// a sentence record holds one vector per sentence.
-    fn index_vector(&self, prefix: u8, id: CrystalId, vector: &[f32]) -> Result<(), Error> {
-        match prefix {
-            CONTEXT => self.vectors.insert(id | CONTEXT_BIT, vector)?,
-            SENTENCES if id <= ID_BITS => {
-                let dim = self.embedder.dim().max(1);
-                for (n, one) in (1..=MAX_SENTENCES as u64).zip(vector.chunks_exact(dim)) {
-                    self.vectors.insert(id | (n << SENTENCE_SHIFT), one)?;
-                }
-            }
-            SENTENCES => {}
-            _ => self.vectors.insert(id, vector)?,
-        }
-        Ok(())
     }
 
     /// Commits the text documents indexed since the last commit, making them searchable.
