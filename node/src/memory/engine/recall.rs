@@ -386,6 +386,16 @@ mod tests {
     }
 
     #[test]
+    fn a_speaker_is_named_only_by_whole_words_in_any_case() {
+        let asked = Words::of("When did Caroline's mom, Dr. Ruiz-Lopez, visit?");
+        assert!(asked.names("caroline"));
+        assert!(asked.names("Dr Ruiz-Lopez"), "a name of several words, punctuation aside");
+        assert!(!asked.names("carol"), "a prefix of a word is not the word");
+        assert!(!asked.names("mel"));
+        assert!(!asked.names(" - "), "a name with no words names nothing");
+    }
+
+    #[test]
     fn a_crystal_found_by_one_list_only_scores_its_share_of_that_list() {
         let fused = fuse(&[(1, 0.9), (2, 0.1)], &[(3, 4.0), (4, 1.0)], Fusion::Score { vector_share: 0.3 });
         assert!((fused[&1].0 - 0.3).abs() < 1e-9);
