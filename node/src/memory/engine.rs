@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::governance::Scope;
@@ -18,8 +19,8 @@ use crate::memory::crystal::{Crystal, CrystalId, Lifecycle, Lifespan, MemoryKind
 use crate::memory::decay::{self, DecayClass};
 use crate::memory::embed::{self, Embedder};
 use crate::memory::hormones;
+use crate::memory::scopes::Scopes;
 use crate::memory::text::{self, TextIndex};
-use crate::memory::turns::Turns;
 use crate::memory::vector::{self, VectorIndex};
 use crate::memory::{consolidation, dates};
 
@@ -288,9 +289,12 @@ struct Changes {
 pub struct Memory {
     db: sled::Db,
     tree: sled::Tree,
-    crystals: RwLock<HashMap<CrystalId, Crystal>>,
-    /// The conversation turns among `crystals`, changed under `crystals`' write lock.
-    turns: RwLock<Turns>,
+    /// Keyed by a fast hash: recall looks up every candidate here, and ids are the engine's
+    /// own counter, not chosen by a peer.
+    crystals: RwLock<FxHashMap<CrystalId, Crystal>>,
+    /// The crystals by namespace, and the conversation turns among them by session; changed
+    /// under `crystals`' write lock.
+    scopes: RwLock<Scopes>,
     vectors: VectorIndex,
     text: TextIndex,
     embedder: Arc<dyn Embedder>,
@@ -382,8 +386,8 @@ impl Memory {
         let memory = Self {
             db: db.clone(),
             tree,
-            crystals: RwLock::new(HashMap::new()),
-            turns: RwLock::new(Turns::default()),
+            crystals: RwLock::new(FxHashMap::default()),
+            scopes: RwLock::new(Scopes::default()),
             vectors,
             text,
             embedder,
@@ -404,7 +408,7 @@ impl Memory {
         let indexed_up_to = self.text.indexed_up_to();
         let resistance = self.consolidation_modulation(now).decay_resistance;
         let mut max_id = 0;
-        let mut map = HashMap::new();
+        let mut map = FxHashMap::default();
         for entry in self.tree.scan_prefix([CRYSTAL]) {
             let (k, v) = entry?;
             let mut crystal: Crystal =
@@ -415,11 +419,11 @@ impl Memory {
             }
             map.insert(crystal.id, crystal);
         }
-        let mut turns = Turns::default();
+        let mut scopes = Scopes::default();
         for crystal in map.values() {
-            turns.insert(crystal);
+            scopes.insert(crystal);
         }
-        *write(&self.turns) = turns;
+        *write(&self.scopes) = scopes;
         *write(&self.crystals) = map;
         self.reembed_if_changed()?;
         let lagging: Vec<Crystal> =
@@ -536,8 +540,8 @@ impl Memory {
     /// The turns said just before and just after `crystal` in its conversation.
     fn neighbours(&self, crystal: &Crystal) -> [Option<CrystalId>; 2] {
         let (Some(session), Some(at)) = (&crystal.session, crystal.turn_at) else { return [None, None] };
-        let turns = read(&self.turns);
-        [turns.before(&crystal.namespace, session, at), turns.after(&crystal.namespace, session, at)]
+        let scopes = read(&self.scopes);
+        [scopes.before(&crystal.namespace, session, at), scopes.after(&crystal.namespace, session, at)]
     }
 
     /// Writes a set of changes in one sled batch (one atomic commit) and makes it durable,
@@ -585,17 +589,17 @@ impl Memory {
         let mut unrecallable = Vec::new();
         {
             let mut map = write(&self.crystals);
-            let mut turns = write(&self.turns);
+            let mut scopes = write(&self.scopes);
             for id in &purge {
                 if let Some(old) = map.remove(id) {
-                    turns.remove(&old);
+                    scopes.remove(&old);
                 }
             }
             for crystal in crystals {
                 if !is_live(&crystal) {
                     unrecallable.push(crystal.id);
                 }
-                turns.update(map.get(&crystal.id), &crystal);
+                scopes.update(map.get(&crystal.id), &crystal);
                 map.insert(crystal.id, crystal);
             }
             for (id, importance) in importance {

@@ -9,10 +9,10 @@ pub mod decay;
 pub mod embed;
 pub mod engine;
 pub mod hormones;
+mod scopes;
 pub mod sentences;
 pub mod skills;
 pub mod text;
-mod turns;
 pub mod vector;
 pub mod workflow;
 

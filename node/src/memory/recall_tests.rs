@@ -314,3 +314,65 @@ fn a_memory_of_several_sentences_is_found_by_one_of_them_and_keeps_its_vectors_a
     assert_eq!(m.vector_stats().live, 5, "sentence vectors are stored, and indexed again on open");
     assert_eq!(ask(&m, "who adored the frozen waterfall", "trip", 1), [id]);
 }
+
+#[test]
+fn a_search_scoped_to_a_namespace_ranks_its_vectors_as_an_exact_search_of_everything_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let reopen = || {
+        let db = sled::open(dir.path().join("db")).unwrap();
+        Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(ByMeaning(Hashing::new(384))), NOW)
+            .unwrap()
+    };
+    let m = reopen();
+    let words = ["lake", "boat", "kiln", "vase", "trail", "cabin", "choir", "violin", "garden", "roses"];
+    // Turns of several sentences in three namespaces: own, context and sentence vectors.
+    let turns: Vec<NewMemory> = (0..90)
+        .map(|i| {
+            let text = format!(
+                "Mel: the {} was {i} minutes away. We took the {} there. Then the {}.",
+                words[i % 10],
+                words[(i / 3) % 10],
+                words[(i * 7) % 10]
+            );
+            turn(&text, &format!("u{}", i % 3), "s1", NOW + i as u64 * MINUTE)
+        })
+        .collect();
+    m.add_many(turns, "user", NOW).unwrap();
+    let scoped_ranks = |m: &Memory, q: &str| -> Vec<CrystalId> {
+        let query = Query { namespace: Some(user("u1")), ..Query::new(q, 40) };
+        let mut hits: Vec<(usize, CrystalId)> = m
+            .peek(&query, Caller::LocalAgent, NOW)
+            .unwrap()
+            .into_iter()
+            .filter_map(|h| Some((h.vector_rank?, h.crystal.id)))
+            .collect();
+        hits.sort_unstable();
+        assert!(hits.iter().enumerate().all(|(i, (rank, _))| *rank == i + 1), "ranks without gaps: {hits:?}");
+        hits.into_iter().map(|(_, id)| id).collect()
+    };
+    let members: std::collections::HashSet<CrystalId> = ask(&m, "minutes away", "u1", 100).into_iter().collect();
+    assert_eq!(members.len(), 30);
+    for q in ["a boat to the lake", "the violin in the cabin", "roses by the kiln"] {
+        let exact: Vec<CrystalId> = m
+            .vector_hits_exact(q, 90)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|id| members.contains(id))
+            .collect();
+        let scoped = scoped_ranks(&m, q);
+        assert!(scoped.len() >= 10, "{q}: {scoped:?}");
+        assert_eq!(scoped, exact[..scoped.len()], "{q}");
+    }
+    drop(m);
+    let m = reopen();
+    let exact: Vec<CrystalId> = m
+        .vector_hits_exact("a boat to the lake", 90)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .filter(|id| members.contains(id))
+        .collect();
+    let scoped = scoped_ranks(&m, "a boat to the lake");
+    assert_eq!(scoped, exact[..scoped.len()], "the namespaces are known again after a reopen");
+}

@@ -12,13 +12,13 @@ use crate::memory::{dates, text};
 impl Memory {
     /// The turn said just before `turn_at` in the same conversation.
     pub(super) fn previous_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let id = read(&self.turns).before(namespace, session, turn_at)?;
+        let id = read(&self.scopes).before(namespace, session, turn_at)?;
         self.get(id)
     }
 
     /// The turn said just after `turn_at` in the same conversation.
     pub(super) fn next_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let id = read(&self.turns).after(namespace, session, turn_at)?;
+        let id = read(&self.scopes).after(namespace, session, turn_at)?;
         self.get(id)
     }
 

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use druse_protocol::UnixMillis;
+use rustc_hash::FxHashMap;
 
 use super::{CRYSTAL, Error, Hit, Memory, Query, crystal_of, key, read, write};
 use crate::governance::Caller;
@@ -255,8 +256,16 @@ impl Memory {
         let crystals = read(&self.crystals);
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
         let keep = |key: u64| crystals.get(&(crystal_of(key))).is_some_and(admits);
+        let vector_depth = self.vector_depth(depth);
+        let scoped = match &query.namespace {
+            Some(namespace) => self.scoped_vector_hits(namespace, &embedding, vector_depth, &crystals, &admits)?,
+            None => None,
+        };
         let vector_hits = {
-            let hits = self.vectors.search_where(&embedding, self.vector_depth(depth), &keep)?;
+            let hits = match scoped {
+                Some(hits) => hits,
+                None => self.vectors.search_where(&embedding, vector_depth, &keep)?,
+            };
             let mut seen = HashSet::with_capacity(hits.len());
             hits.into_iter()
                 .map(|(key, score)| (crystal_of(key), score))
@@ -334,7 +343,7 @@ impl Memory {
         query: &Query,
         caller: Caller,
         now: UnixMillis,
-        crystals: &HashMap<CrystalId, Crystal>,
+        crystals: &FxHashMap<CrystalId, Crystal>,
     ) -> bool {
         crystals.values().any(|c| c.is_recallable(now) && query.admits(c) && !c.can_access(caller, now))
     }

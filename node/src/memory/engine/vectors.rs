@@ -1,8 +1,10 @@
 //! A memory's vectors: its own, its context's and its sentences', each a key of its own in the
 //! vector index, and how they are embedded and indexed.
 
-use super::{CONTEXT, Error, Memory, SENTENCES};
-use crate::memory::crystal::CrystalId;
+use rustc_hash::FxHashMap;
+
+use super::{CONTEXT, Error, Memory, SENTENCES, read};
+use crate::memory::crystal::{Crystal, CrystalId, Namespace};
 use crate::memory::embed;
 use crate::memory::sentences::{MAX_SENTENCES, sentence_texts};
 
@@ -15,6 +17,10 @@ pub(super) type Embedded = (Vec<f32>, Vec<f32>);
 pub(super) const CONTEXT_BIT: u64 = 1 << 63;
 const SENTENCE_SHIFT: u32 = 56;
 const ID_BITS: u64 = (1 << SENTENCE_SHIFT) - 1;
+
+/// Above this many memories in a namespace, a search scoped to it asks the vector index (its
+/// graphs and tail, with a filter) instead of scoring each memory's vectors one by one.
+const SCOPED_SCORING_MAX: usize = 20_000;
 
 /// The crystal a vector-index key belongs to.
 pub(super) fn crystal_of(vkey: u64) -> CrystalId {
@@ -92,5 +98,50 @@ impl Memory {
             _ => self.vectors.insert(id, vector)?,
         }
         Ok(())
+    }
+
+    /// The `depth` vector-index keys nearest to `embedding` among the vectors of the crystals
+    /// of `namespace` that `admits` accepts, best first (equal scores by key, as the index
+    /// orders them), each scored exactly; none when the namespace holds too many memories to
+    /// score one by one. A scoped search then reads only its own namespace's vectors, however
+    /// many other users' memories the node holds.
+    pub(super) fn scoped_vector_hits(
+        &self,
+        namespace: &Namespace,
+        embedding: &[f32],
+        depth: usize,
+        crystals: &FxHashMap<CrystalId, Crystal>,
+        admits: &dyn Fn(&Crystal) -> bool,
+    ) -> Result<Option<Vec<(u64, f32)>>, Error> {
+        let scopes = read(&self.scopes);
+        let members = scopes.members(namespace);
+        let count = members.map_or(0, |m| m.len());
+        if count > SCOPED_SCORING_MAX {
+            return Ok(None);
+        }
+        let scorer = self.vectors.scorer(embedding)?;
+        let mut scored = Vec::with_capacity(count * 3);
+        for &id in members.into_iter().flatten() {
+            if !crystals.get(&id).is_some_and(admits) {
+                continue;
+            }
+            for vkey in [id, id | CONTEXT_BIT] {
+                scored.extend(scorer.score(vkey).map(|score| (vkey, score)));
+            }
+            // Sentence keys are numbered from 1 without gaps.
+            for n in 1..=MAX_SENTENCES as u64 {
+                let vkey = id | (n << SENTENCE_SHIFT);
+                let Some(score) = scorer.score(vkey) else { break };
+                scored.push((vkey, score));
+            }
+        }
+        drop(scorer);
+        let best_first = |a: &(u64, f32), b: &(u64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if scored.len() > depth && depth > 0 {
+            scored.select_nth_unstable_by(depth - 1, best_first);
+        }
+        scored.truncate(depth);
+        scored.sort_unstable_by(best_first);
+        Ok(Some(scored))
     }
 }

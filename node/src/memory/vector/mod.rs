@@ -31,13 +31,14 @@ mod topk;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use self::segment::{BuildParams, Entry, Point, Segment};
@@ -212,11 +213,12 @@ enum Home {
     Segment(u64),
 }
 
-/// An id's live version.
-#[derive(Clone, Copy, Debug)]
+/// An id's live version, with its vector (shared with the tail or segment that stores it).
+#[derive(Clone, Debug)]
 struct Slot {
     seq: u64,
     home: Home,
+    point: Point,
 }
 
 /// A vector in the tail.
@@ -234,7 +236,9 @@ struct TailEntry {
 struct State {
     segments: Vec<Arc<Segment>>,
     tail: Vec<TailEntry>,
-    live: HashMap<u64, Slot>,
+    /// Keyed by a fast hash: every scoped search looks ids up here, and ids are the
+    /// engine's own, not chosen by a peer.
+    live: FxHashMap<u64, Slot>,
     next_seq: u64,
     /// Tail entries below this seq are sealed whatever the tail's length ([`VectorIndex::seal`]).
     seal_below: u64,
@@ -346,7 +350,7 @@ impl VectorIndex {
             let mut state = shared.write();
             let seq = state.next_seq;
             state.next_seq += 1;
-            let compact = match state.live.insert(id, Slot { seq, home: Home::Tail }) {
+            let compact = match state.live.insert(id, Slot { seq, home: Home::Tail, point: point.clone() }) {
                 Some(old) => state.bury(old, shared.config.compact_dead_fraction),
                 None => false,
             };
@@ -395,6 +399,15 @@ impl VectorIndex {
     /// Keep `k` at most [`Config::ef_search`]: above it each segment is scanned exactly.
     pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {
         self.search_where(query, k, &|_| true)
+    }
+
+    /// A read view that scores chosen ids exactly against `query`: for a search scoped to a
+    /// few ids (one namespace's memories) it reads only their vectors, where
+    /// [`VectorIndex::search_where`] reads the whole tail and falls back to scanning every
+    /// segment when the filter admits few of a graph's candidates. Inserts wait while it lives.
+    pub fn scorer(&self, query: &[f32]) -> Result<Scorer<'_>, Error> {
+        let query = self.shared.unit(query)?;
+        Ok(Scorer { state: self.shared.read(), query })
     }
 
     /// [`VectorIndex::search`] among the ids `keep` accepts: the filter applies inside the
@@ -506,6 +519,20 @@ fn segment_stats(segment: &Segment) -> SegmentStats {
         dead: segment.dead(),
         build_time: segment.build_time(),
         built_at: segment.built_at(),
+    }
+}
+
+/// See [`VectorIndex::scorer`].
+#[derive(Debug)]
+pub struct Scorer<'a> {
+    state: RwLockReadGuard<'a, State>,
+    query: Point,
+}
+
+impl Scorer<'_> {
+    /// The cosine similarity of the query to `id`'s live vector; none when `id` has none.
+    pub fn score(&self, id: u64) -> Option<f32> {
+        self.state.live.get(&id).map(|slot| kernel::dot_q14(&self.query.0, &slot.point.0))
     }
 }
 

@@ -311,3 +311,32 @@ fn recall_at_10_reaches_95_percent_on_20k_clustered_vectors() {
     let recall = hits as f64 / (10 * queries.len()) as f64;
     assert!(recall >= 0.95, "recall@10 {recall}");
 }
+
+#[test]
+fn a_scorer_scores_each_live_id_in_tail_or_segment_and_nothing_else() {
+    let mut rng = Rng(11);
+    let vectors = rng.vectors(300, 32);
+    let index = index_with(config(32, 10_000, 64), &vectors[..200]);
+    index.seal();
+    assert!(index.wait_idle(IDLE));
+    for (id, v) in vectors.iter().enumerate().skip(200) {
+        index.insert(id as u64, v).expect("insert");
+    }
+    assert!(index.remove(20));
+    let replacement = rng.vector(32);
+    index.insert(30, &replacement).expect("insert");
+    let query = rng.vector(32);
+    let cosine = |v: &[f32]| -> f32 { v.iter().zip(&query).map(|(a, b)| a * b).sum() };
+    let scorer = index.scorer(&query).expect("scorer");
+    // id 10 sits in the segment, id 250 in the tail.
+    for id in [10usize, 250] {
+        let score = scorer.score(id as u64).expect("a live id scores");
+        assert!((score - cosine(&vectors[id])).abs() < 1e-3, "id {id}: {score}");
+    }
+    assert_eq!(scorer.score(20), None, "a removed id");
+    assert_eq!(scorer.score(300), None, "an id never stored");
+    let replaced = scorer.score(30).expect("a replaced id scores its new vector");
+    assert!((replaced - cosine(&replacement)).abs() < 1e-3);
+    drop(scorer);
+    assert!(matches!(index.scorer(&[1.0; 31]), Err(Error::Dimension { expected: 32, got: 31 })));
+}
