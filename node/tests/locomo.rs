@@ -23,10 +23,11 @@ use druse_node::memory::engine::{Config, NewMemory, Query};
 #[allow(dead_code)]
 mod data;
 
-/// recall_any@5 and @10 on the dev split must not fall below these: just under what was
-/// measured (hashing 0.727 / 0.795, MiniLM 0.753 / 0.849); raise them when recall gets better.
-const HASHING_FLOOR: (f64, f64) = (0.70, 0.77);
-const MINILM_FLOOR: (f64, f64) = (0.73, 0.83);
+/// recall_any@5 and @10 on the dev split must not fall below these: MiniLM's are the targets
+/// (measured 0.777 / 0.862), hashing's just under what was measured (0.740 / 0.810); raise them
+/// when recall gets better.
+const HASHING_FLOOR: (f64, f64) = (0.72, 0.79);
+const MINILM_FLOOR: (f64, f64) = (0.75, 0.85);
 
 /// recall_any@5 and @10 over every question.
 fn measure(embedder: Arc<dyn Embedder>) -> (f64, f64) {

@@ -122,6 +122,35 @@ fn a_turns_neighbours_share_its_relevance_when_tuned_to() {
 }
 
 #[test]
+fn a_match_said_in_the_session_of_the_best_match_outranks_an_equal_one_said_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    m.set_context_indexing(false);
+    m.set_tuning(Tuning { neighbour_weight: 0.0, ..m.tuning() });
+    let add = |text: &str, session: &str, minute: u64| -> CrystalId {
+        m.add(turn(text, "mel", session, NOW + minute * MINUTE), "u", NOW).unwrap().crystal.id
+    };
+    // The same words said in two sessions; the one said first wins a tie on its rank.
+    for minute in 0..4 {
+        add(&format!("Mel: the train was late again, {minute} minutes"), "commute", minute);
+    }
+    let elsewhere = add("Jo: the cabin has a fireplace", "commute", 5);
+    add("Mel: we booked the lake cabin for the family reunion in July", "trip", 10);
+    add("Jo: lovely, who is coming along?", "trip", 11);
+    add("Mel: my aunt and both cousins, I think", "trip", 12);
+    let in_session = add("Jo: the cabin has a fireplace", "trip", 13);
+    let order = |m: &Memory| -> Vec<CrystalId> {
+        let query = Query { namespace: Some(user("mel")), ..Query::new("lake cabin reunion fireplace", 10) };
+        let hits = m.peek(&query, Caller::LocalAgent, NOW).unwrap();
+        hits.into_iter().map(|h| h.crystal.id).filter(|id| [in_session, elsewhere].contains(id)).collect()
+    };
+    m.set_tuning(Tuning { session_weight: 0.0, ..m.tuning() });
+    assert_eq!(order(&m), [elsewhere, in_session], "equal matches, the first said first");
+    m.set_tuning(Tuning { session_weight: 0.3, ..m.tuning() });
+    assert_eq!(order(&m), [in_session, elsewhere], "the session of the best match lifts its own");
+}
+
+#[test]
 fn with_next_turn_context_a_turn_is_found_by_the_reply_it_got() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());

@@ -72,6 +72,9 @@ struct Cli {
     /// Override recall's speaker weight (0 turns the lift of a named speaker's turns off).
     #[arg(long)]
     speaker_weight: Option<f64>,
+    /// Override recall's session weight (0 turns the lift from a session's best match off).
+    #[arg(long)]
+    session_weight: Option<f64>,
     /// Override whether a turn is indexed with the turn after it.
     #[arg(long)]
     next_context: Option<bool>,
@@ -328,6 +331,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     tuning.fusion = cli.fusion.unwrap_or(tuning.fusion);
     tuning.neighbour_weight = cli.neighbour_weight.unwrap_or(tuning.neighbour_weight);
     tuning.speaker_weight = cli.speaker_weight.unwrap_or(tuning.speaker_weight);
+    tuning.session_weight = cli.session_weight.unwrap_or(tuning.session_weight);
     tuning.next_turn_context = cli.next_context.unwrap_or(tuning.next_turn_context);
     tuning.day_in_context_vector = cli.day_in_vector.unwrap_or(tuning.day_in_context_vector);
     memory.set_tuning(tuning);
