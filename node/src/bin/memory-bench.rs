@@ -371,12 +371,15 @@ const DAY_MS: u64 = 86_400_000;
 /// When the synthetic store starts filling (2026-09-21).
 const START_MS: u64 = 1_790_000_000_000;
 
+/// How many users' namespaces the loaded store's crystals are spread over.
+const USERS: usize = 50;
+
 /// Crystal `i` of the loaded store: a mix of kinds, lifespans and weights like a node's.
 fn synthetic_memory(i: usize, rng: &mut Rng) -> anyhow::Result<NewMemory> {
     let roll = rng.below(100);
     Ok(NewMemory {
         text: format!("#v{i} {}", words(rng, 12)),
-        namespace: Namespace::try_from(format!("user:u{}", i % 50)).map_err(anyhow::Error::msg)?,
+        namespace: Namespace::try_from(format!("user:u{}", i % USERS)).map_err(anyhow::Error::msg)?,
         kind: MemoryKind::Interaction,
         semantic_type: if roll < 2 { SemanticType::Skill } else { SemanticType::Fact },
         origin: Origin::Session,
@@ -472,6 +475,8 @@ fn open(dir: &Path, embedder: Arc<dyn Embedder>, now: u64) -> anyhow::Result<Mem
 struct Row {
     n: usize,
     search: (f64, f64),
+    /// A search scoped to one of the 50 users' namespaces.
+    scoped: (f64, f64),
     vector: (f64, f64),
     exact_p50: f64,
     recall: f64,
@@ -522,10 +527,14 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
     for j in 0..20.min(embedder.queries.len()) {
         memory.search(&Query { q: query_text(j, &mut rng), k, ..Query::default() }, Caller::LocalAgent, now)?;
     }
-    let (mut search, mut vector, mut exact, mut recalls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut search, mut scoped, mut vector, mut exact, mut recalls) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for j in 0..embedder.queries.len() {
         let query = Query { q: query_text(j, &mut rng), k, ..Query::default() };
         timed(&mut search, || memory.search(&query, Caller::LocalAgent, now))?;
+        let namespace = Namespace::try_from(format!("user:u{}", j % USERS)).map_err(anyhow::Error::msg)?;
+        let one_user = Query { namespace: Some(namespace), ..query.clone() };
+        timed(&mut scoped, || memory.search(&one_user, Caller::LocalAgent, now))?;
         let found = timed(&mut vector, || memory.vector_hits(&query.q, k))?;
         let truth = timed(&mut exact, || memory.vector_hits_exact(&query.q, k))?;
         recalls.push(recall(&ids(&found), &ids(&truth)));
@@ -565,6 +574,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
     Ok(Row {
         n,
         search: p50_p99(search),
+        scoped: p50_p99(scoped),
         vector: p50_p99(vector),
         exact_p50: p50_p99(exact).0,
         recall: mean(&recalls),
@@ -601,14 +611,16 @@ fn engine(args: &EngineArgs) -> anyhow::Result<()> {
     }
     println!();
     println!(
-        "Retrieval (Memory::search end to end; the vector half alone; its recall@{} against exact search)",
+        "Retrieval (Memory::search end to end, over everything and scoped to one of {USERS} users; the vector half alone; its recall@{} against exact search)",
         data.k
     );
     println!(
-        "{:>8} {:>11} {:>11} {:>11} {:>11} {:>10} {:>11} {:>12} {:>12} {:>13} {:>11}",
+        "{:>8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>10} {:>11} {:>12} {:>12} {:>13} {:>11}",
         "N",
         "search p50",
         "search p99",
+        "scoped p50",
+        "scoped p99",
         "vector p50",
         "vector p99",
         "recall@k",
@@ -620,10 +632,12 @@ fn engine(args: &EngineArgs) -> anyhow::Result<()> {
     );
     for r in &rows {
         println!(
-            "{:>8} {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>10.4} {:>8.3} ms {:>9.3} ms {:>9.3} ms {:>11.3} s {:>9.3} s",
+            "{:>8} {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>10.4} {:>8.3} ms {:>9.3} ms {:>9.3} ms {:>11.3} s {:>9.3} s",
             r.n,
             r.search.0,
             r.search.1,
+            r.scoped.0,
+            r.scoped.1,
             r.vector.0,
             r.vector.1,
             r.recall,

@@ -430,11 +430,19 @@ impl Memory {
                     .map(|c| to_candidate(c, 1.0)),
             );
         }
-        // The namespace filter applies inside the vector search, so a namespace among many
-        // still gets its nearest observations.
+        // The namespace's own vectors are scored one by one, or the namespace filter applies
+        // inside the index's search, whichever serves it. Either way a namespace among
+        // many still gets its nearest observations.
         let wanted = self.config.correction.candidates + out.len();
-        let keep = |key: u64| is_own(key) && crystals.get(&key).is_some_and(&usable);
-        for (id, similarity) in self.vectors.search_where(embedding, self.vector_depth(wanted), &keep)? {
+        let nearest =
+            match self.scoped_vector_hits(&new.namespace, embedding, wanted, wanted, true, &crystals, &usable)? {
+                Some(nearest) => nearest,
+                None => {
+                    let keep = |key: u64| is_own(key) && crystals.get(&key).is_some_and(&usable);
+                    self.vectors.search_where(embedding, self.vector_depth(wanted), wanted, &keep)?
+                }
+            };
+        for (id, similarity) in nearest {
             if out.len() >= self.config.correction.candidates {
                 break;
             }

@@ -265,13 +265,15 @@ impl Memory {
         let keep = |key: u64| crystals.get(&(crystal_of(key))).is_some_and(admits);
         let vector_depth = self.vector_depth(depth);
         let scoped = match &query.namespace {
-            Some(namespace) => self.scoped_vector_hits(namespace, &embedding, vector_depth, &crystals, &admits)?,
+            Some(namespace) => {
+                self.scoped_vector_hits(namespace, &embedding, vector_depth, k, false, &crystals, &admits)?
+            }
             None => None,
         };
         let vector_hits = {
             let hits = match scoped {
                 Some(hits) => hits,
-                None => self.vectors.search_where(&embedding, vector_depth, &keep)?,
+                None => self.vectors.search_where(&embedding, vector_depth, k, &keep)?,
             };
             let mut seen = HashSet::with_capacity(hits.len());
             hits.into_iter()

@@ -18,9 +18,10 @@ pub(super) const CONTEXT_BIT: u64 = 1 << 63;
 const SENTENCE_SHIFT: u32 = 56;
 const ID_BITS: u64 = (1 << SENTENCE_SHIFT) - 1;
 
-/// Above this many memories in a namespace, a search scoped to it asks the vector index (its
-/// graphs and tail, with a filter) instead of scoring each memory's vectors one by one.
-const SCOPED_SCORING_MAX: usize = 20_000;
+/// A namespace of up to this many memories has its vectors scored one by one (about 1–2 ms for
+/// memories of a few vectors each); a larger one only when the index's graphs could not serve
+/// it (see [`Memory::scoped_vector_hits`]).
+const SCOPED_SCORING_ALWAYS: usize = 4096;
 
 /// The crystal a vector-index key belongs to.
 pub(super) fn crystal_of(vkey: u64) -> CrystalId {
@@ -101,28 +102,42 @@ impl Memory {
     }
 
     /// The `depth` vector-index keys nearest to `embedding` among the vectors of the crystals
-    /// of `namespace` that `admits` accepts, best first (equal scores by key, as the index
-    /// orders them), each scored exactly; none when the namespace holds too many memories to
-    /// score one by one. A scoped search then reads only its own namespace's vectors, however
-    /// many other users' memories the node holds.
+    /// of `namespace` that `admits` accepts (only their own vectors when `own_only`), best
+    /// first (equal scores by key, as the index orders them), each scored exactly. A scoped
+    /// search then reads only its own namespace's vectors, however many other users' memories
+    /// the node holds.
+    ///
+    /// None when the index's own filtered search serves the namespace better: it is large
+    /// (over [`SCOPED_SCORING_ALWAYS`]) and so large a share of all memories that a graph's
+    /// `ef_search` candidates are expected to hold `at_least` of its memories (fewer, and each
+    /// segment would be scanned exactly anyway).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn scoped_vector_hits(
         &self,
         namespace: &Namespace,
         embedding: &[f32],
         depth: usize,
+        at_least: usize,
+        own_only: bool,
         crystals: &FxHashMap<CrystalId, Crystal>,
         admits: &dyn Fn(&Crystal) -> bool,
     ) -> Result<Option<Vec<(u64, f32)>>, Error> {
         let scopes = read(&self.scopes);
         let members = scopes.members(namespace);
         let count = members.map_or(0, |m| m.len());
-        if count > SCOPED_SCORING_MAX {
+        let graph_serves =
+            count.saturating_mul(self.vectors.config().ef_search) >= crystals.len().saturating_mul(at_least.max(1));
+        if count > SCOPED_SCORING_ALWAYS && graph_serves {
             return Ok(None);
         }
         let scorer = self.vectors.scorer(embedding)?;
         let mut scored = Vec::with_capacity(count * 3);
         for &id in members.into_iter().flatten() {
             if !crystals.get(&id).is_some_and(admits) {
+                continue;
+            }
+            if own_only {
+                scored.extend(scorer.score(id).map(|score| (id, score)));
                 continue;
             }
             for vkey in [id, id | CONTEXT_BIT] {

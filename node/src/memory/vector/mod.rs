@@ -398,7 +398,7 @@ impl VectorIndex {
     /// approximate in the segments, exact in the tail. Fewer than `k` only when fewer are stored.
     /// Keep `k` at most [`Config::ef_search`]: above it each segment is scanned exactly.
     pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, Error> {
-        self.search_where(query, k, &|_| true)
+        self.search_where(query, k, k, &|_| true)
     }
 
     /// A read view that scores chosen ids exactly against `query`: for a search scoped to a
@@ -410,12 +410,20 @@ impl VectorIndex {
         Ok(Scorer { state: self.shared.read(), query })
     }
 
-    /// [`VectorIndex::search`] among the ids `keep` accepts: the filter applies inside the
-    /// search, so `k` hits come back whenever `k` live ids pass it (a segment whose graph
-    /// search finds fewer is scanned exactly).
-    pub fn search_where(&self, query: &[f32], k: usize, keep: &dyn Fn(u64) -> bool) -> Result<Vec<(u64, f32)>, Error> {
+    /// [`VectorIndex::search`] among the ids `keep` accepts: up to `k` hits, and the filter
+    /// applies inside the search, so at least `at_least` (at most `k`) come back whenever that
+    /// many live ids pass it. A segment whose graph candidates hold fewer than `at_least` that
+    /// pass is scanned exactly; one that holds fewer than `k` but enough is not, since an exact
+    /// scan of a large segment costs a hundred graph searches.
+    pub fn search_where(
+        &self,
+        query: &[f32],
+        k: usize,
+        at_least: usize,
+        keep: &dyn Fn(u64) -> bool,
+    ) -> Result<Vec<(u64, f32)>, Error> {
         self.top_k(query, k, keep, |segment, query, live, top| {
-            for hit in segment.search(query, k, &live) {
+            for hit in segment.search(query, k, at_least.min(k), &live) {
                 top.offer(hit);
             }
         })

@@ -113,10 +113,10 @@ impl Segment {
     }
 
     /// The segment's best `k` live hits for `query`, through the graph. When the graph's `ef`
-    /// candidates hold fewer than `k` live ones although the segment has them (`k > ef`, or
-    /// many dead entries), it scans the segment exactly instead, so a search never comes back
-    /// short.
-    pub(super) fn search(&self, query: &Point, k: usize, live: &impl Fn(Entry) -> bool) -> Vec<Hit> {
+    /// candidates hold fewer than `at_least` live ones although the segment has them (`k > ef`,
+    /// many dead entries, or a filter that passes few), it scans the segment exactly instead,
+    /// so a search never comes back shorter than `at_least`.
+    pub(super) fn search(&self, query: &Point, k: usize, at_least: usize, live: &impl Fn(Entry) -> bool) -> Vec<Hit> {
         let mut top = TopK::new(k);
         let mut search = self.pool.lock().unwrap_or_else(PoisonError::into_inner).pop().unwrap_or_default();
         for item in self.map.search(query, &mut search) {
@@ -132,7 +132,7 @@ impl Segment {
             }
         }
         let hits = top.into_sorted();
-        if hits.len() >= k || hits.len() >= self.len.saturating_sub(self.dead()) {
+        if hits.len() >= at_least || hits.len() >= self.len.saturating_sub(self.dead()) {
             return hits;
         }
         let mut top = TopK::new(k);

@@ -340,3 +340,29 @@ fn a_scorer_scores_each_live_id_in_tail_or_segment_and_nothing_else() {
     drop(scorer);
     assert!(matches!(index.scorer(&[1.0; 31]), Err(Error::Dimension { expected: 32, got: 31 })));
 }
+
+#[test]
+fn a_filtered_search_returns_at_least_what_it_was_asked_for_whenever_that_many_pass() {
+    let mut rng = Rng(12);
+    let vectors = rng.vectors(2000, 32);
+    let index = index_with(config(32, 10_000, 32), &vectors);
+    index.seal();
+    assert!(index.wait_idle(IDLE));
+    let query = rng.vector(32);
+    // Half the ids pass: the graph's candidates hold enough, and every hit passes.
+    let even = |id: u64| id.is_multiple_of(2);
+    let hits = index.search_where(&query, 32, 5, &even).expect("search");
+    assert!(hits.len() >= 5 && hits.iter().all(|&(id, _)| even(id)), "{hits:?}");
+    assert!(hits.windows(2).all(|w| w[0].1 >= w[1].1), "best first: {hits:?}");
+    // One id passes, far from the query: the graph misses it, and the exact scan finds it.
+    let far = (0..2000u64)
+        .min_by(|&a, &b| {
+            let cos = |id: u64| -> f32 { vectors[id as usize].iter().zip(&query).map(|(x, y)| x * y).sum() };
+            cos(a).total_cmp(&cos(b))
+        })
+        .expect("ids");
+    let only = |id: u64| id == far;
+    assert_eq!(ids(&index.search_where(&query, 32, 1, &only).expect("search")), [far]);
+    // Asking for none at least gives what the graph found, which may be nothing.
+    assert!(index.search_where(&query, 32, 0, &only).expect("search").len() <= 1);
+}
