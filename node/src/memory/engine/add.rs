@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
 
+use super::vectors::ScopedSearch;
 use super::{
     Added, CONTEXT, Changes, EMBEDDING, Error, MAX_EXTERNAL_ID, MAX_METADATA, MAX_SESSION, MAX_TEXT, Memory, NewMemory,
     SENTENCES, TextPending, audit, is_own, lock, read,
@@ -434,14 +435,14 @@ impl Memory {
         // inside the index's search, whichever serves it. Either way a namespace among
         // many still gets its nearest observations.
         let wanted = self.config.correction.candidates + out.len();
-        let nearest =
-            match self.scoped_vector_hits(&new.namespace, embedding, wanted, wanted, true, &crystals, &usable)? {
-                Some(nearest) => nearest,
-                None => {
-                    let keep = |key: u64| is_own(key) && crystals.get(&key).is_some_and(&usable);
-                    self.vectors.search_where(embedding, self.vector_depth(wanted), wanted, &keep)?
-                }
-            };
+        let search = ScopedSearch { namespace: &new.namespace, depth: wanted, at_least: wanted, own_only: true };
+        let nearest = match self.scoped_vector_hits(search, embedding, &crystals, &usable)? {
+            Some(nearest) => nearest,
+            None => {
+                let keep = |key: u64| is_own(key) && crystals.get(&key).is_some_and(&usable);
+                self.vectors.search_where(embedding, self.vector_depth(wanted), wanted, &keep)?
+            }
+        };
         for (id, similarity) in nearest {
             if out.len() >= self.config.correction.candidates {
                 break;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use druse_protocol::UnixMillis;
 use rustc_hash::FxHashMap;
 
+use super::vectors::ScopedSearch;
 use super::{CRYSTAL, Error, Hit, Memory, Query, crystal_of, key, read, write};
 use crate::governance::Caller;
 use crate::memory::correction::speaker;
@@ -266,7 +267,8 @@ impl Memory {
         let vector_depth = self.vector_depth(depth);
         let scoped = match &query.namespace {
             Some(namespace) => {
-                self.scoped_vector_hits(namespace, &embedding, vector_depth, k, false, &crystals, &admits)?
+                let search = ScopedSearch { namespace, depth: vector_depth, at_least: k, own_only: false };
+                self.scoped_vector_hits(search, &embedding, &crystals, &admits)?
             }
             None => None,
         };

@@ -23,6 +23,17 @@ const ID_BITS: u64 = (1 << SENTENCE_SHIFT) - 1;
 /// it (see [`Memory::scoped_vector_hits`]).
 const SCOPED_SCORING_ALWAYS: usize = 4096;
 
+/// What a vector search scoped to one namespace looks for (see [`Memory::scoped_vector_hits`]).
+pub(super) struct ScopedSearch<'a> {
+    pub(super) namespace: &'a Namespace,
+    /// How many keys come back, at most.
+    pub(super) depth: usize,
+    /// How many the index's own search would have to find for it to serve instead.
+    pub(super) at_least: usize,
+    /// Only each crystal's own vector (reconciliation), not its context's or sentences'.
+    pub(super) own_only: bool,
+}
+
 /// The crystal a vector-index key belongs to.
 pub(super) fn crystal_of(vkey: u64) -> CrystalId {
     vkey & ID_BITS
@@ -101,27 +112,23 @@ impl Memory {
         Ok(())
     }
 
-    /// The `depth` vector-index keys nearest to `embedding` among the vectors of the crystals
-    /// of `namespace` that `admits` accepts (only their own vectors when `own_only`), best
-    /// first (equal scores by key, as the index orders them), each scored exactly. A scoped
-    /// search then reads only its own namespace's vectors, however many other users' memories
-    /// the node holds.
+    /// The `search.depth` vector-index keys nearest to `embedding` among the vectors of the
+    /// crystals of `search.namespace` that `admits` accepts, best first (equal scores by key,
+    /// as the index orders them), each scored exactly. A scoped search then reads only its own
+    /// namespace's vectors, however many other users' memories the node holds.
     ///
     /// None when the index's own filtered search serves the namespace better: it is large
     /// (over [`SCOPED_SCORING_ALWAYS`]) and so large a share of all memories that a graph's
-    /// `ef_search` candidates are expected to hold `at_least` of its memories (fewer, and each
-    /// segment would be scanned exactly anyway).
-    #[allow(clippy::too_many_arguments)]
+    /// `ef_search` candidates are expected to hold `search.at_least` of its memories (fewer,
+    /// and each segment would be scanned exactly anyway).
     pub(super) fn scoped_vector_hits(
         &self,
-        namespace: &Namespace,
+        search: ScopedSearch<'_>,
         embedding: &[f32],
-        depth: usize,
-        at_least: usize,
-        own_only: bool,
         crystals: &FxHashMap<CrystalId, Crystal>,
         admits: &dyn Fn(&Crystal) -> bool,
     ) -> Result<Option<Vec<(u64, f32)>>, Error> {
+        let ScopedSearch { namespace, depth, at_least, own_only } = search;
         let scopes = read(&self.scopes);
         let members = scopes.members(namespace);
         let count = members.map_or(0, |m| m.len());
