@@ -61,6 +61,17 @@ fn index_with(config: Config, vectors: &[Vec<f32>]) -> VectorIndex {
     index
 }
 
+/// An index whose first `sealed` vectors are in a segment and the rest in the tail.
+fn segment_and_tail(config: Config, vectors: &[Vec<f32>], sealed: usize) -> VectorIndex {
+    let index = index_with(config, &vectors[..sealed]);
+    index.seal();
+    assert!(index.wait_idle(IDLE));
+    for (id, v) in vectors.iter().enumerate().skip(sealed) {
+        index.insert(id as u64, v).expect("insert");
+    }
+    index
+}
+
 fn ids(hits: &[(u64, f32)]) -> Vec<u64> {
     hits.iter().map(|&(id, _)| id).collect()
 }
@@ -185,12 +196,7 @@ fn search_during_a_background_build_sees_every_vector() {
 fn removed_vector_is_hidden_from_tail_and_segment() {
     let mut rng = Rng(7);
     let vectors = rng.vectors(400, 32);
-    let index = index_with(config(32, 10_000, 128), &vectors[..300]);
-    index.seal();
-    assert!(index.wait_idle(IDLE));
-    for (id, v) in vectors.iter().enumerate().skip(300) {
-        index.insert(id as u64, v).expect("insert");
-    }
+    let index = segment_and_tail(config(32, 10_000, 128), &vectors, 300);
     // id 10 is in the segment, id 350 in the tail.
     for id in [10usize, 350] {
         assert!(index.remove(id as u64));
@@ -316,12 +322,7 @@ fn recall_at_10_reaches_95_percent_on_20k_clustered_vectors() {
 fn a_scorer_scores_each_live_id_in_tail_or_segment_and_nothing_else() {
     let mut rng = Rng(11);
     let vectors = rng.vectors(300, 32);
-    let index = index_with(config(32, 10_000, 64), &vectors[..200]);
-    index.seal();
-    assert!(index.wait_idle(IDLE));
-    for (id, v) in vectors.iter().enumerate().skip(200) {
-        index.insert(id as u64, v).expect("insert");
-    }
+    let index = segment_and_tail(config(32, 10_000, 64), &vectors, 200);
     assert!(index.remove(20));
     let replacement = rng.vector(32);
     index.insert(30, &replacement).expect("insert");
