@@ -403,5 +403,7 @@ fn a_search_scoped_to_a_namespace_ranks_its_vectors_as_an_exact_search_of_everyt
         .filter(|id| members.contains(id))
         .collect();
     let scoped = scoped_ranks(&m, "a boat to the lake");
-    assert_eq!(scoped, exact[..scoped.len()], "the namespaces are known again after a reopen");
+    // An engine that forgot its namespaces would find no vectors in this one.
+    assert!(scoped.len() >= 10, "the namespaces are known again after a reopen: {scoped:?}");
+    assert_eq!(scoped, exact[..scoped.len()]);
 }

@@ -175,6 +175,12 @@ fn normalised(list: &[(CrystalId, f32)]) -> Vec<f64> {
         .collect()
 }
 
+/// Vector-index hits (best first) as crystals: each at its best key, the first one listed.
+fn by_crystal(hits: Vec<(u64, f32)>) -> Vec<(CrystalId, f32)> {
+    let mut seen = HashSet::with_capacity(hits.len());
+    hits.into_iter().map(|(key, score)| (crystal_of(key), score)).filter(|(id, _)| seen.insert(*id)).collect()
+}
+
 /// How many candidates each half of recall gathers for `k` results.
 fn candidate_depth(k: usize) -> usize {
     (k * 5).max(50)
@@ -195,8 +201,7 @@ impl Memory {
         } else {
             self.vectors.search(embedding, self.vector_depth(depth))?
         };
-        let mut seen = HashSet::with_capacity(hits.len());
-        Ok(hits.into_iter().map(|(key, score)| (crystal_of(key), score)).filter(|(id, _)| seen.insert(*id)).collect())
+        Ok(by_crystal(hits))
     }
 
     /// The `k` crystals whose vectors are nearest to `q`, as recall's vector half finds them:
@@ -263,7 +268,6 @@ impl Memory {
         let text_hits = self.text.search_where(&query.q, depth, &query.text_filter())?;
         let crystals = read(&self.crystals);
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
-        let keep = |key: u64| crystals.get(&(crystal_of(key))).is_some_and(admits);
         let vector_depth = self.vector_depth(depth);
         let scoped = match &query.namespace {
             Some(namespace) => {
@@ -272,17 +276,13 @@ impl Memory {
             }
             None => None,
         };
-        let vector_hits = {
-            let hits = match scoped {
-                Some(hits) => hits,
-                None => self.vectors.search_where(&embedding, vector_depth, k, &keep)?,
-            };
-            let mut seen = HashSet::with_capacity(hits.len());
-            hits.into_iter()
-                .map(|(key, score)| (crystal_of(key), score))
-                .filter(|(id, _)| seen.insert(*id))
-                .collect::<Vec<_>>()
-        };
+        let vector_hits = by_crystal(match scoped {
+            Some(hits) => hits,
+            None => {
+                let keep = |key: u64| crystals.get(&crystal_of(key)).is_some_and(admits);
+                self.vectors.search_where(&embedding, vector_depth, k, &keep)?
+            }
+        });
         let tuning = self.tuning();
         let mut fused = fuse(&vector_hits, &text_hits, tuning.fusion);
         // What each candidate matched by itself, before any lift.

@@ -63,12 +63,18 @@ fn index_with(config: Config, vectors: &[Vec<f32>]) -> VectorIndex {
 
 /// An index whose first `sealed` vectors are in a segment and the rest in the tail.
 fn segment_and_tail(config: Config, vectors: &[Vec<f32>], sealed: usize) -> VectorIndex {
-    let index = index_with(config, &vectors[..sealed]);
-    index.seal();
-    assert!(index.wait_idle(IDLE));
+    let index = sealed_index(config, &vectors[..sealed]);
     for (id, v) in vectors.iter().enumerate().skip(sealed) {
         index.insert(id as u64, v).expect("insert");
     }
+    index
+}
+
+/// An index with every one of `vectors` sealed into a segment.
+fn sealed_index(config: Config, vectors: &[Vec<f32>]) -> VectorIndex {
+    let index = index_with(config, vectors);
+    index.seal();
+    assert!(index.wait_idle(IDLE));
     index
 }
 
@@ -148,9 +154,7 @@ fn tail_only_search_equals_exact() {
 #[test]
 fn segment_only_search_equals_exact_with_high_ef() {
     let mut rng = Rng(4);
-    let index = index_with(config(48, 10_000, 512), &rng.vectors(500, 48));
-    index.seal();
-    assert!(index.wait_idle(IDLE));
+    let index = sealed_index(config(48, 10_000, 512), &rng.vectors(500, 48));
     let stats = index.stats();
     assert_eq!((stats.segments.len(), stats.tail), (1, 0));
     assert_search_matches_exact(&index, &rng.vectors(30, 48), 10);
@@ -213,9 +217,7 @@ fn removed_vector_is_hidden_from_tail_and_segment() {
 fn reinserting_an_id_replaces_its_vector() {
     let mut rng = Rng(8);
     let vectors = rng.vectors(300, 32);
-    let index = index_with(config(32, 10_000, 128), &vectors);
-    index.seal();
-    assert!(index.wait_idle(IDLE));
+    let index = sealed_index(config(32, 10_000, 128), &vectors);
     let replacement = rng.vector(32);
     index.insert(5, &replacement).expect("insert");
     assert_eq!(index.len(), 300);
@@ -255,9 +257,7 @@ fn empty_index_and_zero_k_return_nothing() {
 #[test]
 fn k_above_ef_search_still_returns_k_results() {
     let mut rng = Rng(9);
-    let index = index_with(config(32, 10_000, 8), &rng.vectors(200, 32));
-    index.seal();
-    assert!(index.wait_idle(IDLE));
+    let index = sealed_index(config(32, 10_000, 8), &rng.vectors(200, 32));
     assert_search_matches_exact(&index, &rng.vectors(5, 32), 50);
     assert_eq!(index.search(&rng.vector(32), 500).expect("search").len(), 200);
 }
@@ -277,9 +277,7 @@ fn small_segments_merge_into_one() {
 #[test]
 fn mostly_dead_segment_is_rebuilt_without_its_dead() {
     let mut rng = Rng(11);
-    let index = index_with(config(32, 10_000, 128), &rng.vectors(100, 32));
-    index.seal();
-    assert!(index.wait_idle(IDLE));
+    let index = sealed_index(config(32, 10_000, 128), &rng.vectors(100, 32));
     for id in 0..40 {
         index.remove(id);
     }
@@ -346,9 +344,7 @@ fn a_scorer_scores_each_live_id_in_tail_or_segment_and_nothing_else() {
 fn a_filtered_search_returns_at_least_what_it_was_asked_for_whenever_that_many_pass() {
     let mut rng = Rng(12);
     let vectors = rng.vectors(2000, 32);
-    let index = index_with(config(32, 10_000, 32), &vectors);
-    index.seal();
-    assert!(index.wait_idle(IDLE));
+    let index = sealed_index(config(32, 10_000, 32), &vectors);
     let query = rng.vector(32);
     // Half the ids pass: the graph's candidates hold enough, and every hit passes.
     let even = |id: u64| id.is_multiple_of(2);
