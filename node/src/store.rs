@@ -433,6 +433,21 @@ impl Writes {
     }
 }
 
+/// Opens again a database a handle dropped just before held. sled's flusher thread winds
+/// down on its own and keeps the file lock for a moment after the last handle goes, so a test
+/// that reopens at once retries `open` for up to ten seconds, then fails with its last error.
+#[cfg(test)]
+pub(crate) fn reopen<T, E: std::fmt::Display>(mut open: impl FnMut() -> Result<T, E>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match open() {
+            Ok(opened) => return opened,
+            Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(e) => panic!("reopening the database: {e}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,7 +457,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = ContentId::of(b"skill");
         {
-            let store = Store::open(dir.path(), 1 << 20).unwrap();
+            let store = reopen(|| Store::open(dir.path(), 1 << 20));
             let mut writes = Writes::default();
             assert!(writes.insert_new(&store.skills, id.digest(), &"first".to_string()).unwrap());
             assert!(!writes.insert_new(&store.skills, id.digest(), &"second".to_string()).unwrap(), "kept");
@@ -451,7 +466,7 @@ mod tests {
             assert!(writes.is_empty(), "a commit empties the writes");
             store.flush_blocking().unwrap();
         }
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let store = reopen(|| Store::open(dir.path(), 1 << 20));
         assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("first"));
         assert_eq!(store.state::<u64>("weather").unwrap(), Some(42));
     }
@@ -459,7 +474,7 @@ mod tests {
     #[test]
     fn writes_are_read_back_before_they_commit_and_seen_by_others_only_after() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let store = reopen(|| Store::open(dir.path(), 1 << 20));
         let id = ContentId::of(b"skill");
         let mut writes = Writes::default();
         assert_eq!(writes.update::<u64, _>(&store.skills, id.digest(), |v| *v += 1).unwrap(), None);
@@ -482,7 +497,7 @@ mod tests {
     #[test]
     fn kept_envelopes_page_in_key_order_and_weather_keeps_only_the_newest() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let store = reopen(|| Store::open(dir.path(), 1 << 20));
         let key = |kind, n: u8| Key::new(kind, &ContentId::of(&[n]));
         let mut writes = Writes::default();
         for n in 0..5 {
@@ -509,7 +524,7 @@ mod tests {
     #[test]
     fn corrupt_record_is_a_clear_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let store = reopen(|| Store::open(dir.path(), 1 << 20));
         store.state.tree.insert("weather", b"{not json".to_vec()).unwrap();
         let err = store.state::<u64>("weather").unwrap_err();
         assert!(err.to_string().contains("weather"), "{err}");

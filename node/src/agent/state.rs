@@ -97,6 +97,7 @@ impl State {
             let n = old.and_then(|v| v.try_into().ok()).map(u64::from_be_bytes).unwrap_or(0);
             Some((n + 1).to_be_bytes().to_vec())
         })?;
+        self.tree.flush()?;
         Ok(next.and_then(|v| v.as_ref().try_into().ok()).map(u64::from_be_bytes).unwrap_or(0))
     }
 }
@@ -160,7 +161,7 @@ mod tests {
     fn state_survives_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::open(dir.path()).unwrap();
+            let db = crate::store::reopen(|| sled::open(dir.path()));
             let state = State::open(&db).unwrap();
             assert!(!state.handled("at://a#mention"));
             state.mark_handled("at://a#mention", 1_000).unwrap();
@@ -168,7 +169,7 @@ mod tests {
             assert_eq!(state.count_sequence("reply").unwrap(), 1);
             assert_eq!(state.count_sequence("reply").unwrap(), 2);
         }
-        let db = sled::open(dir.path()).unwrap();
+        let db = crate::store::reopen(|| sled::open(dir.path()));
         let state = State::open(&db).unwrap();
         assert!(state.handled("at://a#mention"));
         assert!(state.consented("did:plc:x") && !state.consented("did:plc:y"));

@@ -21,21 +21,9 @@ fn open(dir: &std::path::Path) -> Memory {
     open_at(dir, NOW)
 }
 
-/// Opens the engine in `dir` as of `now`. A handle dropped just before may still hold sled's
-/// file lock for a moment (its flusher thread winds down on its own), so a reopen retries.
+/// Opens the engine in `dir` as of `now`.
 fn open_at(dir: &std::path::Path, now: druse_protocol::UnixMillis) -> Memory {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let db = loop {
-        match sled::open(dir.join("db")) {
-            Ok(db) => break db,
-            Err(sled::Error::Io(e))
-                if e.kind() == std::io::ErrorKind::Other && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(e) => panic!("opening sled in {}: {e}", dir.display()),
-        }
-    };
+    let db = crate::store::reopen(|| sled::open(dir.join("db")));
     Memory::open(&db, &dir.join("index"), Config::default(), Arc::new(Hashing::new(384)), now).unwrap()
 }
 

@@ -35,19 +35,9 @@ impl Embedder for Counting {
     }
 }
 
-/// The store in `dir`: a handle dropped just before may still hold sled's lock for a moment,
-/// so this retries.
+/// The store in `dir`.
 fn db(dir: &Path) -> sled::Db {
-    let deadline = Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        match sled::open(dir.join("db")) {
-            Ok(db) => return db,
-            Err(sled::Error::Io(_)) if Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(e) => panic!("opening sled: {e}"),
-        }
-    }
+    crate::store::reopen(|| sled::open(dir.join("db")))
 }
 
 fn open(dir: &Path, embedder: Arc<dyn Embedder>) -> Memory {
