@@ -43,7 +43,9 @@ type Job = Box<dyn FnOnce() + Send>;
 pub struct Stopped;
 
 /// One thread of lower priority that runs jobs one at a time, in the order they were handed
-/// over. It ends when the last handle is dropped, after the jobs already queued.
+/// over. It ends when the last handle is dropped, after the jobs already queued. A job runs in
+/// a compute pool of its own, whose threads share that priority, so what a job does in
+/// parallel (embedding a batch, say) yields to the node's other work as the job does.
 #[derive(Debug, Clone)]
 pub struct Background {
     jobs: mpsc::Sender<Job>,
@@ -53,11 +55,22 @@ impl Background {
     /// Starts the thread, named `name`, at `nice`.
     pub fn start(name: &str, nice: i32) -> std::io::Result<Self> {
         let (jobs, mut queue) = mpsc::channel::<Job>(QUEUE);
+        let pool_name = name.to_owned();
         std::thread::Builder::new().name(name.to_owned()).spawn(move || {
             lower_this_thread(nice);
+            // Started from this thread, the pool's threads inherit its priority.
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .thread_name(move |i| format!("{pool_name}-{i}"))
+                .build()
+                .inspect_err(|error| tracing::warn!(%error, "a background thread without a pool of its own"))
+                .ok();
             while let Some(job) = queue.blocking_recv() {
                 // A job that panics fails alone: its caller gets `Stopped`, the next job runs.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &pool {
+                    Some(pool) => pool.install(job),
+                    None => job(),
+                }));
             }
         })?;
         Ok(Self { jobs })
@@ -83,12 +96,15 @@ mod tests {
     async fn jobs_run_on_a_named_thread_of_lower_priority() {
         let background = Background::start("test-background", LOW).unwrap();
         let first = background.run(|| (std::thread::current().name().map(str::to_owned), 1)).await.unwrap();
-        assert_eq!(first, (Some("test-background".to_owned()), 1));
+        assert!(first.0.as_ref().is_some_and(|name| name.starts_with("test-background")), "{first:?}");
+        assert_eq!(first.1, 1);
         #[cfg(target_os = "linux")]
         {
             let before = this_thread_nice();
-            let nice = background.run(this_thread_nice).await.unwrap();
-            assert_eq!(nice, Some(LOW.max(before.unwrap_or(0))), "the background thread kept its priority");
+            let low = Some(LOW.max(before.unwrap_or(0)));
+            // Both halves of a parallel section run in the job's own pool, at its priority.
+            let (nice, other) = background.run(|| rayon::join(this_thread_nice, this_thread_nice)).await.unwrap();
+            assert_eq!((nice, other), (low, low), "the background thread and its pool kept their priority");
             assert_eq!(this_thread_nice(), before, "the caller's priority changed too");
         }
     }

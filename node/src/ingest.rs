@@ -78,6 +78,33 @@ pub enum Effect {
     Boost(ContentId),
 }
 
+/// A peer's message with the checks that need no state done ahead of the ingestor, on any
+/// thread: its envelope opened ([`validate::open_envelope`]: size, strict decode, signature,
+/// body decoded) and, for a skill listing, its text and name scanned for secrets.
+#[derive(Debug)]
+pub struct Opened {
+    opened: Result<validate::Opened, Reason>,
+    confidential: bool,
+}
+
+impl Opened {
+    /// Runs the checks on `bytes`, keeping verified signers' keys decoded in `keys`.
+    pub fn new(bytes: &[u8], keys: &mut validate::SignerKeys) -> Self {
+        let opened = validate::open_envelope(bytes, keys);
+        let confidential = match opened.as_ref().ok().and_then(validate::Opened::body) {
+            Some(Body::Crystal(listing)) => holds_a_secret(listing),
+            _ => false,
+        };
+        Self { opened, confidential }
+    }
+}
+
+/// Whether a skill listing looks like it holds a password, key or token: such a listing is
+/// refused (`confidential`), so no secret spreads through the swarm.
+fn holds_a_secret(listing: &CrystalListing) -> bool {
+    governance::is_confidential(&listing.text) || governance::is_confidential(&listing.name)
+}
+
 /// Where a gossip message came from.
 #[derive(Debug, Clone, Copy)]
 pub struct Gossiped<'a> {
@@ -258,27 +285,30 @@ impl Ingestor {
         metrics: &Metrics,
     ) -> (Option<Kind>, Outcome) {
         let checked = validate::check(bytes, source, topic, now, &mut self.view);
-        self.ingest_checked(checked, bytes, source, propagation_source, now, metrics)
+        self.ingest_checked(checked, None, bytes, source, propagation_source, now, metrics)
     }
 
-    /// [`Ingestor::ingest`] for a message whose envelope was opened ahead (size, decode and
-    /// signature checked, by [`validate::open_envelope`]; `opened` is that step's result).
+    /// [`Ingestor::ingest`] for a message [`Opened`] ahead.
     pub fn ingest_opened(
         &mut self,
-        opened: Result<Envelope, Reason>,
+        opened: Opened,
         bytes: &[u8],
         gossip: Gossiped<'_>,
         now: UnixMillis,
         metrics: &Metrics,
     ) -> (Option<Kind>, Outcome) {
         let Gossiped { source, propagation_source, topic } = gossip;
-        let checked = opened.and_then(|envelope| validate::check_opened(envelope, source, topic, now, &self.view));
-        self.ingest_checked(checked, bytes, source, propagation_source, now, metrics)
+        let Opened { opened, confidential } = opened;
+        let checked = opened.and_then(|opened| validate::check_opened(opened, source, topic, now, &self.view));
+        self.ingest_checked(checked, Some(confidential), bytes, source, propagation_source, now, metrics)
     }
 
+    /// `confidential`: whether the message is a listing [`Opened`] found a secret in, if known.
+    #[allow(clippy::too_many_arguments)]
     fn ingest_checked(
         &mut self,
         checked: Result<Accepted, Reason>,
+        confidential: Option<bool>,
         bytes: &[u8],
         source: &PeerId,
         propagation_source: &PeerId,
@@ -298,7 +328,7 @@ impl Ingestor {
         if let Some(refusal) = self.kept_already(&accepted).or_else(|| self.gate(&accepted, source, now)) {
             return (Some(kind), refusal);
         }
-        let outcome = self.apply(&accepted, Provenance::Peer, now, metrics);
+        let outcome = self.apply(&accepted, confidential, Provenance::Peer, now, metrics);
         if outcome == Outcome::Accepted {
             self.note_peer(source, now, |r| r.accepted += 1);
         }
@@ -310,24 +340,26 @@ impl Ingestor {
     /// judged it arriving over gossip from its author. A message already kept is a duplicate.
     pub fn ingest_synced(&mut self, bytes: &[u8], now: UnixMillis, metrics: &Metrics) -> (Option<Kind>, Outcome) {
         let checked = validate::check_synced(bytes, now, &mut self.view);
-        self.ingest_synced_checked(checked, bytes, now, metrics)
+        self.ingest_synced_checked(checked, None, bytes, now, metrics)
     }
 
-    /// [`Ingestor::ingest_synced`] for a message whose envelope was opened ahead.
+    /// [`Ingestor::ingest_synced`] for a message [`Opened`] ahead.
     pub fn ingest_synced_opened(
         &mut self,
-        opened: Result<Envelope, Reason>,
+        opened: Opened,
         bytes: &[u8],
         now: UnixMillis,
         metrics: &Metrics,
     ) -> (Option<Kind>, Outcome) {
-        let checked = opened.and_then(|envelope| validate::check_synced_opened(envelope, now, &self.view));
-        self.ingest_synced_checked(checked, bytes, now, metrics)
+        let Opened { opened, confidential } = opened;
+        let checked = opened.and_then(|opened| validate::check_synced_opened(opened, now, &self.view));
+        self.ingest_synced_checked(checked, Some(confidential), bytes, now, metrics)
     }
 
     fn ingest_synced_checked(
         &mut self,
         checked: Result<Accepted, Reason>,
+        confidential: Option<bool>,
         bytes: &[u8],
         now: UnixMillis,
         metrics: &Metrics,
@@ -341,7 +373,7 @@ impl Ingestor {
         if let Some(refusal) = self.kept_already(&accepted).or_else(|| self.gate(&accepted, &author, now)) {
             return (Some(kind), refusal);
         }
-        (Some(kind), self.apply(&accepted, Provenance::Peer, now, metrics))
+        (Some(kind), self.apply(&accepted, confidential, Provenance::Peer, now, metrics))
     }
 
     /// A message whose envelope is kept was applied before: a duplicate, even when the
@@ -384,15 +416,23 @@ impl Ingestor {
         metrics: &Metrics,
     ) -> Outcome {
         match validate::check(bytes, me, topic, now, &mut self.view) {
-            Ok(accepted) => self.apply(&accepted, Provenance::Local, now, metrics),
+            Ok(accepted) => self.apply(&accepted, None, Provenance::Local, now, metrics),
             Err(reason) => Outcome::Protocol(reason),
         }
     }
 
     /// Step 9: stores or applies an accepted message. Only a message applied in full is
     /// committed to the validator's view: one refused here blocks no later copy.
-    fn apply(&mut self, accepted: &Accepted, origin: Provenance, now: UnixMillis, metrics: &Metrics) -> Outcome {
-        match self.apply_inner(accepted, origin, now, metrics) {
+    /// `confidential` says whether a listing holds a secret when [`Opened`] found out already.
+    fn apply(
+        &mut self,
+        accepted: &Accepted,
+        confidential: Option<bool>,
+        origin: Provenance,
+        now: UnixMillis,
+        metrics: &Metrics,
+    ) -> Outcome {
+        match self.apply_inner(accepted, confidential, origin, now, metrics) {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::error!(%error, "store failed while applying a message");
@@ -404,6 +444,7 @@ impl Ingestor {
     fn apply_inner(
         &mut self,
         accepted: &Accepted,
+        confidential: Option<bool>,
         origin: Provenance,
         now: UnixMillis,
         metrics: &Metrics,
@@ -413,7 +454,7 @@ impl Ingestor {
         let mut keep = true;
         match &accepted.body {
             Body::Crystal(listing) => {
-                if governance::is_confidential(&listing.text) || governance::is_confidential(&listing.name) {
+                if confidential.unwrap_or_else(|| holds_a_secret(listing)) {
                     return Ok(Outcome::Confidential);
                 }
                 // Endorsements that waited for the skill are applied before it is stored, so no

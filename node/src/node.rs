@@ -629,7 +629,7 @@ impl Node {
             weather,
             management_keys,
             embedder: self.inner.memory.embedder_name().to_owned(),
-            memories: self.inner.memory.counts().values().sum(),
+            memories: self.inner.memory.len(),
             mesh_peers,
         }
     }

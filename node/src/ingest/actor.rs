@@ -7,7 +7,8 @@
 //!    the network actor's event queue, which drops and counts what does not fit).
 //! 2. A verify thread takes the inbox in order, up to [`BATCH`] commands at a time, and opens
 //!    each peer's envelope: size, strict decode and the Ed25519 signature, the costly part that
-//!    needs no state ([`validate::open_envelope`]). The envelopes of a batch are opened in
+//!    needs no state, then decodes its body and scans a listing for secrets ([`Opened`]: the
+//!    actor is one thread, so what needs no state is done here). The envelopes of a batch are opened in
 //!    parallel, one worker per core, and handed on in inbox order, with their results, through
 //!    a second bounded queue: signatures are checked while the actor applies the messages
 //!    before.
@@ -31,11 +32,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use druse_protocol::net::{self, MessageId, PeerId};
-use druse_protocol::validate::{self, Reason, SignerKeys};
+use druse_protocol::validate::{Reason, SignerKeys};
 use druse_protocol::{ContentId, Envelope, Kind, PublicKey};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use super::{Effect, Gossiped, Ingestor, Outcome, count, count_synced};
+use super::{Effect, Gossiped, Ingestor, Opened, Outcome, count, count_synced};
 use crate::market::{self, Stats, Totals};
 use crate::memory::crystal::CrystalId;
 use crate::metrics::Metrics;
@@ -217,12 +218,12 @@ pub fn spawn(ingestor: Ingestor, outlets: Outlets) -> std::io::Result<(Handle, T
 
 /// What the verify thread found of a command's envelopes, in order: none for a command with
 /// none to open (or one the actor opens itself: this node's own messages).
-type Opened = Vec<Result<druse_protocol::Envelope, Reason>>;
+type Envelopes = Vec<Opened>;
 
 /// A command with its envelopes opened.
 struct Staged {
     command: Command,
-    opened: Opened,
+    opened: Envelopes,
 }
 
 /// Opens the envelopes peers sent, a batch at a time on `workers`, and hands each command on
@@ -236,7 +237,7 @@ fn verify_loop(
     let mut keys = SignerKeys::new(SIGNER_KEYS);
     let mut batch = Vec::with_capacity(BATCH);
     while commands.blocking_recv_many(&mut batch, BATCH) > 0 {
-        let opened: Vec<Opened> = match &workers {
+        let opened: Vec<Envelopes> = match &workers {
             Some(workers) if batch.len() > 1 => workers.install(|| {
                 let open = |keys: &mut SignerKeys, command: &Command| open_all(command, keys);
                 batch.par_iter().map_init(|| SignerKeys::new(SIGNER_KEYS), open).collect()
@@ -254,13 +255,11 @@ fn verify_loop(
 
 /// Opens a command's envelopes: none for a command with none to open, or one the actor opens
 /// itself (this node's own messages).
-fn open_all(command: &Command, keys: &mut SignerKeys) -> Opened {
+fn open_all(command: &Command, keys: &mut SignerKeys) -> Envelopes {
     match command {
-        Command::Gossip { source: Some(_), data, .. } => vec![validate::open_envelope(data, keys)],
-        Command::Message { bytes, .. } => vec![validate::open_envelope(bytes, keys)],
-        Command::Synced { envelopes, .. } => {
-            envelopes.iter().map(|bytes| validate::open_envelope(bytes, keys)).collect()
-        }
+        Command::Gossip { source: Some(_), data, .. } => vec![Opened::new(data, keys)],
+        Command::Message { bytes, .. } => vec![Opened::new(bytes, keys)],
+        Command::Synced { envelopes, .. } => envelopes.iter().map(|bytes| Opened::new(bytes, keys)).collect(),
         _ => Vec::new(),
     }
 }

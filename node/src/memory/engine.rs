@@ -248,8 +248,12 @@ fn decode_vector(bytes: &[u8]) -> Vec<f32> {
 /// on every core: it is a third of the pass's time on one.
 fn encode_crystals(crystals: &[Crystal]) -> Result<Vec<Vec<u8>>, Error> {
     let encode = |c: &Crystal| serde_json::to_vec(c).map_err(|e| Error::Corrupt(format!("crystal {}", c.id), e));
+    if crystals.len() < 4096 {
+        return crystals.iter().map(encode).collect();
+    }
+    // Asked only for a large set: the answer is read from the cgroup's files each time.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if crystals.len() < 4096 || threads < 2 {
+    if threads < 2 {
         return crystals.iter().map(encode).collect();
     }
     let chunk = crystals.len().div_ceil(threads);
@@ -518,6 +522,16 @@ impl Memory {
     /// One crystal.
     pub fn get(&self, id: CrystalId) -> Option<Crystal> {
         read(&self.crystals).get(&id).cloned()
+    }
+
+    /// How many crystals the engine holds, in any lifecycle stage or status.
+    pub fn len(&self) -> usize {
+        read(&self.crystals).len()
+    }
+
+    /// Whether the engine holds no crystal.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// How many crystals are stored, by lifecycle.

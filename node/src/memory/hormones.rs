@@ -59,13 +59,15 @@ const TRIGGERS: &[(Event, &[&str])] = &[
 
 /// The events whose trigger words appear in `text` (whole words, any case), each once.
 pub fn detect(text: &str) -> Vec<Event> {
-    let words: Vec<String> =
-        text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
-    TRIGGERS
-        .iter()
-        .filter(|(_, triggers)| words.iter().any(|w| triggers.iter().any(|t| w == t)))
-        .map(|(event, _)| *event)
-        .collect()
+    let mut found = [false; TRIGGERS.len()];
+    // Every trigger is ASCII, so a word matches one only if it is ASCII too, and comparing
+    // without case needs no lowered copy of the text.
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty() && w.is_ascii()) {
+        for (seen, (_, triggers)) in found.iter_mut().zip(TRIGGERS) {
+            *seen = *seen || triggers.iter().any(|t| t.eq_ignore_ascii_case(word));
+        }
+    }
+    TRIGGERS.iter().zip(found).filter(|(_, seen)| *seen).map(|((event, _), _)| *event).collect()
 }
 
 /// Seed 004's numbers; `Default` holds them.
@@ -242,6 +244,11 @@ mod tests {
         assert_eq!(detect("the build crashed, urgent"), vec![Event::Urgency, Event::Error]);
         assert_eq!(detect("Thanks, team"), vec![Event::Social]);
         assert!(detect("the errorless terror").is_empty(), "substrings do not count");
+        assert_eq!(
+            detect("DEADLINE überall, Fixed"),
+            vec![Event::Reward, Event::Urgency],
+            "any case, beside other words"
+        );
     }
 
     #[test]

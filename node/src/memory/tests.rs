@@ -273,7 +273,7 @@ fn bad_input_is_a_clear_error_and_stores_nothing() {
     assert!(m.add(memory(&"x".repeat(20_000)), "user", NOW).is_err());
     let ttl_without_ttl = NewMemory { lifespan: Lifespan::Ttl, ..memory("x") };
     assert!(m.add(ttl_without_ttl, "user", NOW).is_err());
-    assert!(m.counts().is_empty());
+    assert!(m.counts().is_empty() && m.is_empty());
 }
 
 #[test]
@@ -388,8 +388,11 @@ fn add_many_reconciles_each_memory_against_those_before_it_and_commits_once() {
     assert_eq!(added[1].decision, Decision::Update { target: added[0].crystal.id, confidence: 1.0 });
     assert_eq!(m.get(added[0].crystal.id).unwrap().status, Status::Superseded);
     assert_eq!(search(&m, "surgery").first().map(String::as_str), Some("Wait, actually it's March 22"));
+    // The superseded crystal is kept beside the one that replaced it.
+    assert_eq!(m.len(), 3);
     drop(m);
     let m = open(dir.path());
+    assert_eq!(m.len(), 3);
     assert_eq!(search(&m, "crows").first().map(String::as_str), Some("Alice likes crows"));
 }
 

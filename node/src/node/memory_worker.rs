@@ -52,6 +52,19 @@ impl Node {
             if let Err(error) = done {
                 tracing::warn!(%error, "the memory worker failed");
             }
+            // What a full queue dropped is swept as soon as the queue runs dry, not at the
+            // sweep's next tick: a flood of gossip is indexed without a pause after it.
+            if effects.is_empty() {
+                self.sweep_owed().await;
+            }
+        }
+    }
+
+    /// Sweeps if work was dropped or failed since the last sweep, and owes it again if the
+    /// sweep fails too.
+    async fn sweep_owed(&self) {
+        if self.inner.owed.swap(false, Ordering::Relaxed) && !self.sweep().await {
+            self.inner.owed.store(true, Ordering::Relaxed);
         }
     }
 
@@ -65,9 +78,7 @@ impl Node {
         tick.tick().await;
         loop {
             tick.tick().await;
-            if self.inner.owed.swap(false, Ordering::Relaxed) && !self.sweep().await {
-                self.inner.owed.store(true, Ordering::Relaxed);
-            }
+            self.sweep_owed().await;
         }
     }
 

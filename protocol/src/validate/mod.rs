@@ -429,31 +429,31 @@ pub fn check(
     now: UnixMillis,
     view: &mut TrustView,
 ) -> Result<Accepted, Reason> {
-    let envelope = open(bytes, view)?;
-    check_opened(envelope, source, topic, now, view)
+    let opened = open(bytes, view)?;
+    check_opened(opened, source, topic, now, view)
 }
 
 /// [`check`] for an envelope [`open_envelope`] already opened (size, decode and signature
 /// checked): every rule after those, in the same order.
 pub fn check_opened(
-    envelope: Envelope,
+    opened: Opened,
     source: &PeerId,
     topic: &str,
     now: UnixMillis,
     view: &TrustView,
 ) -> Result<Accepted, Reason> {
+    let Opened { envelope, body, content_id } = opened;
     let kind = envelope.kind();
     if !topic::carries(topic, kind) {
         return Err(Reason::WrongTopic);
     }
-    let body = Body::decode(kind, envelope.body())?;
+    let body = body?;
     view.check_time(&body, now)?;
     let signer = envelope.signer();
     check_authority(view, &envelope, &body)?;
     if !kind.is_management() && signer.peer_id() != *source {
         return Err(Reason::AuthorMismatch);
     }
-    let content_id = envelope.content_id();
     if view.seen.contains(&content_id) {
         return Err(Reason::Duplicate);
     }
@@ -473,16 +473,16 @@ pub fn check_opened(
 /// seq from one key and by issue time across keys, and dedupes on its store) and the per-peer
 /// rate (a sync is bounded per peer). Like [`check`], it records nothing.
 pub fn check_synced(bytes: &[u8], now: UnixMillis, view: &mut TrustView) -> Result<Accepted, Reason> {
-    let envelope = open(bytes, view)?;
-    check_synced_opened(envelope, now, view)
+    let opened = open(bytes, view)?;
+    check_synced_opened(opened, now, view)
 }
 
 /// [`check_synced`] for an envelope [`open_envelope`] already opened.
-pub fn check_synced_opened(envelope: Envelope, now: UnixMillis, view: &TrustView) -> Result<Accepted, Reason> {
-    let body = Body::decode(envelope.kind(), envelope.body())?;
+pub fn check_synced_opened(opened: Opened, now: UnixMillis, view: &TrustView) -> Result<Accepted, Reason> {
+    let Opened { envelope, body, content_id } = opened;
+    let body = body?;
     view.check_future(&body, now)?;
     check_authority(view, &envelope, &body)?;
-    let content_id = envelope.content_id();
     if view.seen.contains(&content_id) {
         return Err(Reason::Duplicate);
     }
@@ -504,14 +504,33 @@ impl SignerKeys {
 /// The first rules, which need no state: size, strict decode, canonical form and signature.
 /// A node may run them ahead of the rest, on another thread, and hand the envelope to
 /// [`check_opened`] or [`check_synced_opened`].
-pub fn open_envelope(bytes: &[u8], keys: &mut SignerKeys) -> Result<Envelope, Reason> {
+pub fn open_envelope(bytes: &[u8], keys: &mut SignerKeys) -> Result<Opened, Reason> {
     let envelope = Envelope::open_with(bytes, |key| keys.0.get(key).copied())?;
     keys.0.insert(envelope.signer().to_bytes(), envelope.signer());
-    Ok(envelope)
+    let body = Body::decode(envelope.kind(), envelope.body()).map_err(Reason::from);
+    let content_id = envelope.content_id();
+    Ok(Opened { envelope, body, content_id })
+}
+
+/// An envelope [`open_envelope`] opened, with what else needs no state done ahead too: its
+/// body decoded (or why it does not decode, which the later rules report in their order) and
+/// its content id hashed.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    envelope: Envelope,
+    body: Result<Body, Reason>,
+    content_id: ContentId,
+}
+
+impl Opened {
+    /// The decoded body, if it decodes.
+    pub fn body(&self) -> Option<&Body> {
+        self.body.as_ref().ok()
+    }
 }
 
 /// Opens the envelope (size, decode, signature), keeping the verified signer's key decoded.
-fn open(bytes: &[u8], view: &mut TrustView) -> Result<Envelope, Reason> {
+fn open(bytes: &[u8], view: &mut TrustView) -> Result<Opened, Reason> {
     open_envelope(bytes, &mut view.signers)
 }
 

@@ -21,6 +21,9 @@ const PAIR_WEIGHT: f32 = 0.5;
 /// The squared weight all 3-grams of one word share, so long words do not outweigh short ones.
 const TRIGRAM_ENERGY: f32 = 0.5;
 
+/// Texts in one call from which embedding them is spread over the compute pool.
+const PARALLEL_TEXTS: usize = 32;
+
 /// Marks a word's start and end inside its 3-grams (control characters never occur inside a word).
 const WORD_START: char = '\u{2}';
 const WORD_END: char = '\u{3}';
@@ -106,7 +109,13 @@ impl Embedder for Hashing {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, Error> {
-        Ok(texts.iter().map(|text| self.embed_one(text)).collect())
+        // A batch (skills indexed from the swarm, an imported conversation) is split over the
+        // compute pool; a few texts are not worth waking it.
+        if texts.len() < PARALLEL_TEXTS {
+            return Ok(texts.iter().map(|text| self.embed_one(text)).collect());
+        }
+        use rayon::prelude::*;
+        Ok(texts.par_iter().with_min_len(PARALLEL_TEXTS / 2).map(|text| self.embed_one(text)).collect())
     }
 
     fn matches_words(&self) -> bool {
@@ -269,6 +278,11 @@ mod tests {
         let batch = embedder.embed(&["alpha", "beta", "gamma"]).unwrap();
         assert_eq!(batch, vec![one(&embedder, "alpha"), one(&embedder, "beta"), one(&embedder, "gamma")]);
         assert!(embedder.embed(&[]).unwrap().is_empty());
+        // A batch large enough to be split over the compute pool keeps its order too.
+        let texts: Vec<String> = (0..3 * PARALLEL_TEXTS).map(|i| format!("text number {i}")).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let singles: Vec<Vec<f32>> = texts.iter().map(|t| one(&embedder, t)).collect();
+        assert_eq!(embedder.embed(&texts).unwrap(), singles);
     }
 
     #[test]
