@@ -8,10 +8,10 @@
 //! 2. A verify thread takes the inbox in order, up to [`BATCH`] commands at a time, and opens
 //!    each peer's envelope: size, strict decode and the Ed25519 signature, the costly part that
 //!    needs no state, then decodes its body and scans a listing for secrets ([`Opened`]: the
-//!    actor is one thread, so what needs no state is done here). The envelopes of a batch are opened in
-//!    parallel, one worker per core, and handed on in inbox order, with their results, through
-//!    a second bounded queue: signatures are checked while the actor applies the messages
-//!    before.
+//!    actor is one thread, so what needs no state is done here). The envelopes of a batch are
+//!    opened in parallel, one worker per core, and handed on in inbox order, with their results,
+//!    through a second bounded queue: signatures are checked while the actor applies the
+//!    messages before.
 //! 3. The actor runs on its own OS thread, so sled never runs on the async executor. It takes
 //!    whatever waits, up to [`BATCH`] commands, and runs each message through the rest of
 //!    validation, the trust and weather gate, and applying it ([`Ingestor::ingest_opened`]).
