@@ -1,8 +1,9 @@
 //! The memory worker: puts the skills ingestion stored into the memory engine and applies
 //! bounty boosts to their crystals, in batches; and the sweep that makes up for work the
 //! worker's queue dropped or that failed, until it is done. Both run their work on the
-//! `druse-index` background thread and its pool, at a lower CPU priority ([`crate::background`]): under a flood of
-//! gossip, ingestion keeps the CPU and indexing catches up when it is free.
+//! `druse-index` background thread and its pool, at a lower CPU priority
+//! ([`crate::background`]): under a flood of gossip, ingestion keeps the CPU and indexing
+//! catches up when it is free.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
