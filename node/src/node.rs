@@ -563,7 +563,14 @@ impl Node {
 
     /// One stored skill.
     pub fn skill(&self, id: &ContentId) -> Result<Option<Skill>, Error> {
-        Ok(self.inner.store.skill(id)?)
+        Ok(self.inner.store.skill(id)?.map(|skill| self.with_crystal(skill)))
+    }
+
+    /// `skill` with the crystal the memory engine indexed it as (a skill stored by an older
+    /// version keeps the crystal recorded with it).
+    fn with_crystal(&self, mut skill: Skill) -> Skill {
+        skill.crystal = skill.crystal.or_else(|| self.inner.memory.skill_crystal(&skill.id));
+        skill
     }
 
     /// Peer activity from now on. The channel is bounded: a receiver more than 4096 events
@@ -574,7 +581,7 @@ impl Node {
 
     /// Every stored skill.
     pub fn skills(&self) -> Result<Vec<Skill>, Error> {
-        Ok(self.inner.store.skills().collect::<Result<_, _>>()?)
+        Ok(self.inner.store.skills().map(|skill| skill.map(|s| self.with_crystal(s))).collect::<Result<_, _>>()?)
     }
 
     /// The weather as this node sees it now.

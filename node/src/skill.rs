@@ -50,7 +50,9 @@ pub struct Skill {
     /// The content id of the newest version known.
     #[serde(default)]
     pub deprecated_by: Option<ContentId>,
-    /// The memory crystal that indexes this skill, once it is in the memory engine.
+    /// The memory crystal that indexes this skill, once it is in the memory engine. The
+    /// engine keeps the link with the crystal, and the node fills this in when it reads a
+    /// skill; a skill stored by an older version may still hold it in its record.
     #[serde(default)]
     pub crystal: Option<u64>,
 }

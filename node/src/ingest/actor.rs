@@ -38,11 +38,9 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::{Effect, Gossiped, Ingestor, Opened, Outcome, count, count_synced};
 use crate::market::{self, Stats, Totals};
-use crate::memory::crystal::CrystalId;
 use crate::metrics::Metrics;
 use crate::node::{Activity, now_ms};
 use crate::peers::Book;
-use crate::skill::Skill;
 use crate::store;
 use crate::weather;
 
@@ -67,8 +65,6 @@ pub enum Command {
     Synced { envelopes: Vec<Vec<u8>>, reply: oneshot::Sender<Vec<(Option<Kind>, Outcome)>> },
     /// A message this node signed, for `topic`; gossiped by the caller once accepted.
     Local { bytes: Vec<u8>, topic: &'static str, reply: oneshot::Sender<Outcome> },
-    /// The memory worker stored these skills as these crystals.
-    Indexed { crystals: Vec<(ContentId, CrystalId)>, reply: oneshot::Sender<Result<(), store::Error>> },
     /// A skill's crystal had the boosts of these bounties.
     Boosted { skill: ContentId, bounties: Vec<String>, reply: oneshot::Sender<Result<(), store::Error>> },
     /// This node pays for an adoption: the debit and the signed report are committed together
@@ -385,10 +381,6 @@ impl Actor {
                 self.note(Envelope::peek_kind(&bytes), outcome);
                 self.waiting.push(Owed::Local(reply, outcome));
             }
-            Command::Indexed { crystals, reply } => {
-                let result = self.ingestor.set_crystals(&crystals);
-                self.waiting.push(Owed::Stored(reply, result));
-            }
             Command::Boosted { skill, bounties, reply } => {
                 let result = self.ingestor.boosted(skill, bounties);
                 self.waiting.push(Owed::Stored(reply, result));
@@ -504,14 +496,6 @@ impl Actor {
 }
 
 impl Ingestor {
-    /// Records which crystal each skill became.
-    fn set_crystals(&mut self, crystals: &[(ContentId, CrystalId)]) -> Result<(), store::Error> {
-        for (skill, crystal) in crystals {
-            self.writes.update::<Skill, _>(&self.store.skills, skill.digest(), |s| s.crystal = Some(*crystal))?;
-        }
-        Ok(())
-    }
-
     /// Records that a skill's crystal had the boosts of `bounties`.
     fn boosted(&mut self, skill: ContentId, bounties: Vec<String>) -> Result<(), store::Error> {
         self.writes.upsert(&self.store.market, skill.digest(), |s: &mut Stats| s.boosted.extend(bounties))?;

@@ -1,8 +1,8 @@
 //! The memory crystal (seed 004's anatomy, seed 000's namespaces and kinds, seed 003's decay
 //! classes): what one stored memory is and carries.
 
-use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
+use druse_protocol::{ContentId, UnixMillis};
 use serde::{Deserialize, Serialize};
 
 use crate::governance::{Scope, Sensitivity};
@@ -258,6 +258,10 @@ pub struct Crystal {
     /// The caller's own metadata (a JSON object), stored and returned as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// For a skill's crystal, the skill (by content id) it indexes: kept with the crystal, so
+    /// a skill is linked to its crystal by the same write that stores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill: Option<ContentId>,
 }
 
 impl Crystal {

@@ -1,6 +1,7 @@
 //! Where each crystal sits: every crystal by namespace, so a search scoped to one namespace
-//! reads only its memories, and the conversation turns by session in the order they were
-//! said, so a turn's predecessor is one ordered lookup instead of a scan of every crystal.
+//! reads only its memories; the conversation turns by session in the order they were
+//! said, so a turn's predecessor is one ordered lookup instead of a scan of every crystal;
+//! and the crystal of each skill the node holds.
 //! Derived from the crystals (it holds no state of its own) and rebuilt from them when the
 //! engine opens.
 
@@ -9,16 +10,17 @@ use std::collections::{BTreeSet, HashMap};
 use rustc_hash::FxHashSet;
 use std::ops::Bound::{Excluded, Unbounded};
 
-use druse_protocol::UnixMillis;
+use druse_protocol::{ContentId, UnixMillis};
 
 use crate::memory::crystal::{Crystal, CrystalId, Namespace};
 
-/// Every crystal by namespace, and every crystal that has both a session and a turn time by
-/// (namespace, session).
+/// Every crystal by namespace, every crystal that has both a session and a turn time by
+/// (namespace, session), and every skill's crystal by the skill's content id.
 #[derive(Debug, Default)]
 pub(crate) struct Scopes {
     members: HashMap<Namespace, FxHashSet<CrystalId>>,
     sessions: HashMap<(Namespace, String), BTreeSet<(UnixMillis, CrystalId)>>,
+    skills: HashMap<ContentId, CrystalId>,
 }
 
 impl Scopes {
@@ -28,6 +30,9 @@ impl Scopes {
         if let (Some(session), Some(at)) = (&crystal.session, crystal.turn_at) {
             let key = (crystal.namespace.clone(), session.clone());
             self.sessions.entry(key).or_default().insert((at, crystal.id));
+        }
+        if let Some(skill) = crystal.skill {
+            self.skills.insert(skill, crystal.id);
         }
     }
 
@@ -48,12 +53,21 @@ impl Scopes {
                 }
             }
         }
+        if let Some(skill) = crystal.skill
+            && self.skills.get(&skill) == Some(&crystal.id)
+        {
+            self.skills.remove(&skill);
+        }
     }
 
     /// Replaces what is recorded for `old` (if anything) with `new`.
     pub(crate) fn update(&mut self, old: Option<&Crystal>, new: &Crystal) {
         if let Some(old) = old {
-            if old.namespace == new.namespace && old.session == new.session && old.turn_at == new.turn_at {
+            if old.namespace == new.namespace
+                && old.session == new.session
+                && old.turn_at == new.turn_at
+                && old.skill == new.skill
+            {
                 return;
             }
             self.remove(old);
@@ -64,6 +78,11 @@ impl Scopes {
     /// The crystals of `namespace`; none is an empty namespace.
     pub(crate) fn members(&self, namespace: &Namespace) -> Option<&FxHashSet<CrystalId>> {
         self.members.get(namespace)
+    }
+
+    /// The crystal that indexes skill `skill`.
+    pub(crate) fn skill(&self, skill: &ContentId) -> Option<CrystalId> {
+        self.skills.get(skill).copied()
     }
 
     /// The first turn of `session` said strictly after `at`.
@@ -152,5 +171,21 @@ mod tests {
         assert_eq!(scopes.before(&alice, "s2", 500), Some(1));
         scopes.remove(&moved);
         assert_eq!(scopes.before(&alice, "s2", 500), None);
+    }
+
+    #[test]
+    fn a_skill_is_found_by_its_crystal_until_that_crystal_goes() {
+        let mut scopes = Scopes::default();
+        let (one, two) = (ContentId::of(b"skill one"), ContentId::of(b"skill two"));
+        let first = Crystal { skill: Some(one), ..crate::memory::tests::crystal(3, "a skill") };
+        scopes.insert(&first);
+        scopes.insert(&crate::memory::tests::crystal(4, "not a skill"));
+        assert_eq!(scopes.skill(&one), Some(3));
+        assert_eq!(scopes.skill(&two), None);
+        let relinked = Crystal { skill: Some(two), ..first.clone() };
+        scopes.update(Some(&first), &relinked);
+        assert_eq!((scopes.skill(&one), scopes.skill(&two)), (None, Some(3)));
+        scopes.remove(&relinked);
+        assert_eq!(scopes.skill(&two), None);
     }
 }

@@ -5,11 +5,14 @@
 //! This module holds what a skill brings to memory; storing it is the engine's
 //! (`Memory::add_skills`).
 
+use druse_protocol::ContentId;
 use druse_protocol::body::SemanticType;
 
 /// A skill to remember.
 #[derive(Debug, Clone)]
 pub struct SkillMemory<'a> {
+    /// The skill's content id: its crystal is found by it ([`crate::memory::Memory::skill_crystal`]).
+    pub id: ContentId,
     pub name: &'a str,
     pub text: &'a str,
     pub semantic_type: SemanticType,

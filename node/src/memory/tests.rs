@@ -68,6 +68,7 @@ pub(crate) fn crystal(id: CrystalId, text: &str) -> Crystal {
         steering_reward: 0.0,
         external_id: None,
         metadata: None,
+        skill: None,
     }
 }
 
@@ -429,6 +430,7 @@ fn a_skill_from_a_peer_is_stored_with_its_peer_in_one_audited_write() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
     let skill = SkillMemory {
+        id: druse_protocol::ContentId::of(b"backoff"),
         name: "backoff",
         text: "retry failed calls with exponential backoff",
         semantic_type: druse_protocol::body::SemanticType::Skill,
@@ -455,6 +457,7 @@ fn skills_added_in_one_batch_are_each_stored_and_one_refused_skill_holds_up_none
         .iter()
         .enumerate()
         .map(|(n, text)| SkillMemory {
+            id: druse_protocol::ContentId::of(text.as_bytes()),
             name: ["backoff", "huge", "dates"][n],
             text,
             semantic_type: druse_protocol::body::SemanticType::Skill,
@@ -479,6 +482,50 @@ fn skills_added_in_one_batch_are_each_stored_and_one_refused_skill_holds_up_none
         assert_eq!(m.get(*id).unwrap().text, text);
         assert!(search(&m, words).iter().any(|t| t == text), "{words} did not recall {text}");
     }
+}
+
+#[test]
+fn a_skill_keeps_its_one_crystal_through_repeats_and_a_reopen() {
+    use crate::memory::skills::SkillMemory;
+    use druse_protocol::ContentId;
+    let dir = tempfile::tempdir().unwrap();
+    let (backoff, dates) = (ContentId::of(b"backoff"), ContentId::of(b"dates"));
+    let skill = |id, name, text| SkillMemory {
+        id,
+        name,
+        text,
+        semantic_type: druse_protocol::body::SemanticType::Skill,
+        peer: None,
+    };
+    let first = {
+        let m = open(dir.path());
+        assert_eq!(m.skill_crystal(&backoff), None);
+        let results = m.add_skills(
+            vec![
+                skill(backoff, "backoff", "retry failed calls with exponential backoff"),
+                skill(backoff, "backoff", "retry failed calls with exponential backoff"),
+            ],
+            NOW,
+        );
+        let ids: Vec<CrystalId> = results.into_iter().map(Result::unwrap).collect();
+        assert_eq!(ids[0], ids[1], "a skill twice in one batch is stored once");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.skill_crystal(&backoff), Some(ids[0]));
+        assert_eq!(m.get(ids[0]).unwrap().skill, Some(backoff));
+        ids[0]
+    };
+    let m = open(dir.path());
+    assert_eq!(m.skill_crystal(&backoff), Some(first), "the link is stored with the crystal");
+    let again = m.add_skills(
+        vec![
+            skill(dates, "dates", "parse ISO dates in any zone"),
+            skill(backoff, "backoff", "retry failed calls with exponential backoff"),
+        ],
+        NOW + 1,
+    );
+    let dated = *again[0].as_ref().unwrap();
+    assert_eq!(*again[1].as_ref().unwrap(), first, "a skill already held is not stored again");
+    assert_eq!((m.len(), m.skill_crystal(&dates)), (2, Some(dated)));
 }
 
 #[test]

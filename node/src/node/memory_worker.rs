@@ -5,7 +5,6 @@
 //! ([`crate::background`]): under a flood of gossip, ingestion keeps the CPU and indexing
 //! catches up when it is free.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use druse_protocol::ContentId;
@@ -113,47 +112,47 @@ impl Node {
     }
 
     /// Stores a skill as a memory crystal (origin `peer` with the peer, or `skill` for this
-    /// node's own), records which crystal it is, and returns it (`None`: no such skill).
+    /// node's own) and returns it (`None`: no such skill).
     fn index_skill(&self, id: ContentId) -> Result<Option<CrystalId>, Error> {
         let mut one = self.index_skills(&[id])?;
         Ok(one.pop().flatten())
     }
 
     /// [`Node::index_skill`] for many skills at once: one embedding call, one durable write
-    /// and one text commit for all that have no crystal yet. A skill the memory refuses is
+    /// and one text commit for all that have no crystal yet. The memory engine keeps which
+    /// crystal each skill became, in the crystal's own write. A skill the memory refuses is
     /// logged and left out (`None`); the others are indexed.
     fn index_skills(&self, ids: &[ContentId]) -> Result<Vec<Option<CrystalId>>, Error> {
         let _one_at_a_time = lock(&self.inner.indexing);
         let skills: Vec<Option<Skill>> = ids.iter().map(|id| self.skill(id)).collect::<Result<_, _>>()?;
-        let mut once = HashSet::new();
-        let waiting: Vec<&Skill> =
-            skills.iter().flatten().filter(|s| s.crystal.is_none() && once.insert(s.id)).collect();
-        let memories = waiting
+        let memories = skills
             .iter()
+            .flatten()
+            .filter(|skill| skill.crystal.is_none())
             .map(|skill| SkillMemory {
+                id: skill.id,
                 name: &skill.listing.name,
                 text: &skill.listing.text,
                 semantic_type: skill.listing.semantic_type,
                 peer: (skill.origin == Provenance::Peer).then(|| skill.author_peer.clone()),
             })
             .collect();
-        let stored = self.inner.memory.add_skills(memories, now_ms());
-        let mut crystals: HashMap<ContentId, CrystalId> = HashMap::with_capacity(stored.len());
-        for (skill, result) in waiting.iter().zip(stored) {
-            match result {
-                Ok(crystal) => {
-                    crystals.insert(skill.id, crystal);
-                }
-                Err(error) => tracing::warn!(%error, skill = %skill.id, "could not index a skill in memory"),
-            }
-        }
-        if !crystals.is_empty() {
-            let indexed: Vec<(ContentId, CrystalId)> = crystals.iter().map(|(s, c)| (*s, *c)).collect();
-            self.inner.ingest.ask_blocking(|reply| Command::Indexed { crystals: indexed, reply })??;
-        }
+        let mut stored = self.inner.memory.add_skills(memories, now_ms()).into_iter();
         Ok(skills
             .iter()
-            .map(|skill| skill.as_ref().and_then(|s| s.crystal.or_else(|| crystals.get(&s.id).copied())))
+            .map(|skill| {
+                let skill = skill.as_ref()?;
+                if skill.crystal.is_some() {
+                    return skill.crystal;
+                }
+                match stored.next()? {
+                    Ok(crystal) => Some(crystal),
+                    Err(error) => {
+                        tracing::warn!(%error, skill = %skill.id, "could not index a skill in memory");
+                        None
+                    }
+                }
+            })
             .collect())
     }
 

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
+use druse_protocol::{ContentId, UnixMillis};
 
 use super::vectors::ScopedSearch;
 use super::{
@@ -57,12 +57,21 @@ const EMBED_BATCH: usize = 256;
 /// whatever the last commit did not hold, so this bounds that work.
 pub(super) const TEXT_COMMIT_DOCS: usize = 1024;
 
-/// One memory of a batch, with the peer it came from (if from the swarm) and who stores it.
+/// One memory of a batch, with the peer it came from (if from the swarm), the skill it
+/// indexes (if it is a skill's) and who stores it.
 #[derive(Debug, Clone)]
 pub(super) struct Incoming {
     pub new: NewMemory,
     pub peer: Option<String>,
+    pub skill: Option<ContentId>,
     pub actor: String,
+}
+
+impl Incoming {
+    /// A memory stored by `actor`, neither from a peer nor a skill's.
+    fn own(new: NewMemory, actor: &str) -> Self {
+        Self { new, peer: None, skill: None, actor: actor.to_owned() }
+    }
 }
 
 impl Memory {
@@ -70,7 +79,7 @@ impl Memory {
     /// most similar active observations, and commits it, any supersession and their audit
     /// entries in one batch, made durable before returning.
     pub fn add(&self, new: NewMemory, actor: &str, now: UnixMillis) -> Result<Added, Error> {
-        let (mut added, outcome) = self.add_incoming(vec![Incoming { new, peer: None, actor: actor.to_owned() }], now);
+        let (mut added, outcome) = self.add_incoming(vec![Incoming::own(new, actor)], now);
         outcome?;
         added.pop().ok_or_else(|| Error::Invalid("the memory was not stored".into()))
     }
@@ -82,7 +91,7 @@ impl Memory {
     /// Nothing is stored unless every memory is valid. If one fails later (the embedder, the
     /// disk), those before it stay stored and durable, and the error is returned.
     pub fn add_many(&self, news: Vec<NewMemory>, actor: &str, now: UnixMillis) -> Result<Vec<Added>, Error> {
-        let items = news.into_iter().map(|new| Incoming { new, peer: None, actor: actor.to_owned() }).collect();
+        let items = news.into_iter().map(|new| Incoming::own(new, actor)).collect();
         let (added, outcome) = self.add_incoming(items, now);
         outcome.map(|()| added)
     }
@@ -104,7 +113,7 @@ impl Memory {
         actor: &str,
         now: UnixMillis,
     ) -> Result<Added, Error> {
-        let items = vec![Incoming { new, peer: None, actor: actor.to_owned() }];
+        let items = vec![Incoming::own(new, actor)];
         let (mut added, outcome) = self.add_incoming_with(items, now, reconciler);
         outcome?;
         added.pop().ok_or_else(|| Error::Invalid("the memory was not stored".into()))
@@ -225,7 +234,7 @@ impl Memory {
         now: UnixMillis,
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(Added, Changes), Error> {
-        let (new, peer, actor) = (&item.new, item.peer.clone(), item.actor.as_str());
+        let (new, actor) = (&item.new, item.actor.as_str());
         let turn = new.is_conversation_turn();
         let influence = {
             let mut state = lock(&self.hormones);
@@ -282,7 +291,7 @@ impl Memory {
             }
             Decision::Add | Decision::Update { .. } => {
                 let id = self.db.generate_id()? + 1;
-                let mut crystal = self.new_crystal(id, new, peer, influence, actor, now)?;
+                let mut crystal = self.new_crystal(id, item, influence, now)?;
                 if let Decision::Update { target, confidence } = decision {
                     let mut old = self.get(target).ok_or(Error::NotFound(target))?;
                     crystal.confidence = confidence;
@@ -346,12 +355,11 @@ impl Memory {
     fn new_crystal(
         &self,
         id: CrystalId,
-        new: &NewMemory,
-        peer: Option<String>,
+        item: &Incoming,
         influence: hormones::Influence,
-        actor: &str,
         now: UnixMillis,
     ) -> Result<Crystal, Error> {
+        let new = &item.new;
         let sensitivity = governance::tag_sensitivity(&new.text);
         let lifecycle = if new.semantic_type == SemanticType::Skill { Lifecycle::Frozen } else { Lifecycle::Generated };
         Ok(Crystal {
@@ -379,11 +387,11 @@ impl Memory {
                 provenance: vec![ProvenanceNode {
                     crystal_id: id,
                     operation: "created".into(),
-                    actor: actor.into(),
+                    actor: item.actor.clone(),
                     timestamp: now,
                     parent_ids: Vec::new(),
                 }],
-                peer_origin: peer,
+                peer_origin: item.peer.clone(),
             },
             hormones: influence,
             emotional_valence: influence.valence(),
@@ -399,6 +407,7 @@ impl Memory {
             steering_reward: 0.0,
             external_id: new.external_id.clone(),
             metadata: new.metadata.clone(),
+            skill: item.skill,
         })
     }
 

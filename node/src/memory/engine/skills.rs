@@ -1,8 +1,10 @@
 //! Skills stored as crystals (see [`crate::memory::skills`]), and the lookups the market makes
 //! of them: the engine's own, since they write through its batch path and read its map.
 
-use druse_protocol::UnixMillis;
+use std::collections::HashMap;
+
 use druse_protocol::body::SemanticType;
+use druse_protocol::{ContentId, UnixMillis};
 
 use super::{Error, Incoming, Memory, NewMemory, read};
 use crate::governance::Scope;
@@ -23,21 +25,38 @@ fn incoming(skill: SkillMemory<'_>) -> Incoming {
         lifespan: Lifespan::Permanent,
         ..NewMemory::text(format!("{}: {}", skill.name, skill.text))
     };
-    Incoming { new, peer: skill.peer, actor }
+    Incoming { new, peer: skill.peer, skill: Some(skill.id), actor }
 }
 
 impl Memory {
     /// Stores skills as crystals (origin `peer` with the peer recorded, or `skill` for this
     /// node's own) in one batch: embedded together, written in one durable batch
-    /// and made searchable by one text commit. Returns one result per skill, in order. A skill
-    /// the engine refuses (its text too long, say) gets its own error and holds up no other;
-    /// after a failure of the embedder or the disk, the skills stored before it keep their ids
-    /// and the rest get the error.
+    /// and made searchable by one text commit. Each crystal records its skill, in the same
+    /// write, so [`Memory::skill_crystal`] finds it. Returns one result per skill, in order: a
+    /// skill that already has a crystal (or comes twice) is not stored again, and gets that
+    /// crystal. A skill the engine refuses (its text too long, say) gets its own error and
+    /// holds up no other; after a failure of the embedder or the disk, the skills stored
+    /// before it keep their ids and the rest get the error.
+    ///
+    /// Calls for the same skills must not run at once (the memory worker and its sweep take
+    /// turns): the check for a crystal comes before the write.
     pub fn add_skills(&self, skills: Vec<SkillMemory<'_>>, now: UnixMillis) -> Vec<Result<CrystalId, Error>> {
         let mut results: Vec<Result<CrystalId, Error>> = Vec::with_capacity(skills.len());
         let mut items = Vec::new();
         let mut slots = Vec::new();
+        let mut first: HashMap<ContentId, usize> = HashMap::new();
+        let mut repeats = Vec::new();
         for skill in skills {
+            if let Some(crystal) = self.skill_crystal(&skill.id) {
+                results.push(Ok(crystal));
+                continue;
+            }
+            if let Some(slot) = first.get(&skill.id) {
+                repeats.push((results.len(), *slot));
+                results.push(Err(Error::Invalid("not stored".into())));
+                continue;
+            }
+            first.insert(skill.id, results.len());
             let item = incoming(skill);
             match Memory::check(&item.new) {
                 Ok(()) => {
@@ -62,7 +81,18 @@ impl Memory {
                 results[*slot] = Err(Error::Invalid(format!("not stored: {message}")));
             }
         }
+        for (slot, of) in repeats {
+            results[slot] = match &results[of] {
+                Ok(crystal) => Ok(*crystal),
+                Err(error) => Err(Error::Invalid(error.to_string())),
+            };
+        }
         results
+    }
+
+    /// The crystal that indexes skill `skill`, once [`Memory::add_skills`] stored it.
+    pub fn skill_crystal(&self, skill: &ContentId) -> Option<CrystalId> {
+        read(&self.scopes).skill(skill)
     }
 
     /// Rewrites one crystal through `edit` (its id, text, lifecycle and status stay), audited.
