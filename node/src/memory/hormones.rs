@@ -57,14 +57,32 @@ const TRIGGERS: &[(Event, &[&str])] = &[
     (Event::Social, &["thank", "thanks", "help", "appreciate", "team", "collaborate"]),
 ];
 
+/// The longest trigger word, in bytes.
+const LONGEST_TRIGGER: usize = 16;
+
+/// Every trigger word, lowercase, with the index of its event in [`TRIGGERS`].
+static TRIGGER_WORDS: std::sync::LazyLock<rustc_hash::FxHashMap<&'static [u8], usize>> =
+    std::sync::LazyLock::new(|| {
+        let words =
+            TRIGGERS.iter().enumerate().flat_map(|(n, (_, words))| words.iter().map(move |w| (w.as_bytes(), n)));
+        words.collect()
+    });
+
 /// The events whose trigger words appear in `text` (whole words, any case), each once.
 pub fn detect(text: &str) -> Vec<Event> {
     let mut found = [false; TRIGGERS.len()];
-    // Every trigger is ASCII, so a word matches one only if it is ASCII too, and comparing
-    // without case needs no lowered copy of the text.
-    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty() && w.is_ascii()) {
-        for (seen, (_, triggers)) in found.iter_mut().zip(TRIGGERS) {
-            *seen = *seen || triggers.iter().any(|t| t.eq_ignore_ascii_case(word));
+    let mut lowered = [0u8; LONGEST_TRIGGER];
+    // Every trigger is ASCII, so a word's ASCII lowercase is looked up as it is: a word with
+    // other characters in it matches none.
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        let Some(lowered) = lowered.get_mut(..word.len()).filter(|w| !w.is_empty()) else { continue };
+        for (l, b) in lowered.iter_mut().zip(word.as_bytes()) {
+            *l = b.to_ascii_lowercase();
+        }
+        if let Some(&event) = TRIGGER_WORDS.get(&*lowered)
+            && let Some(seen) = found.get_mut(event)
+        {
+            *seen = true;
         }
     }
     TRIGGERS.iter().zip(found).filter(|(_, seen)| *seen).map(|((event, _), _)| *event).collect()
@@ -249,6 +267,14 @@ mod tests {
             vec![Event::Reward, Event::Urgency],
             "any case, beside other words"
         );
+        assert_eq!(detect("fehler: failé, fail—then crash-proof"), vec![Event::Error], "only whole words");
+        assert!(detect(&format!("{}failed", "x".repeat(LONGEST_TRIGGER))).is_empty());
+        for (event, words) in TRIGGERS {
+            for word in *words {
+                assert!(word.len() <= LONGEST_TRIGGER && word.bytes().all(|b| b.is_ascii_lowercase()), "{word}");
+                assert_eq!(detect(&format!("so {} now", word.to_uppercase())), vec![*event], "{word}");
+            }
+        }
     }
 
     #[test]

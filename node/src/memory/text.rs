@@ -20,11 +20,13 @@ use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::{
-    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer, TokenizerManager,
+    LowerCaser, RemoveLongFilter, SimpleTokenizer, StopWordFilter, TextAnalyzer, TokenizerManager,
 };
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term, doc};
 
 use crate::memory::crystal::CrystalId;
+
+mod stem;
 
 /// Why the text index failed.
 #[derive(Debug, thiserror::Error)]
@@ -239,7 +241,7 @@ fn analyser() -> TextAnalyzer {
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)
         .filter(StopWordFilter::remove(STOP_WORDS.iter().map(|w| (*w).to_owned())))
-        .filter(Stemmer::new(Language::English))
+        .filter(stem::MemoStemmer)
         .build()
 }
 
