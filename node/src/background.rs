@@ -29,6 +29,25 @@ pub fn lower_this_thread(nice: i32) {
     let _ = nice;
 }
 
+/// Runs `work` at `nice` and returns what it returns: on the calling thread if that already
+/// runs at `nice` or lower, else on a thread of its own that the call waits for (`Err`: the
+/// OS refused that thread). For a library call that starts threads (they inherit the
+/// priority of the thread that starts them), so the threads it leaves behind run at `nice`.
+pub fn run_lowered<T: Send>(nice: i32, work: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    #[cfg(target_os = "linux")]
+    if this_thread_nice().is_some_and(|current| current >= nice) {
+        return Ok(work());
+    }
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new().name("druse-lowered".into()).spawn_scoped(scope, move || {
+            lower_this_thread(nice);
+            work()
+        })?;
+        // A panic in `work` is passed on as it would be on the calling thread.
+        Ok(thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
+}
+
 /// The calling thread's nice value (Linux), for tests and diagnostics.
 #[cfg(target_os = "linux")]
 pub fn this_thread_nice() -> Option<i32> {
@@ -115,5 +134,26 @@ mod tests {
         let failed = background.run(|| -> u32 { panic!("a job failed") }).await;
         assert!(failed.is_err());
         assert_eq!(background.run(|| 7).await.unwrap(), 7, "the thread did not survive a job's panic");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn threads_started_by_lowered_work_keep_its_priority_and_the_caller_keeps_its_own() {
+        let before = this_thread_nice();
+        let low = Some(LOW.max(before.unwrap_or(0)));
+        let (inside, started) = run_lowered(LOW, || {
+            let started = std::thread::spawn(this_thread_nice).join().unwrap();
+            (this_thread_nice(), started)
+        })
+        .unwrap();
+        assert_eq!((inside, started), (low, low));
+        assert_eq!(this_thread_nice(), before, "the caller's priority changed");
+        // Already low enough: the work runs where it is called.
+        let same = std::thread::spawn(|| {
+            lower_this_thread(LOWEST);
+            let me = std::thread::current().id();
+            run_lowered(LOW, move || std::thread::current().id() == me).unwrap()
+        });
+        assert!(same.join().unwrap(), "a thread already below LOW spawned another");
     }
 }

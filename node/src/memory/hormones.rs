@@ -174,11 +174,18 @@ impl State {
         self.at = now;
     }
 
-    /// Seed 004's `computeCrystalInfluence`: the current levels plus the spikes of the
-    /// events found in `text`, with +0.1 oxytocin for session content. Stored on the crystal.
-    pub fn crystal_influence(&self, config: &Config, text: &str, from_session: bool, now: UnixMillis) -> Influence {
+    /// Seed 004's `computeCrystalInfluence`: the current levels plus the spikes of `events`
+    /// (those [`detect`] found in the crystal's text), with +0.1 oxytocin for session content.
+    /// Stored on the crystal.
+    pub fn crystal_influence(
+        &self,
+        config: &Config,
+        events: &[Event],
+        from_session: bool,
+        now: UnixMillis,
+    ) -> Influence {
         let mut levels = self.levels_at(config, now);
-        for event in detect(text) {
+        for event in events {
             let s = event.spike();
             levels.dopamine += s.dopamine;
             levels.cortisol += s.cortisol;
@@ -281,7 +288,7 @@ mod tests {
     fn crystal_influence_adds_detected_spikes_and_session_oxytocin() {
         let c = Config::default();
         let s = State::new(&c, 0);
-        let i = s.crystal_influence(&c, "fixed the bug", true, 0);
+        let i = s.crystal_influence(&c, &detect("fixed the bug"), true, 0);
         assert!((i.dopamine - 0.45).abs() < 1e-9, "reward: {i:?}");
         assert!((i.cortisol - 0.32).abs() < 1e-9, "error: {i:?}");
         assert!((i.oxytocin - 0.20).abs() < 1e-9, "session: {i:?}");

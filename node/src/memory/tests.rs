@@ -398,6 +398,25 @@ fn add_many_reconciles_each_memory_against_those_before_it_and_commits_once() {
 }
 
 #[test]
+fn add_many_over_several_chunks_reconciles_across_them_in_order() {
+    // Three chunks of the engine's batch: each is analysed while the one before is written.
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let mut news: Vec<NewMemory> = (0..600).map(|n| memory(&format!("note {n}: item {n} sits on shelf {n}"))).collect();
+    news[100] = memory("Dad's surgery is March 15");
+    news[300] = memory("Wait, actually it's March 22");
+    news[550] = memory("Alice likes crows");
+    let added = m.add_many(news, "user", NOW).unwrap();
+    assert_eq!(added.len(), 600);
+    assert_eq!(added[300].decision, Decision::Update { target: added[100].crystal.id, confidence: 1.0 });
+    assert!(added.windows(2).all(|w| w[0].crystal.id < w[1].crystal.id), "stored in the order given");
+    assert_eq!(added[427].crystal.text, "note 427: item 427 sits on shelf 427");
+    assert_eq!(m.len(), 600);
+    assert_eq!(search(&m, "surgery").first().map(String::as_str), Some("Wait, actually it's March 22"));
+    assert_eq!(search(&m, "crows").first().map(String::as_str), Some("Alice likes crows"));
+}
+
+#[test]
 fn add_many_stores_nothing_when_one_memory_is_invalid() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());

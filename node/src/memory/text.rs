@@ -24,6 +24,7 @@ use tantivy::tokenizer::{
 };
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term, doc};
 
+use crate::background::{LOW, run_lowered};
 use crate::memory::crystal::CrystalId;
 
 mod stem;
@@ -265,7 +266,10 @@ impl TextIndex {
         let tokenizers = TokenizerManager::default();
         tokenizers.register(ANALYSER, analyser());
         let index = Index::builder().schema(schema).tokenizers(tokenizers).open_or_create(MmapDirectory::open(dir)?)?;
-        let writer = index.writer_with_num_threads(1, WRITER_HEAP)?;
+        // The writer's indexing, merging and updating threads are started here and by each
+        // commit: both run at background priority, so indexing yields to ingestion and to
+        // the API while it catches up.
+        let writer = run_lowered(LOW, || index.writer_with_num_threads(1, WRITER_HEAP))??;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         Ok(Self {
             index,
@@ -322,12 +326,13 @@ impl TextIndex {
     /// Commits what was added, recording `up_to` as the highest id indexed, and makes it
     /// searchable.
     pub fn commit(&self, up_to: CrystalId) -> Result<(), Error> {
-        {
+        run_lowered(LOW, || -> Result<(), Error> {
             let mut writer = self.writer();
             let mut prepared = writer.prepare_commit()?;
             prepared.set_payload(&up_to.to_string());
             prepared.commit()?;
-        }
+            Ok(())
+        })??;
         self.reader.reload()?;
         Ok(())
     }

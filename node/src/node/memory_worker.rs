@@ -21,8 +21,9 @@ use crate::skill::{Provenance, Skill};
 const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Skills indexed in memory together: the effects waiting at once, up to this many, share one
-/// embedding call, one durable write and one text commit.
-const INDEX_BATCH: usize = 256;
+/// durable write and one text commit; the memory engine embeds them in chunks, each analysed
+/// while the one before is written.
+const INDEX_BATCH: usize = 1024;
 
 impl Node {
     /// Puts skills into memory and applies bounty boosts, taking whatever waits (up to

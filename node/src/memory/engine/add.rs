@@ -11,7 +11,7 @@ use super::{
     Added, CONTEXT, Changes, EMBEDDING, Error, MAX_EXTERNAL_ID, MAX_METADATA, MAX_SESSION, MAX_TEXT, Memory, NewMemory,
     SENTENCES, TextPending, audit, is_own, lock, read,
 };
-use crate::governance;
+use crate::governance::{self, Sensitivity};
 use crate::memory::correction::{self, Candidate, Decision};
 use crate::memory::crystal::{
     Crystal, CrystalId, Governance, Lifecycle, Lifespan, MemoryKind, Origin, ProvenanceNode, Status,
@@ -55,7 +55,18 @@ const EMBED_BATCH: usize = 256;
 /// them itself. A BM25 commit syncs a new segment to disk, several times the cost of the rest
 /// of an add; sled holds every acknowledged write durably, and a restart re-indexes from it
 /// whatever the last commit did not hold, so this bounds that work.
-pub(super) const TEXT_COMMIT_DOCS: usize = 1024;
+pub(super) const TEXT_COMMIT_DOCS: usize = 4096;
+
+/// From this many memories in a chunk, analysing their texts is spread over the compute pool.
+const PARALLEL_ANALYSIS: usize = 32;
+
+/// What [`Memory::analyse`] found in one memory's text.
+pub(super) struct Analysed {
+    embedding: Vec<f32>,
+    sentences: Vec<f32>,
+    events: Vec<hormones::Event>,
+    sensitivity: Sensitivity,
+}
 
 /// One memory of a batch, with the peer it came from (if from the swarm), the skill it
 /// indexes (if it is a skill's) and who stores it.
@@ -142,11 +153,58 @@ impl Memory {
         }
         let mut added = Vec::with_capacity(items.len());
         let mut pending = TextPending::default();
-        let outcome = items
-            .chunks(EMBED_BATCH)
-            .try_for_each(|chunk| self.add_chunk(chunk, now, &mut added, &mut pending, reconciler));
+        let outcome = self.add_chunks(&items, now, &mut added, &mut pending, reconciler);
         let outcome = outcome.and(self.settle(pending));
         (added, outcome)
+    }
+
+    /// Stores `items` chunk by chunk. While one chunk is written (one thread, under the writer
+    /// lock), the next is analysed on the compute pool, so a bulk load keeps every core busy.
+    fn add_chunks(
+        &self,
+        items: &[Incoming],
+        now: UnixMillis,
+        added: &mut Vec<Added>,
+        pending: &mut TextPending,
+        reconciler: &dyn correction::Reconciler,
+    ) -> Result<(), Error> {
+        let mut chunks = items.chunks(EMBED_BATCH);
+        let Some(first) = chunks.next() else { return Ok(()) };
+        let (mut chunk, mut analysed) = (first, self.analyse(first)?);
+        loop {
+            let Some(next) = chunks.next() else {
+                return self.add_chunk(chunk, analysed, now, added, pending, reconciler);
+            };
+            // On the indexer's pool the halves run on its threads; called from outside a
+            // pool (an API import), they run on the global one.
+            let (written, upcoming) =
+                rayon::join(|| self.add_chunk(chunk, analysed, now, added, pending, reconciler), || self.analyse(next));
+            written?;
+            (chunk, analysed) = (next, upcoming?);
+        }
+    }
+
+    /// What needs no other memory to be found, found for every memory of `chunk` at once: the
+    /// vectors (one embedding call), the hormone events of the text and its sensitivity.
+    fn analyse(&self, chunk: &[Incoming]) -> Result<Vec<Analysed>, Error> {
+        let texts: Vec<&str> = chunk.iter().map(|item| item.new.text.as_str()).collect();
+        let read = |text: &&str| (hormones::detect(text), governance::tag_sensitivity(text));
+        let (embedded, read) = if texts.len() < PARALLEL_ANALYSIS {
+            (self.embed_with_sentences(&texts), texts.iter().map(read).collect::<Vec<_>>())
+        } else {
+            use rayon::prelude::*;
+            rayon::join(|| self.embed_with_sentences(&texts), || texts.par_iter().map(read).collect::<Vec<_>>())
+        };
+        Ok(embedded?
+            .into_iter()
+            .zip(read)
+            .map(|((embedding, sentences), (events, sensitivity))| Analysed {
+                embedding,
+                sentences,
+                events,
+                sensitivity,
+            })
+            .collect())
     }
 
     /// Whether the engine would store `new`, and if not, why.
@@ -193,20 +251,19 @@ impl Memory {
     fn add_chunk(
         &self,
         chunk: &[Incoming],
+        analysed: Vec<Analysed>,
         now: UnixMillis,
         added: &mut Vec<Added>,
         pending: &mut TextPending,
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(), Error> {
-        let texts: Vec<&str> = chunk.iter().map(|item| item.new.text.as_str()).collect();
-        let embeddings = self.embed_with_sentences(&texts)?;
         let _writer = lock(&self.write);
         let mut batch = sled::Batch::default();
         // The vectors of this chunk's crystals, not yet in sled: a turn's context vector may
         // need the turn stored just before it.
         let mut fresh: HashMap<CrystalId, Vec<f32>> = HashMap::new();
-        let indexed = chunk.iter().zip(embeddings).try_for_each(|(item, (embedding, sentences))| {
-            let (one, changes) = self.prepare(item, embedding, sentences, &fresh, now, reconciler)?;
+        let indexed = chunk.iter().zip(analysed).try_for_each(|(item, analysed)| {
+            let (one, changes) = self.prepare(item, analysed, &fresh, now, reconciler)?;
             for (prefix, id, vector) in &changes.vectors {
                 if *prefix == EMBEDDING {
                     fresh.insert(*id, vector.clone());
@@ -221,20 +278,19 @@ impl Memory {
         indexed
     }
 
-    /// Decides what storing `new` (embedded as `embedding`, its sentences as `sentences`, from
-    /// `peer` if it came from the swarm) changes. `fresh` holds the vectors of crystals stored by the same call and not
-    /// yet written. The caller holds the writer lock and commits the changes before releasing
-    /// it.
+    /// Decides what storing `item` (with what [`Memory::analyse`] found in it) changes.
+    /// `fresh` holds the vectors of crystals stored by the same call and not yet written. The
+    /// caller holds the writer lock and commits the changes before releasing it.
     fn prepare(
         &self,
         item: &Incoming,
-        embedding: Vec<f32>,
-        sentences: Vec<f32>,
+        analysed: Analysed,
         fresh: &HashMap<CrystalId, Vec<f32>>,
         now: UnixMillis,
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(Added, Changes), Error> {
         let (new, actor) = (&item.new, item.actor.as_str());
+        let Analysed { embedding, sentences, events, sensitivity } = analysed;
         let turn = new.is_conversation_turn();
         let influence = {
             let mut state = lock(&self.hormones);
@@ -242,11 +298,11 @@ impl Memory {
             // event of the agent's: "failed" and "deadline" in a chat must not drive the
             // node's cortisol to saturation while a conversation is imported.
             if !turn {
-                for event in hormones::detect(&new.text) {
-                    state.spike(&self.config.hormones, event, now);
+                for event in &events {
+                    state.spike(&self.config.hormones, *event, now);
                 }
             }
-            state.crystal_influence(&self.config.hormones, &new.text, new.origin == Origin::Session, now)
+            state.crystal_influence(&self.config.hormones, &events, new.origin == Origin::Session, now)
         };
         // Only extracted facts are reconciled: a conversation turn is what was said, and
         // stays, whatever its kind.
@@ -291,7 +347,7 @@ impl Memory {
             }
             Decision::Add | Decision::Update { .. } => {
                 let id = self.db.generate_id()? + 1;
-                let mut crystal = self.new_crystal(id, item, influence, now)?;
+                let mut crystal = self.new_crystal(id, item, influence, sensitivity, now)?;
                 if let Decision::Update { target, confidence } = decision {
                     let mut old = self.get(target).ok_or(Error::NotFound(target))?;
                     crystal.confidence = confidence;
@@ -357,10 +413,10 @@ impl Memory {
         id: CrystalId,
         item: &Incoming,
         influence: hormones::Influence,
+        sensitivity: Sensitivity,
         now: UnixMillis,
     ) -> Result<Crystal, Error> {
         let new = &item.new;
-        let sensitivity = governance::tag_sensitivity(&new.text);
         let lifecycle = if new.semantic_type == SemanticType::Skill { Lifecycle::Frozen } else { Lifecycle::Generated };
         Ok(Crystal {
             id,
