@@ -21,9 +21,13 @@ use crate::skill::{Provenance, Skill};
 const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Skills indexed in memory together: the effects waiting at once, up to this many, share one
-/// durable write and one text commit; the memory engine embeds them in chunks, each analysed
-/// while the one before is written.
-const INDEX_BATCH: usize = 1024;
+/// embedding call, one durable write and one text commit. More at once indexes faster but
+/// takes more of the CPU from ingestion while a flood of gossip arrives.
+const INDEX_BATCH: usize = 256;
+
+/// Skills a sweep indexes in one call: the memory engine embeds them in chunks, each analysed
+/// while the one before is written, so a backlog keeps both stages busy.
+const SWEEP_BATCH: usize = 1024;
 
 impl Node {
     /// Puts skills into memory and applies bounty boosts, taking whatever waits (up to
@@ -93,7 +97,7 @@ impl Node {
             .run(move || -> Result<(usize, usize), Error> {
                 let waiting: Vec<ContentId> =
                     node.skills()?.into_iter().filter(|s| s.crystal.is_none()).map(|s| s.id).collect();
-                for chunk in waiting.chunks(INDEX_BATCH) {
+                for chunk in waiting.chunks(SWEEP_BATCH) {
                     node.index_skills(chunk)?;
                 }
                 Ok((waiting.len(), node.boost_owed()?))
