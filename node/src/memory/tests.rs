@@ -11,7 +11,7 @@ use crate::memory::crystal::{
 };
 use crate::memory::decay::DecayClass;
 use crate::memory::embed::Hashing;
-use crate::memory::engine::{Config, Error, Memory, NewMemory, Query};
+use crate::memory::engine::{Added, Config, Error, Memory, NewMemory, Query};
 use crate::memory::hormones::Influence;
 
 const NOW: u64 = 1_795_305_600_000;
@@ -399,21 +399,33 @@ fn add_many_reconciles_each_memory_against_those_before_it_and_commits_once() {
 
 #[test]
 fn add_many_over_several_chunks_reconciles_across_them_in_order() {
-    // Three chunks of the engine's batch: each is analysed while the one before is written.
-    let dir = tempfile::tempdir().unwrap();
-    let m = open(dir.path());
-    let mut news: Vec<NewMemory> = (0..600).map(|n| memory(&format!("note {n}: item {n} sits on shelf {n}"))).collect();
-    news[100] = memory("Dad's surgery is March 15");
-    news[300] = memory("Wait, actually it's March 22");
-    news[550] = memory("Alice likes crows");
-    let added = m.add_many(news, "user", NOW).unwrap();
+    // Three chunks of the engine's batch. On a pool's thread (as the memory worker runs it),
+    // each is analysed while the one before is written; elsewhere one after the other.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    for on_pool in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = open(dir.path());
+        let mut news: Vec<NewMemory> =
+            (0..600).map(|n| memory(&format!("note {n}: item {n} sits on shelf {n}"))).collect();
+        news[100] = memory("Dad's surgery is March 15");
+        news[300] = memory("Wait, actually it's March 22");
+        news[550] = memory("Alice likes crows");
+        let added = match on_pool {
+            true => pool.install(|| m.add_many(news, "user", NOW)).unwrap(),
+            false => m.add_many(news, "user", NOW).unwrap(),
+        };
+        stored_across_chunks(&m, &added);
+    }
+}
+
+fn stored_across_chunks(m: &Memory, added: &[Added]) {
     assert_eq!(added.len(), 600);
     assert_eq!(added[300].decision, Decision::Update { target: added[100].crystal.id, confidence: 1.0 });
     assert!(added.windows(2).all(|w| w[0].crystal.id < w[1].crystal.id), "stored in the order given");
     assert_eq!(added[427].crystal.text, "note 427: item 427 sits on shelf 427");
     assert_eq!(m.len(), 600);
-    assert_eq!(search(&m, "surgery").first().map(String::as_str), Some("Wait, actually it's March 22"));
-    assert_eq!(search(&m, "crows").first().map(String::as_str), Some("Alice likes crows"));
+    assert_eq!(search(m, "surgery").first().map(String::as_str), Some("Wait, actually it's March 22"));
+    assert_eq!(search(m, "crows").first().map(String::as_str), Some("Alice likes crows"));
 }
 
 #[test]

@@ -158,8 +158,9 @@ impl Memory {
         (added, outcome)
     }
 
-    /// Stores `items` chunk by chunk. While one chunk is written (one thread, under the writer
-    /// lock), the next is analysed on the compute pool, so a bulk load keeps every core busy.
+    /// Stores `items` chunk by chunk. On a compute pool's thread, while one chunk is written
+    /// (one thread, under the writer lock), the next is analysed on the pool's other threads,
+    /// so a bulk load keeps every core busy.
     fn add_chunks(
         &self,
         items: &[Incoming],
@@ -171,14 +172,21 @@ impl Memory {
         let mut chunks = items.chunks(EMBED_BATCH);
         let Some(first) = chunks.next() else { return Ok(()) };
         let (mut chunk, mut analysed) = (first, self.analyse(first)?);
+        // Only on a pool's thread (the memory worker's `druse-index` pool, which runs one job
+        // at a time): a call from elsewhere (an API import, on a blocking thread) would hand
+        // the whole join to the global pool, where a thread waiting inside a chunk's writer
+        // lock (a conversation turn's day is embedded there) could pick up another import's
+        // chunk and wait for the lock it holds itself.
+        let overlap = rayon::current_thread_index().is_some();
         loop {
             let Some(next) = chunks.next() else {
                 return self.add_chunk(chunk, analysed, now, added, pending, reconciler);
             };
-            // On the indexer's pool the halves run on its threads; called from outside a
-            // pool (an API import), they run on the global one.
-            let (written, upcoming) =
-                rayon::join(|| self.add_chunk(chunk, analysed, now, added, pending, reconciler), || self.analyse(next));
+            let (written, upcoming) = if overlap {
+                rayon::join(|| self.add_chunk(chunk, analysed, now, added, pending, reconciler), || self.analyse(next))
+            } else {
+                (self.add_chunk(chunk, analysed, now, added, pending, reconciler), self.analyse(next))
+            };
             written?;
             (chunk, analysed) = (next, upcoming?);
         }
