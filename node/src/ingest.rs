@@ -69,10 +69,11 @@ impl Outcome {
 }
 
 /// Work ingestion leaves for the memory worker once a message's writes are committed.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    /// A new skill to index in the memory engine.
-    NewSkill(ContentId),
+    /// A new skill to index in the memory engine, as it was stored: the worker indexes it
+    /// without reading it back.
+    NewSkill(Box<Skill>),
     /// A bounty matched this skill: its crystal is owed a curiosity boost (the skill's stats
     /// say which bounties it has not had yet).
     Boost(ContentId),
@@ -473,7 +474,7 @@ impl Ingestor {
                     for (verdict, verified) in applied {
                         self.count_endorsement(&skill.author, verdict, verified, now, metrics);
                     }
-                    self.on_new_skill(id, listing, signer, now, metrics)?;
+                    self.on_new_skill(skill, now, metrics)?;
                 } else {
                     // Already stored (nothing waits for a stored skill, but lose nothing).
                     for (by, endorsement) in waiting {
@@ -562,16 +563,10 @@ impl Ingestor {
 
     /// A skill stored for the first time: reports that waited for it, its place among its
     /// versions, the bounties it matches, and its memory crystal.
-    fn on_new_skill(
-        &mut self,
-        id: ContentId,
-        listing: &CrystalListing,
-        author: PublicKey,
-        now: UnixMillis,
-        metrics: &Metrics,
-    ) -> Result<(), store::Error> {
+    fn on_new_skill(&mut self, skill: Skill, now: UnixMillis, metrics: &Metrics) -> Result<(), store::Error> {
+        let (id, listing) = (skill.id, &skill.listing);
         metrics.listing_price.observe(listing.asking_price as f64 / 1e6);
-        self.place_version(id, listing, author)?;
+        self.place_version(id, listing, skill.author)?;
         let overlap = self.me.market.bounty_text_overlap;
         let matching: Vec<Bounty> = self
             .bounties
@@ -583,16 +578,11 @@ impl Ingestor {
             self.record_match(bounty, id)?;
         }
         metrics.bounty_matches.inc_by(matching.len() as u64);
-        self.effects.push(Effect::NewSkill(id));
         self.reprice(id);
-        let waiting = self.pending_reports.take(&id, now);
-        if !waiting.is_empty()
-            && let Some(skill) = self.writes.get::<Skill>(&self.store.skills, id.digest())?
-        {
-            for (by, report) in waiting {
-                self.apply_report(&skill, by, &report, now, metrics)?;
-            }
+        for (by, report) in self.pending_reports.take(&id, now) {
+            self.apply_report(&skill, by, &report, now, metrics)?;
         }
+        self.effects.push(Effect::NewSkill(Box::new(skill)));
         Ok(())
     }
 

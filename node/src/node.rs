@@ -43,7 +43,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// How often scores, gauges and expiries are refreshed.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Skills waiting to be put into memory, and bounty boosts, at most.
+/// Skills waiting to be put into memory, and bounty boosts, at most. A waiting skill is its
+/// stored record, so the queue holds at most this many listings of at most one envelope each
+/// (64 KiB); what does not fit is swept from the store instead.
 const EFFECTS_QUEUE: usize = 1024;
 
 /// How long shutdown waits for the background tasks to finish what they hold.

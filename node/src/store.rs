@@ -233,6 +233,26 @@ impl Store {
         self.skills.iter().map(|entry| entry.map(|(_, value)| value))
     }
 
+    /// The skill records whose id passes `wanted`, in content-id order; the others are not
+    /// decoded.
+    pub fn skills_where<'a, T: DeserializeOwned>(
+        &'a self,
+        wanted: impl Fn(&ContentId) -> bool + 'a,
+    ) -> impl Iterator<Item = Result<T, Error>> + 'a {
+        self.skills.tree.iter().filter_map(move |entry| {
+            let (key, value) = match entry {
+                Ok(entry) => entry,
+                Err(error) => return Some(Err(error.into())),
+            };
+            // A key that is no digest is decoded, so a corrupt record is reported.
+            let id = <[u8; 32]>::try_from(key.as_ref()).ok().map(ContentId::from_digest);
+            match id {
+                Some(id) if !wanted(&id) => None,
+                _ => Some(decode(&key, &value)),
+            }
+        })
+    }
+
     /// How many skills are stored.
     pub fn skill_count(&self) -> usize {
         self.skills.len()
@@ -519,6 +539,29 @@ mod tests {
         assert_eq!((rest.len(), more), (2, false), "one crystal and the weather");
         assert_eq!(rest.last().map(Key::kind), Some(Kind::Weather), "weather sorts last");
         assert_eq!(store.envelope(&key(Kind::Crystal, 3)).unwrap(), Some(vec![3]));
+    }
+
+    #[test]
+    fn skills_where_decodes_only_the_wanted_records_and_reports_a_corrupt_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = reopen(|| Store::open(dir.path(), 1 << 20));
+        let ids: Vec<ContentId> = (0..4u8).map(|n| ContentId::of(&[n])).collect();
+        for (n, id) in ids.iter().enumerate() {
+            store.skills.tree.insert(id.digest(), serde_json::to_vec(&(n as u64)).unwrap()).unwrap();
+        }
+        // A record that does not decode is skipped when unwanted, and reported when wanted.
+        let corrupt = ContentId::of(b"corrupt");
+        store.skills.tree.insert(corrupt.digest(), b"{not json".to_vec()).unwrap();
+        let wanted = |id: &ContentId| *id == ids[1] || *id == ids[3];
+        let mut found: Vec<u64> = store.skills_where(wanted).collect::<Result<_, _>>().unwrap();
+        found.sort_unstable();
+        assert_eq!(found, vec![1, 3]);
+        let err = store.skills_where::<u64>(|id| *id == corrupt).find_map(Result::err).expect("reported");
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        // A key that is no digest cannot be asked about: it is decoded, so it is not missed.
+        store.skills.tree.insert(b"short", serde_json::to_vec(&9u64).unwrap()).unwrap();
+        let found: Vec<u64> = store.skills_where(|_| false).collect::<Result<_, _>>().unwrap();
+        assert_eq!(found, vec![9]);
     }
 
     #[test]

@@ -224,7 +224,8 @@ fn report_that_arrives_before_its_skill_is_counted_when_the_skill_arrives() {
     let summary = stats(&f, &id).summary(&author.public());
     assert_eq!((summary.executions, summary.independent_reporters), (1, 1));
     assert_eq!(f.ingestor.read_book().record(&author.peer_id()).map(|r| r.report_successes), Some(1));
-    assert!(std::mem::take(&mut f.effects).contains(&Effect::NewSkill(id)));
+    let effects = std::mem::take(&mut f.effects);
+    assert!(effects.iter().any(|e| matches!(e, Effect::NewSkill(skill) if skill.id == id)));
 }
 
 #[test]
@@ -486,8 +487,13 @@ fn a_message_s_writes_reach_the_store_together_at_the_commit_and_its_work_only_t
     assert!(f.ingestor.has_writes());
 
     let effects = f.ingestor.commit().unwrap();
-    assert_eq!(effects, vec![Effect::Boost(id), Effect::NewSkill(id)], "work for memory follows the commit");
-    assert!(f.ingestor.store.skill::<Skill>(&id).unwrap().is_some());
+    let stored: Skill = f.ingestor.store.skill(&id).unwrap().expect("stored at the commit");
+    // The memory worker indexes the skill as it was stored, without reading it back.
+    assert_eq!(
+        effects,
+        vec![Effect::Boost(id), Effect::NewSkill(Box::new(stored))],
+        "work for memory follows the commit"
+    );
     assert!(f.ingestor.store.has_envelope(&key).unwrap());
     assert_eq!(stats(&f, &id).bounty_matches.len(), 1, "the bounty match landed with the skill");
     assert!(!f.ingestor.has_writes());

@@ -37,23 +37,29 @@ impl Node {
         while effects.recv_many(&mut batch, INDEX_BATCH).await > 0 {
             let node = self.clone();
             let work = std::mem::take(&mut batch);
-            let done = self.inner.indexer.run(move || {
-                let new: Vec<ContentId> =
-                    work.iter().filter_map(|e| if let Effect::NewSkill(id) = e { Some(*id) } else { None }).collect();
-                if let Err(error) = node.index_skills(&new) {
-                    tracing::warn!(%error, skills = new.len(), "could not index skills in memory; the sweep retries");
-                    node.inner.owed.store(true, Ordering::Relaxed);
-                }
-                for effect in work {
-                    if let Effect::Boost(id) = effect
-                        && let Err(error) = node.boost(id)
-                    {
-                        tracing::warn!(%error, skill = %id, "could not boost a skill's crystal; the sweep retries");
+            let done = self
+                .inner
+                .indexer
+                .run(move || {
+                    let (mut new, mut boosts) = (Vec::new(), Vec::new());
+                    for effect in work {
+                        match effect {
+                            Effect::NewSkill(skill) => new.push(*skill),
+                            Effect::Boost(id) => boosts.push(id),
+                        }
+                    }
+                    if node.remember(&new).iter().any(Option::is_none) {
+                        tracing::warn!(skills = new.len(), "could not index every skill in memory; the sweep retries");
                         node.inner.owed.store(true, Ordering::Relaxed);
                     }
-                }
-            })
-            .await;
+                    for id in boosts {
+                        if let Err(error) = node.boost(id) {
+                            tracing::warn!(%error, skill = %id, "could not boost a skill's crystal; the sweep retries");
+                            node.inner.owed.store(true, Ordering::Relaxed);
+                        }
+                    }
+                })
+                .await;
             if let Err(error) = done {
                 tracing::warn!(%error, "the memory worker failed");
             }
@@ -95,12 +101,23 @@ impl Node {
             .inner
             .indexer
             .run(move || -> Result<(usize, usize), Error> {
-                let waiting: Vec<ContentId> =
-                    node.skills()?.into_iter().filter(|s| s.crystal.is_none()).map(|s| s.id).collect();
-                for chunk in waiting.chunks(SWEEP_BATCH) {
-                    node.index_skills(chunk)?;
+                // Only the records of skills the memory engine has no crystal for are read.
+                let memory = &node.inner.memory;
+                let mut waiting = node.inner.store.skills_where(|id| memory.skill_crystal(id).is_none());
+                let mut swept = 0;
+                loop {
+                    let chunk: Vec<Skill> = waiting
+                        .by_ref()
+                        .filter(|skill| !skill.as_ref().is_ok_and(|s: &Skill| s.crystal.is_some()))
+                        .take(SWEEP_BATCH)
+                        .collect::<Result<_, _>>()?;
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    swept += chunk.len();
+                    node.remember(&chunk);
                 }
-                Ok((waiting.len(), node.boost_owed()?))
+                Ok((swept, node.boost_owed()?))
             })
             .await;
         match swept.map_err(|e| Error::Join(e.to_string())).and_then(|r| r) {
@@ -123,16 +140,23 @@ impl Node {
         Ok(one.pop().flatten())
     }
 
-    /// [`Node::index_skill`] for many skills at once: one embedding call, one durable write
-    /// and one text commit for all that have no crystal yet. The memory engine keeps which
-    /// crystal each skill became, in the crystal's own write. A skill the memory refuses is
-    /// logged and left out (`None`); the others are indexed.
+    /// [`Node::index_skill`] for many skills at once (see [`Node::remember`]).
     fn index_skills(&self, ids: &[ContentId]) -> Result<Vec<Option<CrystalId>>, Error> {
-        let _one_at_a_time = lock(&self.inner.indexing);
         let skills: Vec<Option<Skill>> = ids.iter().map(|id| self.skill(id)).collect::<Result<_, _>>()?;
+        let found: Vec<Skill> = skills.iter().flatten().cloned().collect();
+        let mut remembered = self.remember(&found).into_iter();
+        Ok(skills.iter().map(|skill| skill.as_ref().and_then(|_| remembered.next().flatten())).collect())
+    }
+
+    /// Stores skills as memory crystals, with one embedding call, one durable write and one
+    /// text commit for all that have no crystal yet, and returns each one's crystal, in order.
+    /// The memory engine keeps which crystal each skill became, in the crystal's own write. A
+    /// skill the memory refuses, or that a failure of the embedder or the disk left out, is
+    /// logged and gets `None`; the others are indexed.
+    fn remember(&self, skills: &[Skill]) -> Vec<Option<CrystalId>> {
+        let _one_at_a_time = lock(&self.inner.indexing);
         let memories = skills
             .iter()
-            .flatten()
             .filter(|skill| skill.crystal.is_none())
             .map(|skill| SkillMemory {
                 id: skill.id,
@@ -143,10 +167,9 @@ impl Node {
             })
             .collect();
         let mut stored = self.inner.memory.add_skills(memories, now_ms()).into_iter();
-        Ok(skills
+        skills
             .iter()
             .map(|skill| {
-                let skill = skill.as_ref()?;
                 if skill.crystal.is_some() {
                     return skill.crystal;
                 }
@@ -158,7 +181,7 @@ impl Node {
                     }
                 }
             })
-            .collect())
+            .collect()
     }
 
     /// Raises the curiosity of a skill's crystal by the boost of each matched bounty it has
