@@ -37,7 +37,7 @@ use add::Incoming;
 pub use query::Query;
 pub(crate) use query::{kind_tag, said_at, semantic_tag};
 pub use recall::{Fusion, Tuning};
-use vectors::{crystal_of, is_own, vector_keys};
+use vectors::{crystal_of, decode_vector, encode_vector, is_own, vector_keys};
 
 /// Why the memory engine failed.
 #[derive(Debug, thiserror::Error)]
@@ -234,14 +234,6 @@ fn key(prefix: u8, id: u64) -> [u8; 9] {
     k[0] = prefix;
     k[1..].copy_from_slice(&id.to_be_bytes());
     k
-}
-
-fn encode_vector(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn decode_vector(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// The stored form of each crystal, in order. A large set (a consolidation pass) is encoded

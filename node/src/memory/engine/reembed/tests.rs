@@ -70,8 +70,11 @@ fn a_store_opened_with_another_embedder_is_re_embedded_with_it() {
     let m = open(dir.path(), embedder.clone());
     assert_eq!(embedder.texts.load(Ordering::Relaxed), 2, "each stored text embedded once");
     assert_eq!(m.embedding(a).map(|v| v.len()), Some(256));
-    assert_eq!(m.embedding(b), embedder.inner.embed(&["Jo: a sunset over the lake"]).unwrap().pop());
-    let context = m.tree.get(key(CONTEXT, b)).unwrap().map(|v| v.len() / 4);
+    let expected = embedder.inner.embed(&["Jo: a sunset over the lake"]).unwrap().pop().unwrap();
+    let stored = m.embedding(b).unwrap();
+    assert_eq!(stored.len(), expected.len());
+    assert!(stored.iter().zip(&expected).all(|(s, e)| (s - e).abs() < 1e-4), "stored as the new embedder made it");
+    let context = m.tree.get(key(CONTEXT, b)).unwrap().map(|v| crate::memory::engine::decode_vector(&v).len());
     assert_eq!(context, Some(256), "the context vector is remade from the new vectors");
     let hits = m.vector_hits("sunset over the lake", 1).unwrap();
     assert_eq!(hits.first().map(|h| h.0), Some(b));
