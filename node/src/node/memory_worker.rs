@@ -133,19 +133,11 @@ impl Node {
         }
     }
 
-    /// Stores a skill as a memory crystal (origin `peer` with the peer, or `skill` for this
-    /// node's own) and returns it (`None`: no such skill).
+    /// The crystal of a stored skill, storing the skill as one first if it has none (see
+    /// [`Node::remember`]); `None`: no such skill, or memory could not store it.
     fn index_skill(&self, id: ContentId) -> Result<Option<CrystalId>, Error> {
-        let mut one = self.index_skills(&[id])?;
-        Ok(one.pop().flatten())
-    }
-
-    /// [`Node::index_skill`] for many skills at once (see [`Node::remember`]).
-    fn index_skills(&self, ids: &[ContentId]) -> Result<Vec<Option<CrystalId>>, Error> {
-        let skills: Vec<Option<Skill>> = ids.iter().map(|id| self.skill(id)).collect::<Result<_, _>>()?;
-        let found: Vec<Skill> = skills.iter().flatten().cloned().collect();
-        let mut remembered = self.remember(&found).into_iter();
-        Ok(skills.iter().map(|skill| skill.as_ref().and_then(|_| remembered.next().flatten())).collect())
+        let Some(skill) = self.skill(&id)? else { return Ok(None) };
+        Ok(self.remember(&[skill]).pop().flatten())
     }
 
     /// Stores skills as memory crystals, with one embedding call, one durable write and one

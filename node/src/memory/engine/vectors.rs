@@ -182,10 +182,10 @@ const QUANTA: f32 = i16::MAX as f32;
 /// vector index keeps coarser i16s still). A vector with a value that is not finite is kept
 /// as f32s, as it came.
 pub(super) fn encode_vector(v: &[f32]) -> Vec<u8> {
-    let scale = v.iter().fold(0f32, |max, x| max.max(x.abs()));
-    if !scale.is_finite() || v.iter().any(|x| x.is_nan()) {
+    if v.iter().any(|x| !x.is_finite()) {
         return v.iter().flat_map(|x| x.to_le_bytes()).collect();
     }
+    let scale = v.iter().fold(0f32, |max, x| max.max(x.abs()));
     let mut out = Vec::with_capacity(5 + 2 * v.len());
     out.push(QUANTIZED);
     out.extend_from_slice(&scale.to_le_bytes());
@@ -233,7 +233,7 @@ mod tests {
             }
             let cosine: f32 = v.iter().zip(&back).map(|(a, b)| a * b).sum();
             assert!((cosine - 1.0).abs() < 1e-4, "{cosine}");
-            // The largest value is exact in sign and size, so ranking by it never flips.
+            // The largest value comes back as it went in: it sets the scale.
             let top = v.iter().zip(&back).max_by(|a, b| a.0.abs().total_cmp(&b.0.abs())).unwrap();
             assert!((top.0 - top.1).abs() < 1e-6);
         }
@@ -254,5 +254,7 @@ mod tests {
         let odd = [1.0, f32::INFINITY, -0.5];
         assert_eq!(encode_vector(&odd).len(), 12);
         assert_eq!(decode_vector(&encode_vector(&odd)), odd);
+        let nan = decode_vector(&encode_vector(&[0.5, f32::NAN]));
+        assert!(nan[0] == 0.5 && nan[1].is_nan(), "NaN kept as it came: {nan:?}");
     }
 }
