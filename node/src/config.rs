@@ -124,7 +124,8 @@ impl Default for Trust {
 pub struct Store {
     /// Holds the key, the API token and the database.
     pub data_dir: PathBuf,
-    /// sled's page cache, in bytes.
+    /// Cache for the databases, in bytes: three quarters for sled's pages (memory), a quarter
+    /// for the ingest store's blocks.
     pub cache_bytes: u64,
 }
 
@@ -337,9 +338,14 @@ impl Config {
         self.store.data_dir.join("index")
     }
 
-    /// The database directory.
+    /// The sled database directory: the memory engine and the agent's state.
     pub fn db_path(&self) -> PathBuf {
         self.store.data_dir.join("db")
+    }
+
+    /// The ingest store (fjall): skills, peers, the market, kept envelopes.
+    pub fn store_path(&self) -> PathBuf {
+        self.store.data_dir.join("store")
     }
 
     /// The network layer's config.

@@ -211,7 +211,7 @@ impl Ingestor {
         self.view = view;
         self.bounties =
             self.store.bounties.iter::<BountyRecord>().map(|e| e.map(|(_, r)| r.bounty)).collect::<Result<_, _>>()?;
-        self.skills = self.store.skill_count();
+        self.skills = self.store.skill_count()?;
         Ok(())
     }
 

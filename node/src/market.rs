@@ -638,7 +638,7 @@ mod tests {
     #[test]
     fn ledger_keeps_the_newest_entries_and_every_total() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let store = Store::open_in(dir.path()).unwrap();
         let mut writes = Writes::default();
         for n in 0..5u64 {
             let direction = if n % 2 == 0 { Direction::Earned } else { Direction::Spent };

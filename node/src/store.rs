@@ -1,17 +1,29 @@
-//! The node's durable state, in sled: skills, peers, small named state records (weather,
-//! seqs), and the signed envelopes anti-entropy serves to peers. Records are JSON so an
-//! operator can read them with any sled tool; envelopes are kept as the exact bytes signed.
+//! The node's durable ingest state: skills, peers, small named state records (weather, seqs),
+//! the market's records and the signed envelopes anti-entropy serves to peers. Records are
+//! JSON so an operator can read them with any tool; envelopes are kept as the exact bytes
+//! signed.
 //!
-//! Ingestion writes through [`Writes`]: what a batch of messages changes is read back by the
-//! later messages of the batch and then committed in one sled transaction over every tree it
-//! touched, so a message's writes land all together or not at all, and readers never see half
-//! of one. Committed writes are in sled's log at once; `flush` makes them survive `kill -9`, and
-//! every write the API acknowledges is flushed first.
+//! These tables live in fjall, an LSM tree: a commit appends one batch to its journal and
+//! inserts into memtables, and sorted runs are written and merged by fjall's own threads. Its
+//! partitions replaced sled trees for this state because ingestion writes three random keys a
+//! message, and sled 0.34 rewrote whole 16-entry leaves on every split and every tenth change:
+//! about 27 KB written a listing against 7 KB of records, and most of the ingest actor's time
+//! (see the README's ingest figures). The memory engine and the agent's state stay in the sled
+//! database beside it ([`Store::db`]); a store written by an earlier version, with these
+//! tables in sled, is moved over on its first open ([`Store::open`]).
+//!
+//! Ingestion is the one writer, through [`Writes`]: what a batch of messages changes is read
+//! back by the later messages of the batch and then committed in one fjall batch over every
+//! partition it touched, so a message's writes land all together or not at all, and readers
+//! (which read at the last committed batch) never see half of one. A committed batch is in the
+//! operating system's hands at once, so it survives `kill -9`; [`Store::flush`] makes it
+//! survive a power cut, and every write the API acknowledges is flushed first.
 
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::path::Path;
 
-use sled::Transactional;
+use fjall::{PartitionCreateOptions, PartitionHandle, PersistMode};
 
 use druse_protocol::sync::{self, Key};
 use druse_protocol::{ContentId, Kind};
@@ -21,8 +33,12 @@ use serde::{Serialize, de::DeserializeOwned};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The sled database (the memory engine's, and where earlier versions kept these tables).
     #[error("database: {0}")]
     Db(#[from] sled::Error),
+    /// The ingest store.
+    #[error("store: {0}")]
+    Engine(#[from] fjall::Error),
     #[error("record {key} is corrupt: {source}")]
     Corrupt { key: String, source: serde_json::Error },
     #[error("encoding a record: {0}")]
@@ -31,97 +47,42 @@ pub enum Error {
     NotCommitted,
 }
 
-impl From<sled::transaction::TransactionError<()>> for Error {
-    fn from(error: sled::transaction::TransactionError<()>) -> Self {
-        match error {
-            sled::transaction::TransactionError::Storage(error) => Error::Db(error),
-            // Commits never abort: they only write.
-            sled::transaction::TransactionError::Abort(()) => {
-                Error::Db(sled::Error::ReportableBug("a write-only transaction aborted".into()))
-            }
-        }
+impl From<fjall::LsmError> for Error {
+    fn from(error: fjall::LsmError) -> Self {
+        Error::Engine(error.into())
     }
 }
 
-/// One sled tree of JSON records; cheap to clone.
-#[derive(Debug, Clone)]
+/// One partition of JSON records; cheap to clone. Readers read it at the last committed batch;
+/// only [`Store::commit`] writes it.
+#[derive(Clone)]
 pub struct Table {
-    tree: sled::Tree,
-    /// Its place in [`Store::trees`], which names it in [`Writes`].
+    partition: PartitionHandle,
+    keyspace: fjall::Keyspace,
+    /// Its place in [`Store::tables`], which names it in [`Writes`].
     index: usize,
 }
 
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table").field("name", &self.partition.name).field("index", &self.index).finish()
+    }
+}
+
 impl Table {
+    /// The table as the last committed batch left it: a batch being committed is not half seen.
+    fn view(&self) -> fjall::Snapshot {
+        self.partition.snapshot_at(self.keyspace.instant())
+    }
+
     /// Reads the record under `key`.
     pub fn get<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, Error> {
-        self.tree.get(key)?.map(|b| decode(key, &b)).transpose()
-    }
-
-    /// Writes the record under `key`.
-    pub fn put<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), Error> {
-        self.tree.insert(key, encode(value)?)?;
-        Ok(())
-    }
-
-    /// Writes the record unless one is there; false (and nothing written) if it was.
-    pub fn insert_new<T: Serialize>(&self, key: &[u8], value: &T) -> Result<bool, Error> {
-        let bytes = encode(value)?;
-        Ok(self.tree.compare_and_swap(key, None as Option<&[u8]>, Some(bytes))?.is_ok())
-    }
-
-    /// Rewrites the record through `change`, atomically; `None` if there is none. `change`
-    /// may run more than once if another writer got there first.
-    pub fn update<T, F>(&self, key: &[u8], change: F) -> Result<Option<T>, Error>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut(&mut T),
-    {
-        self.rewrite(key, || None, change)
-    }
-
-    /// Like `update`, starting from `T::default()` when there is no record.
-    pub fn upsert<T, F>(&self, key: &[u8], change: F) -> Result<T, Error>
-    where
-        T: Serialize + DeserializeOwned + Default,
-        F: FnMut(&mut T),
-    {
-        let written = self.rewrite(key, || Some(T::default()), change)?;
-        // `rewrite` always writes when `start` yields a value.
-        Ok(written.unwrap_or_default())
-    }
-
-    /// Compare-and-swap loop behind `update` and `upsert`: `start` gives the value to change
-    /// when there is no record (`None`: leave it absent).
-    fn rewrite<T, F>(&self, key: &[u8], start: impl Fn() -> Option<T>, mut change: F) -> Result<Option<T>, Error>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut(&mut T),
-    {
-        loop {
-            let old = self.tree.get(key)?;
-            let mut value: T = match &old {
-                Some(bytes) => decode(key, bytes)?,
-                None => match start() {
-                    Some(value) => value,
-                    None => return Ok(None),
-                },
-            };
-            change(&mut value);
-            if self.tree.compare_and_swap(key, old, Some(encode(&value)?))?.is_ok() {
-                return Ok(Some(value));
-            }
-        }
-    }
-
-    /// Removes the record under `key`.
-    pub fn remove(&self, key: &[u8]) -> Result<(), Error> {
-        self.tree.remove(key)?;
-        Ok(())
+        self.view().get(key)?.map(|b| decode(key, &b)).transpose()
     }
 
     /// Every record with its key, in key order.
     pub fn iter<T: DeserializeOwned>(&self) -> impl Iterator<Item = Result<(Vec<u8>, T), Error>> + '_ {
-        self.tree.iter().map(|entry| {
+        self.view().iter().map(|entry| {
             let (key, value) = entry?;
             Ok((key.to_vec(), decode(&key, &value)?))
         })
@@ -129,7 +90,7 @@ impl Table {
 
     /// The last `n` records, newest key first.
     pub fn last<T: DeserializeOwned>(&self, n: usize) -> Result<Vec<T>, Error> {
-        self.tree
+        self.view()
             .iter()
             .rev()
             .take(n)
@@ -140,23 +101,25 @@ impl Table {
             .collect()
     }
 
-    /// How many records there are (walks the tree).
-    pub fn len(&self) -> usize {
-        self.tree.len()
+    /// How many records there are (walks the table).
+    pub fn len(&self) -> Result<usize, Error> {
+        Ok(self.view().len()?)
     }
 
     /// Whether the table is empty.
-    pub fn is_empty(&self) -> bool {
-        self.tree.is_empty()
+    pub fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.view().is_empty()?)
     }
 }
 
 /// Handle to the open database; cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Store {
+    /// The sled database the memory engine and the agent keep their trees in.
     db: sled::Db,
-    /// Every tree below, in `Table::index` order, for commits.
-    trees: Vec<sled::Tree>,
+    keyspace: fjall::Keyspace,
+    /// Every partition below, in `Table::index` order, for commits.
+    tables: Vec<PartitionHandle>,
     pub(crate) skills: Table,
     pub(crate) peers: Table,
     pub(crate) state: Table,
@@ -173,6 +136,34 @@ pub struct Store {
     pub(crate) envelopes: Table,
 }
 
+/// The tables, by name: the order of [`Store`]'s fields, and the names earlier versions gave
+/// their sled trees.
+const TABLES: [&str; 8] = ["skills", "peers", "state", "market", "bounties", "versions", "ledger", "envelopes"];
+
+/// What the store holds in memtables, at most, before the writer waits for fjall's flush
+/// thread (100 ms at a time, once 90% of it is taken). A listing writes about 3.5 KB, so this
+/// is about 18,000 listings ahead of the flushes.
+const WRITE_BUFFER: u64 = 64 << 20;
+
+/// A partition's memtable is sealed and flushed to a sorted run at this size. Smaller ones
+/// flushed more often, each flush taking the CPU from ingestion: in single swarm-bench runs on
+/// the 2-core development machine a 20,000-listing flood was stored at 31% of the raw verify
+/// rate with 8 MiB memtables, 50% with 16 MiB (fjall's default) and 59–66% with 32 MiB.
+const MEMTABLE: u32 = 32 << 20;
+
+/// Journals kept before fjall flushes the memtables they cover: what a restart replays, at
+/// most.
+const JOURNALS: u64 = 64 << 20;
+
+/// Records moved from sled in one batch when a store of an earlier version is opened.
+const MIGRATION_BATCH: usize = 4096;
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("db", &self.db).field("tables", &TABLES).finish_non_exhaustive()
+    }
+}
+
 fn decode<T: DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(bytes)
         .map_err(|source| Error::Corrupt { key: String::from_utf8_lossy(key).into_owned(), source })
@@ -183,27 +174,42 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
 }
 
 impl Store {
-    /// Opens (or creates) the database at `path`.
-    pub fn open(path: &Path, cache_bytes: u64) -> Result<Self, Error> {
-        let db = sled::Config::new().path(path).cache_capacity(cache_bytes).open()?;
-        let mut trees = Vec::new();
-        let mut table = |name: &str| -> Result<Table, Error> {
-            let tree = db.open_tree(name)?;
-            trees.push(tree.clone());
-            Ok(Table { tree, index: trees.len() - 1 })
-        };
+    /// Opens (or creates) the sled database at `db` and the ingest store at `store`, with
+    /// `cache_bytes` of cache between them, and moves into the store the tables an earlier
+    /// version kept in sled.
+    pub fn open(db: &Path, store: &Path, cache_bytes: u64) -> Result<Self, Error> {
+        let db = sled::Config::new().path(db).cache_capacity(cache_bytes / 4 * 3).open()?;
+        let keyspace = fjall::Config::new(store)
+            .cache_size((cache_bytes / 4).max(1 << 20))
+            .max_write_buffer_size(WRITE_BUFFER)
+            .max_journaling_size(JOURNALS)
+            .open()?;
+        let mut tables = Vec::with_capacity(TABLES.len());
+        for name in TABLES {
+            let options = PartitionCreateOptions::default().max_memtable_size(MEMTABLE);
+            tables.push(keyspace.open_partition(name, options)?);
+        }
+        migrate_from_sled(&db, &keyspace, &tables)?;
+        let table = |index: usize| Table { partition: tables[index].clone(), keyspace: keyspace.clone(), index };
         Ok(Self {
-            skills: table("skills")?,
-            peers: table("peers")?,
-            state: table("state")?,
-            market: table("market")?,
-            bounties: table("bounties")?,
-            versions: table("versions")?,
-            ledger: table("ledger")?,
-            envelopes: table("envelopes")?,
-            trees,
+            skills: table(0),
+            peers: table(1),
+            state: table(2),
+            market: table(3),
+            bounties: table(4),
+            versions: table(5),
+            ledger: table(6),
+            envelopes: table(7),
+            tables,
+            keyspace,
             db,
         })
+    }
+
+    /// [`Store::open`] with both in `dir`, for tests.
+    #[cfg(test)]
+    pub(crate) fn open_in(dir: &Path) -> Result<Self, Error> {
+        Self::open(&dir.join("db"), &dir.join("store"), 4 << 20)
     }
 
     /// The underlying database, for engines that keep trees of their own.
@@ -211,14 +217,17 @@ impl Store {
         &self.db
     }
 
-    /// Makes every write so far durable.
+    /// Makes every write so far durable, off the async threads.
     pub async fn flush(&self) -> Result<(), Error> {
-        self.db.flush_async().await?;
-        Ok(())
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.flush_blocking())
+            .await
+            .map_err(|error| Error::Engine(fjall::Error::Io(std::io::Error::other(error))))?
     }
 
     /// Makes every write so far durable, from blocking code.
     pub fn flush_blocking(&self) -> Result<(), Error> {
+        self.keyspace.persist(PersistMode::SyncAll)?;
         self.db.flush()?;
         Ok(())
     }
@@ -239,7 +248,7 @@ impl Store {
         &'a self,
         wanted: impl Fn(&ContentId) -> bool + 'a,
     ) -> impl Iterator<Item = Result<T, Error>> + 'a {
-        self.skills.tree.iter().filter_map(move |entry| {
+        self.skills.view().iter().filter_map(move |entry| {
             let (key, value) = match entry {
                 Ok(entry) => entry,
                 Err(error) => return Some(Err(error.into())),
@@ -253,8 +262,8 @@ impl Store {
         })
     }
 
-    /// How many skills are stored.
-    pub fn skill_count(&self) -> usize {
+    /// How many skills are stored (walks the table).
+    pub fn skill_count(&self) -> Result<usize, Error> {
         self.skills.len()
     }
 
@@ -263,38 +272,29 @@ impl Store {
         self.state.get(key.as_bytes())
     }
 
-    /// Writes a named state record at once (records only one writer owns, outside ingestion).
+    /// Writes a named state record at once: only for a record that one writer outside
+    /// ingestion owns (the management role's seq), which no message's writes touch.
     pub fn put_state<T: Serialize>(&self, key: &str, value: &T) -> Result<(), Error> {
-        self.state.put(key.as_bytes(), value)
+        self.state.partition.insert(key.as_bytes(), encode(value)?)?;
+        Ok(())
     }
 
-    /// Commits `writes` in one transaction over the trees they touch, and empties them. On an
-    /// error nothing of them is written.
+    /// Commits `writes` in one batch over the tables they touch, and empties them. On an
+    /// error nothing of them is written. The batch is handed to the operating system before
+    /// this returns.
     pub fn commit(&self, writes: &mut Writes) -> Result<(), Error> {
         if writes.ops.is_empty() {
             return Ok(());
         }
-        let mut batches: Vec<(usize, sled::Batch)> = Vec::new();
+        let mut batch = self.keyspace.batch().durability(Some(PersistMode::Buffer));
         for ((index, key), value) in writes.ops.drain() {
-            let at = match batches.iter().position(|(i, _)| *i == index) {
-                Some(at) => at,
-                None => {
-                    batches.push((index, sled::Batch::default()));
-                    batches.len() - 1
-                }
-            };
+            let table = &self.tables[index];
             match value {
-                Some(value) => batches[at].1.insert(key, value),
-                None => batches[at].1.remove(key),
+                Some(value) => batch.insert(table, key, value),
+                None => batch.remove(table, key),
             }
         }
-        let trees: Vec<sled::Tree> = batches.iter().map(|(index, _)| self.trees[*index].clone()).collect();
-        trees.as_slice().transaction(|views| {
-            for (view, (_, batch)) in views.iter().zip(&batches) {
-                view.apply_batch(batch)?;
-            }
-            Ok(())
-        })?;
+        batch.commit()?;
         Ok(())
     }
 
@@ -302,8 +302,8 @@ impl Store {
     /// before it (committed: a batch commits before it applies weather).
     pub fn keep_envelope(&self, writes: &mut Writes, key: &Key, bytes: &[u8]) -> Result<(), Error> {
         if key.kind() == Kind::Weather {
-            for old in self.envelopes.tree.scan_prefix(Key::prefix(Kind::Weather)).keys() {
-                writes.remove(&self.envelopes, &old?);
+            for old in self.envelopes.view().prefix(Key::prefix(Kind::Weather)) {
+                writes.remove(&self.envelopes, &old?.0);
             }
         }
         writes.put_raw(&self.envelopes, key.as_bytes(), bytes.to_vec());
@@ -312,7 +312,7 @@ impl Store {
 
     /// Whether a signed message is kept.
     pub fn has_envelope(&self, key: &Key) -> Result<bool, Error> {
-        Ok(self.envelopes.tree.contains_key(key.as_bytes())?)
+        Ok(self.envelopes.view().contains_key(key.as_bytes())?)
     }
 
     /// Whether a signed message is kept, or about to be in `writes`.
@@ -322,35 +322,33 @@ impl Store {
 
     /// A kept signed message's bytes.
     pub fn envelope(&self, key: &Key) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.envelopes.tree.get(key.as_bytes())?.map(|b| b.to_vec()))
+        Ok(self.envelopes.view().get(key.as_bytes())?.map(|b| b.to_vec()))
     }
 
     /// The kept weather envelope (the weather in force, or the last one applied), if any.
     pub fn weather_envelope(&self) -> Result<Option<(Key, Vec<u8>)>, Error> {
-        let Some((key, bytes)) = self.envelopes.tree.scan_prefix(Key::prefix(Kind::Weather)).next().transpose()? else {
+        let Some((key, bytes)) = self.envelopes.view().prefix(Key::prefix(Kind::Weather)).next().transpose()? else {
             return Ok(None);
         };
-        // Only `keep_envelope` writes the tree, always under a well-formed key.
+        // Only `keep_envelope` writes the table, always under a well-formed key.
         Ok(Key::from_bytes(&key).map(|key| (key, bytes.to_vec())))
     }
 
     /// Up to `n` keys of kept messages after `after` (from the first without it), and whether
     /// more follow.
     pub fn envelope_keys(&self, after: Option<&Key>, n: usize) -> Result<(Vec<Key>, bool), Error> {
-        let range = match after {
-            Some(after) => self
-                .envelopes
-                .tree
-                .range::<&[u8], _>((std::ops::Bound::Excluded(&after.as_bytes()[..]), std::ops::Bound::Unbounded)),
-            None => self.envelopes.tree.iter(),
+        let view = self.envelopes.view();
+        let start = match after {
+            Some(after) => Bound::Excluded(after.as_bytes().to_vec()),
+            None => Bound::Unbounded,
         };
         let mut keys = Vec::with_capacity(n.min(sync::PAGE));
-        for entry in range.keys() {
-            let key = entry?;
+        for entry in view.range::<Vec<u8>, _>((start, Bound::Unbounded)) {
+            let (key, _) = entry?;
             if keys.len() == n {
                 return Ok((keys, true));
             }
-            // Only this module writes the tree, always under a well-formed key.
+            // Only this module writes the table, always under a well-formed key.
             if let Some(key) = Key::from_bytes(&key) {
                 keys.push(key);
             }
@@ -369,9 +367,49 @@ impl Store {
     }
 }
 
+/// Moves the tables an earlier version kept as sled trees into the store: each one's records
+/// are copied, the store is made durable, and only then are the trees dropped from sled (and
+/// that made durable, so they never come back to overwrite newer records). A crash on the way
+/// leaves the trees in sled, and the next open copies them again, the same records over the
+/// same.
+fn migrate_from_sled(db: &sled::Db, keyspace: &fjall::Keyspace, tables: &[PartitionHandle]) -> Result<(), Error> {
+    let held: Vec<sled::IVec> = db.tree_names();
+    let old: Vec<(&str, &PartitionHandle)> = TABLES
+        .iter()
+        .zip(tables)
+        .filter(|(name, _)| held.iter().any(|h| h == name.as_bytes()))
+        .map(|(n, t)| (*n, t))
+        .collect();
+    if old.is_empty() {
+        return Ok(());
+    }
+    let mut moved = 0usize;
+    for (name, table) in &old {
+        let tree = db.open_tree(name)?;
+        let mut batch = keyspace.batch();
+        for entry in tree.iter() {
+            let (key, value) = entry?;
+            batch.insert(table, key.to_vec(), value.to_vec());
+            moved += 1;
+            if batch.len() >= MIGRATION_BATCH {
+                std::mem::replace(&mut batch, keyspace.batch()).commit()?;
+            }
+        }
+        batch.commit()?;
+    }
+    keyspace.persist(PersistMode::SyncAll)?;
+    for (name, _) in &old {
+        db.drop_tree(name)?;
+    }
+    db.flush()?;
+    tracing::info!(records = moved, tables = old.len(), "moved the ingest tables from sled into the store");
+    Ok(())
+}
+
 /// Writes not yet committed: what a batch of messages changes, read back by the later messages
 /// of the batch (reads look here first, then in the store), then committed by
-/// [`Store::commit`] all at once. The last write to a key wins.
+/// [`Store::commit`] all at once. The last write to a key wins. Only the one writer reads
+/// through it, so it reads the tables as they are, with no snapshot.
 #[derive(Debug, Default)]
 pub struct Writes {
     ops: HashMap<(usize, Vec<u8>), Option<Vec<u8>>>,
@@ -392,7 +430,7 @@ impl Writes {
     pub fn contains(&self, table: &Table, key: &[u8]) -> Result<bool, Error> {
         match self.ops.get(&(table.index, key.to_vec())) {
             Some(value) => Ok(value.is_some()),
-            None => Ok(table.tree.contains_key(key)?),
+            None => Ok(table.partition.contains_key(key)?),
         }
     }
 
@@ -404,7 +442,7 @@ impl Writes {
     pub fn get<T: DeserializeOwned>(&self, table: &Table, key: &[u8]) -> Result<Option<T>, Error> {
         match self.ops.get(&(table.index, key.to_vec())) {
             Some(value) => value.as_deref().map(|b| decode(key, b)).transpose(),
-            None => table.tree.get(key)?.map(|b| decode(key, &b)).transpose(),
+            None => table.partition.get(key)?.map(|b| decode(key, &b)).transpose(),
         }
     }
 
@@ -477,7 +515,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = ContentId::of(b"skill");
         {
-            let store = reopen(|| Store::open(dir.path(), 1 << 20));
+            let store = reopen(|| Store::open_in(dir.path()));
             let mut writes = Writes::default();
             assert!(writes.insert_new(&store.skills, id.digest(), &"first".to_string()).unwrap());
             assert!(!writes.insert_new(&store.skills, id.digest(), &"second".to_string()).unwrap(), "kept");
@@ -486,7 +524,7 @@ mod tests {
             assert!(writes.is_empty(), "a commit empties the writes");
             store.flush_blocking().unwrap();
         }
-        let store = reopen(|| Store::open(dir.path(), 1 << 20));
+        let store = reopen(|| Store::open_in(dir.path()));
         assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("first"));
         assert_eq!(store.state::<u64>("weather").unwrap(), Some(42));
     }
@@ -494,7 +532,7 @@ mod tests {
     #[test]
     fn writes_are_read_back_before_they_commit_and_seen_by_others_only_after() {
         let dir = tempfile::tempdir().unwrap();
-        let store = reopen(|| Store::open(dir.path(), 1 << 20));
+        let store = reopen(|| Store::open_in(dir.path()));
         let id = ContentId::of(b"skill");
         let mut writes = Writes::default();
         assert_eq!(writes.update::<u64, _>(&store.skills, id.digest(), |v| *v += 1).unwrap(), None);
@@ -517,7 +555,7 @@ mod tests {
     #[test]
     fn kept_envelopes_page_in_key_order_and_weather_keeps_only_the_newest() {
         let dir = tempfile::tempdir().unwrap();
-        let store = reopen(|| Store::open(dir.path(), 1 << 20));
+        let store = reopen(|| Store::open_in(dir.path()));
         let key = |kind, n: u8| Key::new(kind, &ContentId::of(&[n]));
         let mut writes = Writes::default();
         for n in 0..5 {
@@ -544,14 +582,14 @@ mod tests {
     #[test]
     fn skills_where_decodes_only_the_wanted_records_and_reports_a_corrupt_one() {
         let dir = tempfile::tempdir().unwrap();
-        let store = reopen(|| Store::open(dir.path(), 1 << 20));
+        let store = reopen(|| Store::open_in(dir.path()));
         let ids: Vec<ContentId> = (0..4u8).map(|n| ContentId::of(&[n])).collect();
         for (n, id) in ids.iter().enumerate() {
-            store.skills.tree.insert(id.digest(), serde_json::to_vec(&(n as u64)).unwrap()).unwrap();
+            store.skills.partition.insert(id.digest(), serde_json::to_vec(&(n as u64)).unwrap()).unwrap();
         }
         // A record that does not decode is skipped when unwanted, and reported when wanted.
         let corrupt = ContentId::of(b"corrupt");
-        store.skills.tree.insert(corrupt.digest(), b"{not json".to_vec()).unwrap();
+        store.skills.partition.insert(corrupt.digest(), b"{not json".to_vec()).unwrap();
         let wanted = |id: &ContentId| *id == ids[1] || *id == ids[3];
         let mut found: Vec<u64> = store.skills_where(wanted).collect::<Result<_, _>>().unwrap();
         found.sort_unstable();
@@ -559,16 +597,50 @@ mod tests {
         let err = store.skills_where::<u64>(|id| *id == corrupt).find_map(Result::err).expect("reported");
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
         // A key that is no digest cannot be asked about: it is decoded, so it is not missed.
-        store.skills.tree.insert(b"short", serde_json::to_vec(&9u64).unwrap()).unwrap();
+        store.skills.partition.insert(b"short", serde_json::to_vec(&9u64).unwrap()).unwrap();
         let found: Vec<u64> = store.skills_where(|_| false).collect::<Result<_, _>>().unwrap();
         assert_eq!(found, vec![9]);
     }
 
     #[test]
+    fn tables_an_earlier_version_kept_in_sled_move_into_the_store_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = ContentId::of(b"skill");
+        let envelope = Key::new(Kind::Crystal, &id);
+        {
+            // A data directory as earlier versions left it: every table a sled tree.
+            let db = reopen(|| sled::open(dir.path().join("db")));
+            db.open_tree("skills").unwrap().insert(id.digest(), serde_json::to_vec("old skill").unwrap()).unwrap();
+            db.open_tree("state").unwrap().insert("weather", serde_json::to_vec(&7u64).unwrap()).unwrap();
+            db.open_tree("envelopes").unwrap().insert(envelope.as_bytes(), b"signed".to_vec()).unwrap();
+            // A tree of the memory engine's, which stays in sled.
+            db.open_tree("memory").unwrap().insert("crystal", b"kept".to_vec()).unwrap();
+            db.flush().unwrap();
+        }
+        {
+            let store = reopen(|| Store::open_in(dir.path()));
+            assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("old skill"));
+            assert_eq!(store.state::<u64>("weather").unwrap(), Some(7));
+            assert_eq!(store.envelope(&envelope).unwrap().as_deref(), Some(&b"signed"[..]));
+            let names = store.db().tree_names();
+            assert!(!names.iter().any(|n| n == b"skills" || n == b"state"), "moved tables leave sled");
+            let memory = store.db().open_tree("memory").unwrap();
+            assert_eq!(memory.get("crystal").unwrap().as_deref(), Some(&b"kept"[..]), "sled keeps the rest");
+            // A newer write, not flushed: a committed batch is the operating system's already.
+            let mut writes = Writes::default();
+            writes.put(&store.state, b"weather", &8u64).unwrap();
+            store.commit(&mut writes).unwrap();
+        }
+        let store = reopen(|| Store::open_in(dir.path()));
+        assert_eq!(store.state::<u64>("weather").unwrap(), Some(8), "the move is not done again over newer records");
+        assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("old skill"));
+    }
+
+    #[test]
     fn corrupt_record_is_a_clear_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
-        let store = reopen(|| Store::open(dir.path(), 1 << 20));
-        store.state.tree.insert("weather", b"{not json".to_vec()).unwrap();
+        let store = reopen(|| Store::open_in(dir.path()));
+        store.state.partition.insert("weather", b"{not json".to_vec()).unwrap();
         let err = store.state::<u64>("weather").unwrap_err();
         assert!(err.to_string().contains("weather"), "{err}");
     }

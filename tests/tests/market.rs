@@ -10,6 +10,7 @@ use druse_management::config::Config as ManagementConfig;
 use druse_node::ingest::Outcome;
 use druse_node::market::{Listing, Stats};
 use druse_node::node;
+use druse_node::store::Writes;
 use druse_protocol::ContentId;
 use druse_protocol::api::Code;
 use druse_protocol::body::{Body, Bounty, CrystalListing, ReportEvent};
@@ -238,7 +239,7 @@ async fn bounty_is_matched_claimed_and_seen_by_the_management_node() {
     .await
     .unwrap();
     eventually(WAIT, "the short bounty to be dropped from b's store", async || {
-        b.store().bounties.len() == 1 && b.metric("druse_bounties_open", &[]) == 1.0
+        b.store().bounties.len().unwrap() == 1 && b.metric("druse_bounties_open", &[]) == 1.0
     })
     .await
     .unwrap();
@@ -254,12 +255,13 @@ async fn a_bounty_boost_that_never_reached_memory_is_applied_once_by_the_sweep()
     let crystal =
         wait_for(WAIT, "the skill to reach a's memory", async || a.stored(&id).unwrap()?.crystal).await.unwrap();
     // What a full memory queue leaves behind: the match is recorded, its boost was dropped.
-    a.store()
-        .market
-        .upsert(id.digest(), |s: &mut Stats| {
+    let mut writes = Writes::default();
+    writes
+        .upsert(&a.store().market, id.digest(), |s: &mut Stats| {
             s.bounty_matches.insert("lost".into());
         })
         .unwrap();
+    a.store().commit(&mut writes).unwrap();
     assert_eq!(a.memory().get(crystal).unwrap().curiosity_boost, 0.0);
 
     // The sweep at startup finds the boost owed and applies it.

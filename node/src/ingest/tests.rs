@@ -19,7 +19,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), 1 << 20).unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
     let mgmt = Keypair::from_seed([1; 32]);
     let ingestor = ingestor_on(store, &mgmt);
     Fixture { ingestor, metrics: Metrics::new("test", "edge"), mgmt, effects: Vec::new(), _dir: dir }
@@ -104,7 +104,7 @@ fn weather_halts_listings_from_provisional_peers_but_not_trusted_ones() {
     assert!(f.ingestor.weather.halted(NOW));
     assert_eq!(f.ingest(&provisional, &listing("a", "retry with backoff")), Outcome::Halted);
     assert_eq!(f.ingest(&trusted, &listing("b", "retry with jitter")), Outcome::Accepted);
-    assert_eq!(f.ingestor.store.skill_count(), 1);
+    assert_eq!(f.ingestor.store.skill_count().unwrap(), 1);
 }
 
 #[test]
@@ -112,7 +112,7 @@ fn listing_that_carries_a_secret_is_refused_and_not_stored() {
     let mut f = fixture();
     let author = Keypair::from_seed([2; 32]);
     assert_eq!(f.ingest(&author, &listing("leak", "the password: hunter2")), Outcome::Confidential);
-    assert_eq!(f.ingestor.store.skill_count(), 0);
+    assert_eq!(f.ingestor.store.skill_count().unwrap(), 0);
     // Opened ahead, as the verify workers open gossip: a secret in the name is found there,
     // and a clean listing goes through.
     let source = author.peer_id();
@@ -124,7 +124,7 @@ fn listing_that_carries_a_secret_is_refused_and_not_stored() {
         assert_eq!(f.ingestor.ingest_opened(opened, &bytes, gossip, NOW, &f.metrics).1, outcome, "{name}");
         f.ingestor.commit().unwrap();
     }
-    assert_eq!(f.ingestor.store.skill_count(), 1);
+    assert_eq!(f.ingestor.store.skill_count().unwrap(), 1);
 }
 
 #[test]
@@ -271,9 +271,9 @@ fn bounty_matches_skills_before_and_after_it_and_records_claims() {
     assert_eq!(record.claims.len(), 1);
     assert!(record.claims[0].matched && record.claims[0].claimant == author.peer_id().to_string());
     assert_eq!(f.ingestor.expire_bounties(NOW + 60_000).unwrap(), 0, "expired at expires_at");
-    assert!(!f.ingestor.store.bounties.is_empty(), "removed at the next commit");
+    assert!(!f.ingestor.store.bounties.is_empty().unwrap(), "removed at the next commit");
     f.ingestor.commit().unwrap();
-    assert!(f.ingestor.store.bounties.is_empty());
+    assert!(f.ingestor.store.bounties.is_empty().unwrap());
 }
 
 #[test]
@@ -411,7 +411,7 @@ fn a_listing_halted_by_weather_is_accepted_once_the_weather_lifts() {
         Body::Weather(Weather { issued_at: NOW, seq: 2, level: 0.0, duration_ms: 1_000, reason: "clear".into() });
     assert_eq!(f.ingest(&mgmt, &lift), Outcome::Accepted);
     assert_eq!(f.ingest(&author, &body), Outcome::Accepted, "the halted listing was remembered as seen");
-    assert_eq!(f.ingestor.store.skill_count(), 1);
+    assert_eq!(f.ingestor.store.skill_count().unwrap(), 1);
 }
 
 impl Fixture {

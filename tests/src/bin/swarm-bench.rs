@@ -340,7 +340,7 @@ async fn measure_ingest(args: &Args, rng: &mut StdRng) -> Result<Ingest> {
     }
     let elapsed = started.elapsed();
     ensure!(refused.is_empty(), "{} listings were refused, first: {:?}", refused.len(), refused.first());
-    let stored = node.store().skill_count();
+    let stored = node.store().skill_count()?;
     let indexed = || node.memory().len();
     druse_tests::eventually(Duration::from_secs(300), "every listing to be indexed in memory", async || {
         indexed() >= args.listings
