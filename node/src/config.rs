@@ -124,8 +124,7 @@ impl Default for Trust {
 pub struct Store {
     /// Holds the key, the API token and the database.
     pub data_dir: PathBuf,
-    /// Cache for the databases, in bytes: three quarters for sled's pages (memory), a quarter
-    /// for the ingest store's blocks.
+    /// The store's block cache, in bytes (filled only as data is read).
     pub cache_bytes: u64,
 }
 

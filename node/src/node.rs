@@ -287,7 +287,7 @@ impl Node {
         let memory = {
             let embed = config.memory.embed.clone();
             let engine = config.memory.engine();
-            let db = store.db().clone();
+            let db = store.keyspace().clone();
             let index = config.index_path();
             let data_dir = config.store.data_dir.clone();
             blocking(move || -> Result<_, Error> {

@@ -140,10 +140,11 @@ pub struct Store {
 /// their sled trees.
 const TABLES: [&str; 8] = ["skills", "peers", "state", "market", "bounties", "versions", "ledger", "envelopes"];
 
-/// What the store holds in memtables, at most, before the writer waits for fjall's flush
-/// thread (100 ms at a time, once 90% of it is taken). A listing writes about 3.5 KB, so this
-/// is about 18,000 listings ahead of the flushes.
-const WRITE_BUFFER: u64 = 64 << 20;
+/// What the store holds in memtables, at most, before a writer waits for fjall's flush
+/// thread (100 ms at a time, once 90% of it is taken). A listing writes about 3.5 KB in the
+/// ingest tables and about as much again when the memory engine indexes it, so this is about
+/// 18,000 listings ahead of the flushes.
+const WRITE_BUFFER: u64 = 128 << 20;
 
 /// A partition's memtable is sealed and flushed to a sorted run at this size. Smaller ones
 /// flushed more often, each flush taking the CPU from ingestion: in single swarm-bench runs on
@@ -151,9 +152,17 @@ const WRITE_BUFFER: u64 = 64 << 20;
 /// rate with 8 MiB memtables, 50% with 16 MiB (fjall's default) and 59–66% with 32 MiB.
 const MEMTABLE: u32 = 32 << 20;
 
-/// Journals kept before fjall flushes the memtables they cover: what a restart replays, at
-/// most.
-const JOURNALS: u64 = 64 << 20;
+/// Journals kept on disk before writers wait for the flushes that free them (fjall's default):
+/// what a restart replays, at most. Writers wait 500 ms once 90% of it is taken, so it must
+/// hold a flood's writes while the memtables it covers are flushed; at 64 MiB a flood of
+/// 20,000 listings stalled indexing for a second.
+const JOURNALS: u64 = 512 << 20;
+
+/// The memory engine's partition (and the name of its sled tree in earlier versions).
+const MEMORY: &str = "memory";
+
+/// sled's page cache: it holds only the agent's state now.
+const SLED_CACHE: u64 = 8 << 20;
 
 /// Records moved from sled in one batch when a store of an earlier version is opened.
 const MIGRATION_BATCH: usize = 4096;
@@ -174,20 +183,15 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
 }
 
 impl Store {
-    /// Opens (or creates) the sled database at `db` and the ingest store at `store`, with
-    /// `cache_bytes` of cache between them, and moves into the store the tables an earlier
-    /// version kept in sled.
+    /// Opens (or creates) the store at `store`, with `cache_bytes` of block cache, and the
+    /// sled database at `db` (the agent's state), and moves into the store what an earlier
+    /// version kept in sled: the ingest tables and the memory engine's tree.
     pub fn open(db: &Path, store: &Path, cache_bytes: u64) -> Result<Self, Error> {
-        let db = sled::Config::new().path(db).cache_capacity(cache_bytes / 4 * 3).open()?;
-        let keyspace = fjall::Config::new(store)
-            .cache_size((cache_bytes / 4).max(1 << 20))
-            .max_write_buffer_size(WRITE_BUFFER)
-            .max_journaling_size(JOURNALS)
-            .open()?;
+        let db = sled::Config::new().path(db).cache_capacity(SLED_CACHE).open()?;
+        let keyspace = open_keyspace(store, cache_bytes)?;
         let mut tables = Vec::with_capacity(TABLES.len());
         for name in TABLES {
-            let options = PartitionCreateOptions::default().max_memtable_size(MEMTABLE);
-            tables.push(keyspace.open_partition(name, options)?);
+            tables.push(open_partition(&keyspace, name)?);
         }
         migrate_from_sled(&db, &keyspace, &tables)?;
         let table = |index: usize| Table { partition: tables[index].clone(), keyspace: keyspace.clone(), index };
@@ -212,9 +216,14 @@ impl Store {
         Self::open(&dir.join("db"), &dir.join("store"), 4 << 20)
     }
 
-    /// The underlying database, for engines that keep trees of their own.
+    /// The sled database, where the agent keeps its state.
     pub fn db(&self) -> &sled::Db {
         &self.db
+    }
+
+    /// The store's keyspace, where the memory engine keeps its partition.
+    pub fn keyspace(&self) -> &fjall::Keyspace {
+        &self.keyspace
     }
 
     /// Makes every write so far durable, off the async threads.
@@ -367,6 +376,21 @@ impl Store {
     }
 }
 
+/// Opens (or creates) a keyspace at `path` as the node's store does, with `cache_bytes` of
+/// block cache: for the memory engine on its own (benchmarks, tests).
+pub fn open_keyspace(path: &Path, cache_bytes: u64) -> Result<fjall::Keyspace, Error> {
+    Ok(fjall::Config::new(path)
+        .cache_size(cache_bytes.max(1 << 20))
+        .max_write_buffer_size(WRITE_BUFFER)
+        .max_journaling_size(JOURNALS)
+        .open()?)
+}
+
+/// Opens (or creates) a partition with the store's memtable size.
+pub(crate) fn open_partition(keyspace: &fjall::Keyspace, name: &str) -> Result<PartitionHandle, fjall::Error> {
+    keyspace.open_partition(name, PartitionCreateOptions::default().max_memtable_size(MEMTABLE))
+}
+
 /// Moves the tables an earlier version kept as sled trees into the store: each one's records
 /// are copied, the store is made durable, and only then are the trees dropped from sled (and
 /// that made durable, so they never come back to overwrite newer records). A crash on the way
@@ -374,12 +398,18 @@ impl Store {
 /// same.
 fn migrate_from_sled(db: &sled::Db, keyspace: &fjall::Keyspace, tables: &[PartitionHandle]) -> Result<(), Error> {
     let held: Vec<sled::IVec> = db.tree_names();
-    let old: Vec<(&str, &PartitionHandle)> = TABLES
-        .iter()
-        .zip(tables)
-        .filter(|(name, _)| held.iter().any(|h| h == name.as_bytes()))
-        .map(|(n, t)| (*n, t))
-        .collect();
+    let held = |name: &str| held.iter().any(|h| h == name.as_bytes());
+    let mut old: Vec<(&str, PartitionHandle)> =
+        TABLES.iter().zip(tables).filter(|(name, _)| held(name)).map(|(name, table)| (*name, table.clone())).collect();
+    if held(MEMORY) {
+        let memory = open_partition(keyspace, MEMORY)?;
+        // The memory engine's ids went on from sled's counter: its next value is above every
+        // id sled handed out.
+        if memory.get(crate::memory::engine::IDS)?.is_none() {
+            memory.insert(crate::memory::engine::IDS, db.generate_id()?.to_be_bytes())?;
+        }
+        old.push((MEMORY, memory));
+    }
     if old.is_empty() {
         return Ok(());
     }
@@ -402,7 +432,11 @@ fn migrate_from_sled(db: &sled::Db, keyspace: &fjall::Keyspace, tables: &[Partit
         db.drop_tree(name)?;
     }
     db.flush()?;
-    tracing::info!(records = moved, tables = old.len(), "moved the ingest tables from sled into the store");
+    tracing::info!(
+        records = moved,
+        tables = old.len(),
+        "moved the tables of an earlier version from sled into the store"
+    );
     Ok(())
 }
 
@@ -607,25 +641,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = ContentId::of(b"skill");
         let envelope = Key::new(Kind::Crystal, &id);
-        {
+        let handed_out = {
             // A data directory as earlier versions left it: every table a sled tree.
             let db = reopen(|| sled::open(dir.path().join("db")));
             db.open_tree("skills").unwrap().insert(id.digest(), serde_json::to_vec("old skill").unwrap()).unwrap();
             db.open_tree("state").unwrap().insert("weather", serde_json::to_vec(&7u64).unwrap()).unwrap();
             db.open_tree("envelopes").unwrap().insert(envelope.as_bytes(), b"signed".to_vec()).unwrap();
-            // A tree of the memory engine's, which stays in sled.
-            db.open_tree("memory").unwrap().insert("crystal", b"kept".to_vec()).unwrap();
+            // The memory engine's tree, with ids sled's counter handed out.
+            db.open_tree("memory").unwrap().insert("crystal", b"moved".to_vec()).unwrap();
+            let handed_out = db.generate_id().unwrap();
+            // The agent's tree, which stays in sled.
+            db.open_tree("agent").unwrap().insert("gate", b"kept".to_vec()).unwrap();
             db.flush().unwrap();
-        }
+            handed_out
+        };
         {
             let store = reopen(|| Store::open_in(dir.path()));
             assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("old skill"));
             assert_eq!(store.state::<u64>("weather").unwrap(), Some(7));
             assert_eq!(store.envelope(&envelope).unwrap().as_deref(), Some(&b"signed"[..]));
             let names = store.db().tree_names();
-            assert!(!names.iter().any(|n| n == b"skills" || n == b"state"), "moved tables leave sled");
-            let memory = store.db().open_tree("memory").unwrap();
-            assert_eq!(memory.get("crystal").unwrap().as_deref(), Some(&b"kept"[..]), "sled keeps the rest");
+            assert!(!names.iter().any(|n| n == b"skills" || n == b"state" || n == b"memory"), "moved trees leave sled");
+            let agent = store.db().open_tree("agent").unwrap();
+            assert_eq!(agent.get("gate").unwrap().as_deref(), Some(&b"kept"[..]), "sled keeps the rest");
+            let memory = open_partition(store.keyspace(), MEMORY).unwrap();
+            assert_eq!(memory.get("crystal").unwrap().as_deref(), Some(&b"moved"[..]));
+            let bound = memory.get(crate::memory::engine::IDS).unwrap().expect("the id bound is set");
+            let bound = u64::from_be_bytes(bound[..].try_into().unwrap());
+            assert!(bound > handed_out, "ids go on above sled's: {bound} after {handed_out}");
             // A newer write, not flushed: a committed batch is the operating system's already.
             let mut writes = Writes::default();
             writes.put(&store.state, b"weather", &8u64).unwrap();

@@ -110,7 +110,7 @@ struct Measured {
 
 fn measure(set: &Set, embedder: Arc<dyn Embedder>, context: bool) -> Measured {
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::open(dir.path().join("db")).unwrap();
+    let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20).unwrap();
     let turns = turns(set);
     let first = turns.first().map_or(0, |t| t.at);
     let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), embedder, first).unwrap();

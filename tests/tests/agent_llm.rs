@@ -226,7 +226,7 @@ mod reconciler {
 
     fn engine() -> anyhow::Result<Engine> {
         let dir = tempfile::tempdir()?;
-        let db = sled::open(dir.path().join("db"))?;
+        let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20)?;
         let now = druse_node::node::now_ms();
         let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), now)?;
         Ok(Engine { memory: Arc::new(memory), _dir: dir })

@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p druse-node --bin memory-bench [-- --sizes 10000,100000 ...]`
 //!
-//! Every figure goes through the real engine ([`Memory`] on sled and tantivy in a temporary
+//! Every figure goes through the real engine ([`Memory`] on the store and tantivy in a temporary
 //! directory). The vectors are synthetic but clustered like real embeddings: unit centroids plus
 //! Gaussian noise, normalised, from a fixed-seed PRNG, so every run measures the same data. A
 //! small embedder maps each crystal's marker (`#v17`) and each query's (`#q3`) to its vector and
@@ -138,9 +138,8 @@ fn progress() {
 }
 
 /// Ends the run if it makes no progress for `limit`: a hang must not pass for a slow run.
-/// The one seen (twice in a dozen runs of the 100k load) was sled 0.34's deadlock under heavy
-/// writes (spacejam/sled#1412): the writer waits, holding sled's segment accountant, for a
-/// file truncation queued behind IO threads that wait for that same lock.
+/// The one seen (twice in a dozen runs of the 100k load, when the engine was on sled) was sled
+/// 0.34's deadlock under heavy writes (spacejam/sled#1412).
 fn watchdog(limit: Duration) {
     progress();
     std::thread::spawn(move || {
@@ -148,10 +147,7 @@ fn watchdog(limit: Duration) {
             std::thread::sleep(Duration::from_secs(10));
             let idle = seconds_since_start().saturating_sub(PROGRESS.load(Ordering::Relaxed));
             if idle > limit.as_secs() {
-                eprintln!(
-                    "memory-bench: no progress for {idle} s; if the main thread is in sled's apply_batch, \
-                     this is sled 0.34's deadlock under heavy writes (spacejam/sled#1412)"
-                );
+                eprintln!("memory-bench: no progress for {idle} s; the load or a measurement hangs");
                 for dir in SCRATCH.lock().map(|dirs| dirs.clone()).unwrap_or_default() {
                     let _ = std::fs::remove_dir_all(dir);
                 }
@@ -467,7 +463,7 @@ impl Drop for Scratch {
 }
 
 fn open(dir: &Path, embedder: Arc<dyn Embedder>, now: u64) -> anyhow::Result<Memory> {
-    let db = sled::open(dir.join("db")).context("sled")?;
+    let db = druse_node::store::open_keyspace(&dir.join("db"), 64 << 20).context("store")?;
     Ok(Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now)?)
 }
 

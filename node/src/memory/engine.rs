@@ -1,7 +1,7 @@
 //! The memory engine: one place that stores, indexes, reconciles, recalls and consolidates
-//! crystals. sled is the source of truth (crystals, embeddings and the audit log share one
-//! tree so a change and its audit entry commit together); the vector and text indexes are
-//! derived from it and rebuilt at start-up.
+//! crystals. The store's `memory` partition is the source of truth (crystals, embeddings and
+//! the audit log share it, so a change and its audit entry commit in one batch); the vector and
+//! text indexes are derived from it and rebuilt at start-up.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -54,7 +54,7 @@ pub enum Error {
     #[error("no crystal {0}")]
     NotFound(CrystalId),
     #[error("store: {0}")]
-    Db(#[from] sled::Error),
+    Db(#[from] fjall::Error),
     #[error("record {0} is corrupt: {1}")]
     Corrupt(String, serde_json::Error),
     #[error(transparent)]
@@ -220,6 +220,26 @@ const CONTEXT: u8 = b'x';
 const SENTENCES: u8 = b'z';
 const AUDIT: u8 = b'a';
 const HORMONES: &[u8] = b"s/hormones";
+/// The bound below which ids were handed out (see [`Ids`]).
+pub(crate) const IDS: &[u8] = b"s/ids";
+
+/// Ids handed out by the engine (crystals and audit entries): unique and rising across
+/// restarts. A window of them is reserved durably before the first is used, and a restart
+/// starts past the last window, so an id handed out before a crash is never handed out again.
+#[derive(Debug)]
+struct Ids {
+    next: u64,
+    reserved: u64,
+}
+
+/// Ids reserved with one durable write.
+const ID_WINDOW: u64 = 1 << 20;
+
+impl From<fjall::LsmError> for Error {
+    fn from(error: fjall::LsmError) -> Self {
+        Error::Db(error.into())
+    }
+}
 
 /// Audit entries sort by crystal, then by write order, so a crystal's log is one prefix scan.
 fn audit_key(crystal: CrystalId, seq: u64) -> [u8; 17] {
@@ -283,8 +303,9 @@ struct Changes {
 /// The memory engine. Share it behind an `Arc`; its methods block (embedding, disk), so async
 /// callers use `spawn_blocking`.
 pub struct Memory {
-    db: sled::Db,
-    tree: sled::Tree,
+    keyspace: fjall::Keyspace,
+    tree: fjall::PartitionHandle,
+    ids: Mutex<Ids>,
     /// Keyed by a fast hash: recall looks up every candidate here, and ids are the engine's
     /// own counter, not chosen by a peer.
     crystals: RwLock<FxHashMap<CrystalId, Crystal>>,
@@ -355,16 +376,22 @@ impl Memory {
     /// the turn before the answer (6 → 12 and 10 → 14 of 19), for one more embedding per turn.
     pub const DEFAULT_CONTEXT_INDEXING: bool = true;
 
-    /// Opens the engine on `db` (tree `memory`) with its text index in `index_dir`, and
-    /// rebuilds the derived indexes from the store.
+    /// Opens the engine on `keyspace` (partition `memory`; [`crate::store::open_keyspace`])
+    /// with its text index in `index_dir`, and rebuilds the derived indexes from the store.
     pub fn open(
-        db: &sled::Db,
+        keyspace: &fjall::Keyspace,
         index_dir: &Path,
         config: Config,
         embedder: Arc<dyn Embedder>,
         now: UnixMillis,
     ) -> Result<Self, Error> {
-        let tree = db.open_tree("memory")?;
+        let tree = crate::store::open_partition(keyspace, "memory")?;
+        let reserved = match tree.get(IDS)? {
+            Some(bytes) => <[u8; 8]>::try_from(&bytes[..])
+                .map(u64::from_be_bytes)
+                .map_err(|_| Error::Invalid("the stored id bound is not 8 bytes".into()))?,
+            None => 0,
+        };
         let vectors = VectorIndex::new(vector::Config { dim: embedder.dim(), ..vector::Config::default() })?;
         let text = match TextIndex::open(index_dir) {
             Ok(text) => text,
@@ -380,8 +407,9 @@ impl Memory {
         };
         let tuning = Tuning::for_embedder(&*embedder);
         let memory = Self {
-            db: db.clone(),
+            keyspace: keyspace.clone(),
             tree,
+            ids: Mutex::new(Ids { next: reserved, reserved }),
             crystals: RwLock::new(FxHashMap::default()),
             scopes: RwLock::new(Scopes::default()),
             vectors,
@@ -405,7 +433,7 @@ impl Memory {
         let resistance = self.consolidation_modulation(now).decay_resistance;
         let mut max_id = 0;
         let mut map = FxHashMap::default();
-        for entry in self.tree.scan_prefix([CRYSTAL]) {
+        for entry in self.tree.prefix([CRYSTAL]) {
             let (k, v) = entry?;
             let mut crystal: Crystal =
                 serde_json::from_slice(&v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e))?;
@@ -429,7 +457,7 @@ impl Memory {
         }
         let crystals = read(&self.crystals);
         for prefix in [EMBEDDING, CONTEXT, SENTENCES] {
-            for entry in self.tree.scan_prefix([prefix]) {
+            for entry in self.tree.prefix([prefix]) {
                 let (k, v) = entry?;
                 let Some(id) = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
                 // As `index` keeps it: only live crystals have vectors in the index.
@@ -550,39 +578,79 @@ impl Memory {
         [scopes.before(&crystal.namespace, session, at), scopes.after(&crystal.namespace, session, at)]
     }
 
-    /// Writes a set of changes in one sled batch (one atomic commit) and makes it durable,
-    /// then updates the in-memory map and the derived indexes.
+    /// Writes a set of changes in one batch (one atomic commit) and makes it durable, then
+    /// updates the in-memory map and the derived indexes.
     fn commit(&self, changes: Changes) -> Result<(), Error> {
         self.store(&changes)?;
-        self.db.flush()?;
+        self.sync()?;
         let pending = self.index(changes)?;
         self.commit_text(pending)
     }
 
-    /// Writes a set of changes to sled in one batch (one atomic commit), not yet flushed.
+    /// Writes a set of changes in one batch (one atomic commit), not yet made durable.
     fn store(&self, changes: &Changes) -> Result<(), Error> {
-        let mut batch = sled::Batch::default();
+        let mut batch = self.batch();
         self.add_to_batch(changes, &mut batch)?;
-        self.tree.apply_batch(batch)?;
+        self.apply(batch)
+    }
+
+    /// A batch of writes to the engine's partition, to fill with [`Memory::put`] and
+    /// [`Memory::delete`] and commit with [`Memory::apply`].
+    fn batch(&self) -> fjall::Batch {
+        self.keyspace.batch()
+    }
+
+    fn put(&self, batch: &mut fjall::Batch, key: &[u8], value: Vec<u8>) {
+        batch.insert(&self.tree, key, value);
+    }
+
+    fn delete(&self, batch: &mut fjall::Batch, key: &[u8]) {
+        batch.remove(&self.tree, key);
+    }
+
+    /// Commits a batch, all of it or none; it reaches the operating system before this
+    /// returns, so it survives the process being killed ([`Memory::sync`] makes it survive a
+    /// power cut).
+    fn apply(&self, batch: fjall::Batch) -> Result<(), Error> {
+        batch.durability(Some(fjall::PersistMode::Buffer)).commit()?;
         Ok(())
     }
 
-    /// Adds a set of changes to a sled batch.
-    fn add_to_batch(&self, changes: &Changes, batch: &mut sled::Batch) -> Result<(), Error> {
+    /// Makes every committed batch durable.
+    fn sync(&self) -> Result<(), Error> {
+        self.keyspace.persist(fjall::PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    /// A new id, unique across restarts (see [`Ids`]).
+    fn next_id(&self) -> Result<u64, Error> {
+        let mut ids = lock(&self.ids);
+        if ids.next >= ids.reserved {
+            let reserved = ids.next + ID_WINDOW;
+            self.tree.insert(IDS, reserved.to_be_bytes())?;
+            self.sync()?;
+            ids.reserved = reserved;
+        }
+        ids.next += 1;
+        Ok(ids.next - 1)
+    }
+
+    /// Adds a set of changes to a batch.
+    fn add_to_batch(&self, changes: &Changes, batch: &mut fjall::Batch) -> Result<(), Error> {
         for (crystal, bytes) in changes.crystals.iter().zip(encode_crystals(&changes.crystals)?) {
-            batch.insert(&key(CRYSTAL, crystal.id), bytes);
+            self.put(batch, &key(CRYSTAL, crystal.id), bytes);
         }
         for (prefix, id, vector) in &changes.vectors {
-            batch.insert(&key(*prefix, *id), encode_vector(vector));
+            self.put(batch, &key(*prefix, *id), encode_vector(vector));
         }
         for entry in &changes.audit {
-            let seq = self.db.generate_id()?;
+            let seq = self.next_id()?;
             let bytes = serde_json::to_vec(entry).map_err(|e| Error::Corrupt("audit".into(), e))?;
-            batch.insert(&audit_key(entry.crystal_id, seq), bytes);
+            self.put(batch, &audit_key(entry.crystal_id, seq), bytes);
         }
         for id in &changes.purge {
             for prefix in [CRYSTAL, EMBEDDING, CONTEXT, SENTENCES] {
-                batch.remove(&key(prefix, *id));
+                self.delete(batch, &key(prefix, *id));
             }
         }
         Ok(())
@@ -710,7 +778,7 @@ impl Memory {
         }
         let mut audit = Vec::new();
         for crystal in &chain {
-            for entry in self.tree.scan_prefix(key(AUDIT, crystal.id)) {
+            for entry in self.tree.prefix(key(AUDIT, crystal.id)) {
                 let (_, v) = entry?;
                 audit.push(serde_json::from_slice(&v).map_err(|e| Error::Corrupt("audit".into(), e))?);
             }
@@ -726,7 +794,7 @@ impl Memory {
 
     /// Makes every write durable, and commits the text index.
     pub fn flush(&self) -> Result<(), Error> {
-        self.db.flush()?;
+        self.sync()?;
         self.publish_text()
     }
 

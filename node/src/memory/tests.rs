@@ -1,4 +1,4 @@
-//! The memory engine end to end on a real sled store and tantivy index, with the hashing
+//! The memory engine end to end on a real store and tantivy index, with the hashing
 //! embedder: correction, supersession and history, consolidation rules, TTL, merge, purge,
 //! governance in recall, and restart.
 
@@ -23,7 +23,7 @@ fn open(dir: &std::path::Path) -> Memory {
 
 /// Opens the engine in `dir` as of `now`.
 fn open_at(dir: &std::path::Path, now: druse_protocol::UnixMillis) -> Memory {
-    let db = crate::store::reopen(|| sled::open(dir.join("db")));
+    let db = crate::store::reopen(|| crate::store::open_keyspace(&dir.join("db"), 8 << 20));
     Memory::open(&db, &dir.join("index"), Config::default(), Arc::new(Hashing::new(384)), now).unwrap()
 }
 
@@ -150,6 +150,23 @@ fn everything_survives_a_restart() {
     assert_eq!(m.get(old).unwrap().status, Status::Superseded);
     assert_eq!(m.get(new).unwrap().supersedes, Some(old));
     assert_eq!(search(&m, "surgery").first().map(String::as_str), Some("actually, it's March 22"));
+}
+
+#[test]
+fn ids_handed_out_before_a_restart_are_never_handed_out_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = {
+        let m = open(dir.path());
+        let a = m.add(memory("the first note"), "user", NOW).unwrap().crystal.id;
+        let b = m.add(memory("a second, unrelated entry about gardening"), "user", NOW).unwrap().crystal.id;
+        assert!(b > a, "ids rise: {a} then {b}");
+        b
+    };
+    let m = open(dir.path());
+    let after = m.add(memory("a third one, after the restart, on sailing"), "user", NOW).unwrap().crystal.id;
+    assert!(after > first, "an id after a restart is above every earlier one: {after} after {first}");
+    assert_eq!(m.get(first).unwrap().text, "a second, unrelated entry about gardening");
+    assert_eq!(m.history(after).unwrap().audit.len(), 1, "its audit entry is its own");
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! `store-stress`: a store that never stalls (issue: sled 0.34.7 deadlocked twice in about a
-//! dozen 100k memory-bench loads, spacejam/sled#1412).
+//! `store-stress`: a store that never stalls (sled 0.34.7, the node's store before fjall,
+//! deadlocked twice in about a dozen 100k memory-bench loads, spacejam/sled#1412).
 //!
-//! It starts a real node in this process (sled and tantivy on disk, the HTTP API on a port the
+//! It starts a real node in this process (its store and tantivy on disk, the HTTP API on a port the
 //! OS picks, the hashing embedder unless `DRUSE_MINILM_DIR` is set), loads `--crystals` memory
 //! crystals, then runs three parts at once until `--minutes` have passed:
 //!

@@ -224,7 +224,7 @@ impl Memory {
     /// the next search (see [`TEXT_COMMIT_DOCS`]).
     fn settle(&self, pending: TextPending) -> Result<(), Error> {
         let _writer = lock(&self.write);
-        self.db.flush()?;
+        self.sync()?;
         self.defer_text(pending)?;
         self.persist_hormones()
     }
@@ -266,7 +266,7 @@ impl Memory {
         reconciler: &dyn correction::Reconciler,
     ) -> Result<(), Error> {
         let _writer = lock(&self.write);
-        let mut batch = sled::Batch::default();
+        let mut batch = self.batch();
         // The vectors of this chunk's crystals, not yet in sled: a turn's context vector may
         // need the turn stored just before it.
         let mut fresh: HashMap<CrystalId, Vec<f32>> = HashMap::new();
@@ -282,7 +282,7 @@ impl Memory {
             added.push(one);
             Ok(())
         });
-        self.tree.apply_batch(batch)?;
+        self.apply(batch)?;
         indexed
     }
 
@@ -354,7 +354,7 @@ impl Memory {
                 (old, Some(target))
             }
             Decision::Add | Decision::Update { .. } => {
-                let id = self.db.generate_id()? + 1;
+                let id = self.next_id()? + 1;
                 let mut crystal = self.new_crystal(id, item, influence, sensitivity, now)?;
                 if let Decision::Update { target, confidence } = decision {
                     let mut old = self.get(target).ok_or(Error::NotFound(target))?;

@@ -25,7 +25,7 @@ impl Memory {
     /// the values a pass recomputes are kept in memory, and opening the engine recomputes them
     /// ([`Memory::open`]); a crystal is rewritten only when its lifecycle changes. Rewriting
     /// every crystal for its drifting importance made a pass over 100k crystals cost 1.2 to
-    /// 2 s, nearly all of it sled writes.
+    /// 2 s on sled, nearly all of it writes.
     pub fn consolidate(&self, now: UnixMillis) -> Result<Report, Error> {
         let _writer = lock(&self.write);
         let modulation = self.consolidation_modulation(now);

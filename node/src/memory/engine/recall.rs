@@ -383,18 +383,18 @@ impl Memory {
         if hits.is_empty() {
             return Ok(());
         }
-        let mut batch = sled::Batch::default();
+        let mut batch = self.batch();
         let mut map = write(&self.crystals);
         for hit in hits {
             if let Some(c) = map.get_mut(&hit.crystal.id) {
                 c.access_count += 1;
                 c.last_access = now;
                 let bytes = serde_json::to_vec(&*c).map_err(|e| Error::Corrupt(format!("crystal {}", c.id), e))?;
-                batch.insert(&key(CRYSTAL, c.id), bytes);
+                self.put(&mut batch, &key(CRYSTAL, c.id), bytes);
             }
         }
         drop(map);
-        self.tree.apply_batch(batch)?;
+        self.apply(batch)?;
         Ok(())
     }
 }

@@ -39,31 +39,31 @@ impl Memory {
         for chunk in crystals.chunks(CHUNK) {
             let texts: Vec<&str> = chunk.iter().map(|c| c.text.as_str()).collect();
             let vectors = self.embed_with_sentences(&texts)?;
-            let mut batch = sled::Batch::default();
+            let mut batch = self.batch();
             for (c, (vector, sentences)) in chunk.iter().zip(&vectors) {
-                batch.insert(&key(EMBEDDING, c.id), encode_vector(vector));
+                self.put(&mut batch, &key(EMBEDDING, c.id), encode_vector(vector));
                 match sentences.is_empty() {
-                    true => batch.remove(&key(SENTENCES, c.id)),
-                    false => batch.insert(&key(SENTENCES, c.id), encode_vector(sentences)),
+                    true => self.delete(&mut batch, &key(SENTENCES, c.id)),
+                    false => self.put(&mut batch, &key(SENTENCES, c.id), encode_vector(sentences)),
                 }
             }
-            self.tree.apply_batch(batch)?;
+            self.apply(batch)?;
         }
         let none: HashMap<CrystalId, Vec<f32>> = HashMap::new();
         for chunk in crystals.chunks(CHUNK) {
-            let mut batch = sled::Batch::default();
+            let mut batch = self.batch();
             for c in chunk {
                 let Some(own) = self.embedding(c.id) else { continue };
                 let (parts, day) = self.context(c);
                 match self.context_vector(&own, &parts, day.as_deref(), &none)? {
-                    Some(vector) => batch.insert(&key(CONTEXT, c.id), encode_vector(&vector)),
-                    None => batch.remove(&key(CONTEXT, c.id)),
+                    Some(vector) => self.put(&mut batch, &key(CONTEXT, c.id), encode_vector(&vector)),
+                    None => self.delete(&mut batch, &key(CONTEXT, c.id)),
                 }
             }
-            self.tree.apply_batch(batch)?;
+            self.apply(batch)?;
         }
         self.tree.insert(EMBEDDER, name.as_bytes())?;
-        self.db.flush()?;
+        self.sync()?;
         tracing::info!(crystals = crystals.len(), elapsed = ?started.elapsed(), "memory re-embedded");
         Ok(crystals.len())
     }

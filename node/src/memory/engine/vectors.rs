@@ -11,7 +11,7 @@ use crate::memory::sentences::{MAX_SENTENCES, sentence_texts};
 /// A memory's own vector, and its sentence vectors one after another (empty for one sentence).
 pub(super) type Embedded = (Vec<f32>, Vec<f32>);
 
-/// Vector-index keys. A crystal's id (sled's counter) stays far below 2^56, so the top byte of
+/// Vector-index keys. A crystal's id (the engine's counter) stays far below 2^56, so the top byte of
 /// a key says which of its vectors it holds: none set, its own; the top bit, its conversation
 /// context; 1 to [`MAX_SENTENCES`] in the bits from 56, one of its sentences.
 pub(super) const CONTEXT_BIT: u64 = 1 << 63;

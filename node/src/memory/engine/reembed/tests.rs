@@ -36,8 +36,8 @@ impl Embedder for Counting {
 }
 
 /// The store in `dir`.
-fn db(dir: &Path) -> sled::Db {
-    crate::store::reopen(|| sled::open(dir.join("db")))
+fn db(dir: &Path) -> fjall::Keyspace {
+    crate::store::reopen(|| crate::store::open_keyspace(&dir.join("db"), 8 << 20))
 }
 
 fn open(dir: &Path, embedder: Arc<dyn Embedder>) -> Memory {
@@ -96,8 +96,8 @@ fn a_store_that_never_recorded_its_embedder_is_re_embedded_once() {
     stored(dir.path());
     {
         let db = db(dir.path());
-        db.open_tree("memory").unwrap().remove(EMBEDDER).unwrap();
-        db.flush().unwrap();
+        crate::store::open_partition(&db, "memory").unwrap().remove(EMBEDDER).unwrap();
+        db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
     let embedder = Counting::new(384);
     let m = open(dir.path(), embedder.clone());
