@@ -8,9 +8,10 @@
 //! partitions replaced sled trees for this state because ingestion writes three random keys a
 //! message, and sled 0.34 rewrote whole 16-entry leaves on every split and every tenth change:
 //! about 27 KB written a listing against 7 KB of records, and most of the ingest actor's time
-//! (see the README's ingest figures). The memory engine and the agent's state stay in the sled
-//! database beside it ([`Store::db`]); a store written by an earlier version, with these
-//! tables in sled, is moved over on its first open ([`Store::open`]).
+//! (see the README's ingest figures). The memory engine keeps its partition in the same
+//! keyspace ([`Store::keyspace`]); only the agent's small state stays in the sled database
+//! beside it ([`Store::db`]). A data directory of an earlier version, with all of it in sled, is
+//! moved over on its first open ([`Store::open`]).
 //!
 //! Ingestion is the one writer, through [`Writes`]: what a batch of messages changes is read
 //! back by the later messages of the batch and then committed in one fjall batch over every
@@ -115,7 +116,7 @@ impl Table {
 /// Handle to the open database; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    /// The sled database the memory engine and the agent keep their trees in.
+    /// The sled database the agent keeps its state in.
     db: sled::Db,
     keyspace: fjall::Keyspace,
     /// Every partition below, in `Table::index` order, for commits.
@@ -159,7 +160,7 @@ const MEMTABLE: u32 = 32 << 20;
 const JOURNALS: u64 = 512 << 20;
 
 /// The memory engine's partition (and the name of its sled tree in earlier versions).
-const MEMORY: &str = "memory";
+pub(crate) const MEMORY: &str = "memory";
 
 /// sled's page cache: it holds only the agent's state now.
 const SLED_CACHE: u64 = 8 << 20;

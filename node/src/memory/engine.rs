@@ -385,7 +385,7 @@ impl Memory {
         embedder: Arc<dyn Embedder>,
         now: UnixMillis,
     ) -> Result<Self, Error> {
-        let tree = crate::store::open_partition(keyspace, "memory")?;
+        let tree = crate::store::open_partition(keyspace, crate::store::MEMORY)?;
         let reserved = match tree.get(IDS)? {
             Some(bytes) => <[u8; 8]>::try_from(&bytes[..])
                 .map(u64::from_be_bytes)
