@@ -31,6 +31,7 @@ mod query;
 mod recall;
 mod reembed;
 mod skills;
+mod storage;
 mod vectors;
 
 use add::Incoming;
@@ -220,20 +221,8 @@ const CONTEXT: u8 = b'x';
 const SENTENCES: u8 = b'z';
 const AUDIT: u8 = b'a';
 const HORMONES: &[u8] = b"s/hormones";
-/// The bound below which ids were handed out (see [`Ids`]).
+/// The bound below which ids were handed out (see `storage::Ids`).
 pub(crate) const IDS: &[u8] = b"s/ids";
-
-/// Ids handed out by the engine (crystals and audit entries): unique and rising across
-/// restarts. A window of them is reserved durably before the first is used, and a restart
-/// starts past the last window, so an id handed out before a crash is never handed out again.
-#[derive(Debug)]
-struct Ids {
-    next: u64,
-    reserved: u64,
-}
-
-/// Ids reserved with one durable write.
-const ID_WINDOW: u64 = 1 << 20;
 
 impl From<fjall::LsmError> for Error {
     fn from(error: fjall::LsmError) -> Self {
@@ -305,7 +294,7 @@ struct Changes {
 pub struct Memory {
     keyspace: fjall::Keyspace,
     tree: fjall::PartitionHandle,
-    ids: Mutex<Ids>,
+    ids: Mutex<storage::Ids>,
     /// Keyed by a fast hash: recall looks up every candidate here, and ids are the engine's
     /// own counter, not chosen by a peer.
     crystals: RwLock<FxHashMap<CrystalId, Crystal>>,
@@ -409,7 +398,7 @@ impl Memory {
         let memory = Self {
             keyspace: keyspace.clone(),
             tree,
-            ids: Mutex::new(Ids { next: reserved, reserved }),
+            ids: Mutex::new(storage::Ids::from(reserved)),
             crystals: RwLock::new(FxHashMap::default()),
             scopes: RwLock::new(Scopes::default()),
             vectors,
@@ -585,75 +574,6 @@ impl Memory {
         self.sync()?;
         let pending = self.index(changes)?;
         self.commit_text(pending)
-    }
-
-    /// Writes a set of changes in one batch (one atomic commit), not yet made durable.
-    fn store(&self, changes: &Changes) -> Result<(), Error> {
-        let mut batch = self.batch();
-        self.add_to_batch(changes, &mut batch)?;
-        self.apply(batch)
-    }
-
-    /// A batch of writes to the engine's partition, to fill with [`Memory::put`] and
-    /// [`Memory::delete`] and commit with [`Memory::apply`].
-    fn batch(&self) -> fjall::Batch {
-        self.keyspace.batch()
-    }
-
-    fn put(&self, batch: &mut fjall::Batch, key: &[u8], value: Vec<u8>) {
-        batch.insert(&self.tree, key, value);
-    }
-
-    fn delete(&self, batch: &mut fjall::Batch, key: &[u8]) {
-        batch.remove(&self.tree, key);
-    }
-
-    /// Commits a batch, all of it or none; it reaches the operating system before this
-    /// returns, so it survives the process being killed ([`Memory::sync`] makes it survive a
-    /// power cut).
-    fn apply(&self, batch: fjall::Batch) -> Result<(), Error> {
-        batch.durability(Some(fjall::PersistMode::Buffer)).commit()?;
-        Ok(())
-    }
-
-    /// Makes every committed batch durable.
-    fn sync(&self) -> Result<(), Error> {
-        self.keyspace.persist(fjall::PersistMode::SyncAll)?;
-        Ok(())
-    }
-
-    /// A new id, unique across restarts (see [`Ids`]).
-    fn next_id(&self) -> Result<u64, Error> {
-        let mut ids = lock(&self.ids);
-        if ids.next >= ids.reserved {
-            let reserved = ids.next + ID_WINDOW;
-            self.tree.insert(IDS, reserved.to_be_bytes())?;
-            self.sync()?;
-            ids.reserved = reserved;
-        }
-        ids.next += 1;
-        Ok(ids.next - 1)
-    }
-
-    /// Adds a set of changes to a batch.
-    fn add_to_batch(&self, changes: &Changes, batch: &mut fjall::Batch) -> Result<(), Error> {
-        for (crystal, bytes) in changes.crystals.iter().zip(encode_crystals(&changes.crystals)?) {
-            self.put(batch, &key(CRYSTAL, crystal.id), bytes);
-        }
-        for (prefix, id, vector) in &changes.vectors {
-            self.put(batch, &key(*prefix, *id), encode_vector(vector));
-        }
-        for entry in &changes.audit {
-            let seq = self.next_id()?;
-            let bytes = serde_json::to_vec(entry).map_err(|e| Error::Corrupt("audit".into(), e))?;
-            self.put(batch, &audit_key(entry.crystal_id, seq), bytes);
-        }
-        for id in &changes.purge {
-            for prefix in [CRYSTAL, EMBEDDING, CONTEXT, SENTENCES] {
-                self.delete(batch, &key(prefix, *id));
-            }
-        }
-        Ok(())
     }
 
     /// Brings the in-memory map and the derived indexes up to date with stored changes; the
