@@ -11,13 +11,14 @@
 //!    actor is one thread, so what needs no state is done here). The envelopes of a batch are
 //!    opened in parallel, one worker per core, and handed on in inbox order, with their results,
 //!    through a second bounded queue: signatures are checked while the actor applies the
-//!    messages before.
-//! 3. The actor runs on its own OS thread, so sled never runs on the async executor. It takes
+//!    messages before. The next batch is taken and opening while one is handed on, so the
+//!    workers do not wait for the hand-over.
+//! 3. The actor runs on its own OS thread, so the store never runs on the async executor. It takes
 //!    whatever waits, up to [`BATCH`] commands, and runs each message through the rest of
 //!    validation, the trust and weather gate, and applying it ([`Ingestor::ingest_opened`]).
 //!    Every write goes to the ingestor's pending writes, where later messages of the batch
 //!    read it.
-//! 4. [`Actor::finish`] commits the batch's writes in one sled transaction: each message's
+//! 4. [`Actor::finish`] commits the batch's writes in one batch of the store: each message's
 //!    writes land whole or not at all. Only then is the memory worker handed its work and the
 //!    read snapshot refreshed, and then verdicts are sent to gossipsub (fire and forget: nobody
 //!    waits for them), replies answered and metrics counted, so a caller told that its message
@@ -223,29 +224,95 @@ struct Staged {
 }
 
 /// Opens the envelopes peers sent, a batch at a time on `workers`, and hands each command on
-/// in inbox order.
+/// in inbox order. The next batch is opening while the last one is handed on, so the workers
+/// never wait for the hand-over, and the end of one batch overlaps the start of the next.
 fn verify_loop(
     mut commands: mpsc::Receiver<Command>,
     verified: mpsc::Sender<Staged>,
     workers: Option<rayon::ThreadPool>,
 ) {
-    use rayon::prelude::*;
     let mut keys = SignerKeys::new(SIGNER_KEYS);
-    let mut batch = Vec::with_capacity(BATCH);
-    while commands.blocking_recv_many(&mut batch, BATCH) > 0 {
-        let opened: Vec<Envelopes> = match &workers {
-            Some(workers) if batch.len() > 1 => workers.install(|| {
-                let open = |keys: &mut SignerKeys, command: &Command| open_all(command, keys);
-                batch.par_iter().map_init(|| SignerKeys::new(SIGNER_KEYS), open).collect()
-            }),
-            _ => batch.iter().map(|command| open_all(command, &mut keys)).collect(),
+    let mut opening: Option<Opening> = None;
+    loop {
+        let mut batch = Vec::with_capacity(BATCH);
+        if opening.is_some() {
+            // A batch is opening: take what already waits, and wait for nothing.
+            while batch.len() < BATCH {
+                let Ok(command) = commands.try_recv() else { break };
+                batch.push(command);
+            }
+        } else if commands.blocking_recv_many(&mut batch, BATCH) == 0 {
+            return;
+        }
+        let next = match &workers {
+            _ if batch.is_empty() => None,
+            Some(workers) if batch.len() > 1 => Some(Opening::on(workers, batch)),
+            _ => Some(Opening::here(batch, &mut keys)),
         };
-        for (command, opened) in batch.drain(..).zip(opened) {
+        if let Some(previous) = opening.take()
+            && !previous.hand_on(&verified)
+        {
+            return;
+        }
+        opening = next;
+    }
+}
+
+/// A batch of commands whose envelopes are being opened, or are open.
+enum Opening {
+    /// Opened on the verify thread.
+    Open(Vec<Command>, Vec<Envelopes>),
+    /// Opening on the workers: the batch and its envelopes come back here.
+    Pending { commands: usize, done: std::sync::mpsc::Receiver<(Vec<Command>, Vec<Envelopes>)> },
+}
+
+/// Commands a verify worker takes at a time: small, so the workers finish a batch together.
+const PIECE: usize = 4;
+
+impl Opening {
+    fn here(batch: Vec<Command>, keys: &mut SignerKeys) -> Self {
+        let opened = batch.iter().map(|command| open_all(command, keys)).collect();
+        Self::Open(batch, opened)
+    }
+
+    fn on(workers: &rayon::ThreadPool, batch: Vec<Command>) -> Self {
+        use rayon::prelude::*;
+        let (opened, done) = std::sync::mpsc::sync_channel(1);
+        let commands = batch.len();
+        workers.spawn(move || {
+            // A panic here would abort the process: it fails only this batch instead.
+            let open = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let open = |keys: &mut SignerKeys, command: &Command| open_all(command, keys);
+                batch.par_iter().with_max_len(PIECE).map_init(|| SignerKeys::new(SIGNER_KEYS), open).collect()
+            }));
+            if let Ok(envelopes) = open {
+                let _ = opened.send((batch, envelopes));
+            }
+        });
+        Self::Pending { commands, done }
+    }
+
+    /// Hands each command on to the actor, in order, once it is open; false once the actor is
+    /// gone or a command asked to stop.
+    fn hand_on(self, verified: &mpsc::Sender<Staged>) -> bool {
+        let (batch, opened) = match self {
+            Self::Open(batch, opened) => (batch, opened),
+            Self::Pending { commands, done } => match done.recv() {
+                Ok(open) => open,
+                Err(_) => {
+                    // Its callers see the actor stop answering; the next batch goes on.
+                    tracing::error!(commands, "a verify worker panicked; a batch of commands is dropped");
+                    return true;
+                }
+            },
+        };
+        for (command, opened) in batch.into_iter().zip(opened) {
             let stop = matches!(command, Command::Stop { .. });
             if verified.blocking_send(Staged { command, opened }).is_err() || stop {
-                return;
+                return false;
             }
         }
+        true
     }
 }
 

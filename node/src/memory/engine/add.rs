@@ -53,7 +53,7 @@ const EMBED_BATCH: usize = 256;
 
 /// How many text documents adds leave for the next search to commit before an add commits
 /// them itself. A BM25 commit syncs a new segment to disk, several times the cost of the rest
-/// of an add; sled holds every acknowledged write durably, and a restart re-indexes from it
+/// of an add; the store holds every acknowledged write durably, and a restart re-indexes from it
 /// whatever the last commit did not hold, so this bounds that work.
 pub(super) const TEXT_COMMIT_DOCS: usize = 4096;
 
@@ -254,8 +254,8 @@ impl Memory {
     }
 
     /// One chunk of [`Memory::add_many`]: embedded in one call, each memory prepared and
-    /// indexed at once (so the next is reconciled against it), and the chunk written to sled
-    /// in one batch, whatever happens to the memories after the first that fails.
+    /// indexed at once (so the next is reconciled against it), and the chunk written to the
+    /// store in one batch, whatever happens to the memories after the first that fails.
     fn add_chunk(
         &self,
         chunk: &[Incoming],
@@ -267,7 +267,7 @@ impl Memory {
     ) -> Result<(), Error> {
         let _writer = lock(&self.write);
         let mut batch = self.batch();
-        // The vectors of this chunk's crystals, not yet in sled: a turn's context vector may
+        // The vectors of this chunk's crystals, not yet in the store: a turn's context vector may
         // need the turn stored just before it.
         let mut fresh: HashMap<CrystalId, Vec<f32>> = HashMap::new();
         let indexed = chunk.iter().zip(analysed).try_for_each(|(item, analysed)| {
