@@ -345,6 +345,10 @@ struct TextPending {
     removed: bool,
     /// How many documents were added or replaced.
     docs: usize,
+    /// Whether an add since the last commit left its writes for a later sync
+    /// ([`add::Durable::WithNextSync`]): the store is synced before the text index commits, so
+    /// the text index never holds a document the store could lose.
+    unsynced: bool,
 }
 
 impl TextPending {
@@ -353,6 +357,7 @@ impl TextPending {
             up_to: self.up_to.max(other.up_to),
             removed: self.removed || other.removed,
             docs: self.docs + other.docs,
+            unsynced: self.unsynced || other.unsynced,
         }
     }
 }
@@ -608,7 +613,7 @@ impl Memory {
         for id in unrecallable {
             vector_keys(id).for_each(|vkey| _ = self.vectors.remove(vkey));
         }
-        let mut pending = TextPending { up_to: None, removed: !purge.is_empty(), docs: texts.len() };
+        let mut pending = TextPending { removed: !purge.is_empty(), docs: texts.len(), ..TextPending::default() };
         for (id, indexed) in &texts {
             self.text.upsert(*id, indexed)?;
             pending.up_to = pending.up_to.max(Some(*id));
@@ -622,6 +627,9 @@ impl Memory {
 
     /// Commits the text documents indexed since the last commit, making them searchable.
     fn commit_text(&self, pending: TextPending) -> Result<(), Error> {
+        if pending.unsynced {
+            self.sync()?;
+        }
         if let Some(max_id) = pending.up_to {
             let up_to = self.text.indexed_up_to().unwrap_or(0).max(max_id);
             self.text.commit(up_to)?;

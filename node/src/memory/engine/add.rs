@@ -85,12 +85,26 @@ impl Incoming {
     }
 }
 
+/// When an add's writes must survive a power cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Durable {
+    /// Before the add returns.
+    Now,
+    /// With the next sync of the store (a later add, the next text commit, consolidation or
+    /// shutdown): for memories that can be stored again from elsewhere, as a skill's crystal is
+    /// from the skill the store keeps. Every write still reaches the operating system before
+    /// the add returns, so it survives the process being killed; and the store's one journal
+    /// keeps writes in order, so a power cut loses only the last of them, never an earlier
+    /// one. An fsync here would also hold the store's journal, which ingestion writes to.
+    WithNextSync,
+}
+
 impl Memory {
     /// Stores a memory: tags its sensitivity, stamps its hormones, reconciles it against the
     /// most similar active observations, and commits it, any supersession and their audit
     /// entries in one batch, made durable before returning.
     pub fn add(&self, new: NewMemory, actor: &str, now: UnixMillis) -> Result<Added, Error> {
-        let (mut added, outcome) = self.add_incoming(vec![Incoming::own(new, actor)], now);
+        let (mut added, outcome) = self.add_incoming(vec![Incoming::own(new, actor)], now, Durable::Now);
         outcome?;
         added.pop().ok_or_else(|| Error::Invalid("the memory was not stored".into()))
     }
@@ -103,15 +117,20 @@ impl Memory {
     /// disk), those before it stay stored and durable, and the error is returned.
     pub fn add_many(&self, news: Vec<NewMemory>, actor: &str, now: UnixMillis) -> Result<Vec<Added>, Error> {
         let items = news.into_iter().map(|new| Incoming::own(new, actor)).collect();
-        let (added, outcome) = self.add_incoming(items, now);
+        let (added, outcome) = self.add_incoming(items, now, Durable::Now);
         outcome.map(|()| added)
     }
 
     /// [`Memory::add_many`] for memories that each name their peer and actor. Returns what
     /// was stored, in order, beside whether everything was: after a failure, the memories
     /// before it are stored and returned.
-    pub(super) fn add_incoming(&self, items: Vec<Incoming>, now: UnixMillis) -> (Vec<Added>, Result<(), Error>) {
-        self.add_incoming_with(items, now, &*self.reconciler)
+    pub(super) fn add_incoming(
+        &self,
+        items: Vec<Incoming>,
+        now: UnixMillis,
+        durable: Durable,
+    ) -> (Vec<Added>, Result<(), Error>) {
+        self.add_incoming_with(items, now, &*self.reconciler, durable)
     }
 
     /// Stores `new` exactly as [`Memory::add`] does, with `reconciler` deciding instead of the
@@ -125,7 +144,7 @@ impl Memory {
         now: UnixMillis,
     ) -> Result<Added, Error> {
         let items = vec![Incoming::own(new, actor)];
-        let (mut added, outcome) = self.add_incoming_with(items, now, reconciler);
+        let (mut added, outcome) = self.add_incoming_with(items, now, reconciler, Durable::Now);
         outcome?;
         added.pop().ok_or_else(|| Error::Invalid("the memory was not stored".into()))
     }
@@ -143,6 +162,7 @@ impl Memory {
         items: Vec<Incoming>,
         now: UnixMillis,
         reconciler: &dyn correction::Reconciler,
+        durable: Durable,
     ) -> (Vec<Added>, Result<(), Error>) {
         if items.is_empty() {
             // Nothing to make durable or searchable: no flush, no commit.
@@ -152,7 +172,7 @@ impl Memory {
             return (Vec::new(), Err(error));
         }
         let mut added = Vec::with_capacity(items.len());
-        let mut pending = TextPending::default();
+        let mut pending = TextPending { unsynced: durable == Durable::WithNextSync, ..TextPending::default() };
         let outcome = self.add_chunks(&items, now, &mut added, &mut pending, reconciler);
         let outcome = outcome.and(self.settle(pending));
         (added, outcome)
@@ -220,11 +240,13 @@ impl Memory {
         check(new)
     }
 
-    /// Makes what [`Memory::add_many`] stored durable, and its text documents searchable by
-    /// the next search (see [`TEXT_COMMIT_DOCS`]).
+    /// Makes what [`Memory::add_many`] stored durable (unless it may wait: [`Durable`]), and
+    /// its text documents searchable by the next search (see [`TEXT_COMMIT_DOCS`]).
     fn settle(&self, pending: TextPending) -> Result<(), Error> {
         let _writer = lock(&self.write);
-        self.sync()?;
+        if !pending.unsynced {
+            self.sync()?;
+        }
         self.defer_text(pending)?;
         self.persist_hormones()
     }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use druse_protocol::body::SemanticType;
 use druse_protocol::{ContentId, UnixMillis};
 
+use super::add::Durable;
 use super::{Error, Incoming, Memory, NewMemory, read};
 use crate::governance::Scope;
 use crate::memory::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Origin, Status};
@@ -30,8 +31,10 @@ fn incoming(skill: SkillMemory<'_>) -> Incoming {
 
 impl Memory {
     /// Stores skills as crystals (origin `peer` with the peer recorded, or `skill` for this
-    /// node's own) in one batch: embedded together, written in one durable batch
-    /// and made searchable by one text commit. Each crystal records its skill, in the same
+    /// node's own) in one batch: embedded together, written in one batch and made searchable
+    /// by one text commit. The batch is made durable with the store's next sync
+    /// ([`Durable::WithNextSync`]): a power cut may lose the last skills stored, and the node
+    /// indexes again, at start, every skill it keeps that has no crystal. Each crystal records its skill, in the same
     /// write, so [`Memory::skill_crystal`] finds it. Returns one result per skill, in order: a
     /// skill that already has a crystal (or comes twice) is not stored again, and gets that
     /// crystal. A skill the engine refuses (its text too long, say) gets its own error and
@@ -67,7 +70,7 @@ impl Memory {
                 Err(error) => results.push(Err(error)),
             }
         }
-        let (added, outcome) = self.add_incoming(items, now);
+        let (added, outcome) = self.add_incoming(items, now, Durable::WithNextSync);
         let stored = added.len();
         for (slot, one) in slots.iter().zip(added) {
             results[*slot] = Ok(one.crystal.id);
