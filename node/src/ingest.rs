@@ -329,7 +329,7 @@ impl Ingestor {
         if let Some(refusal) = self.kept_already(&accepted).or_else(|| self.gate(&accepted, source, now)) {
             return (Some(kind), refusal);
         }
-        let outcome = self.apply(&accepted, confidential, Provenance::Peer, now, metrics);
+        let outcome = self.apply(&accepted, bytes, confidential, Provenance::Peer, now, metrics);
         if outcome == Outcome::Accepted {
             self.note_peer(source, now, |r| r.accepted += 1);
         }
@@ -374,7 +374,7 @@ impl Ingestor {
         if let Some(refusal) = self.kept_already(&accepted).or_else(|| self.gate(&accepted, &author, now)) {
             return (Some(kind), refusal);
         }
-        (Some(kind), self.apply(&accepted, confidential, Provenance::Peer, now, metrics))
+        (Some(kind), self.apply(&accepted, bytes, confidential, Provenance::Peer, now, metrics))
     }
 
     /// A message whose envelope is kept was applied before: a duplicate, even when the
@@ -417,7 +417,7 @@ impl Ingestor {
         metrics: &Metrics,
     ) -> Outcome {
         match validate::check(bytes, me, topic, now, &mut self.view) {
-            Ok(accepted) => self.apply(&accepted, None, Provenance::Local, now, metrics),
+            Ok(accepted) => self.apply(&accepted, bytes, None, Provenance::Local, now, metrics),
             Err(reason) => Outcome::Protocol(reason),
         }
     }
@@ -425,15 +425,18 @@ impl Ingestor {
     /// Step 9: stores or applies an accepted message. Only a message applied in full is
     /// committed to the validator's view: one refused here blocks no later copy.
     /// `confidential` says whether a listing holds a secret when [`Opened`] found out already.
+    /// `bytes` is the envelope as it came: validation found it to be the envelope's one
+    /// canonical encoding, so it is kept as it came rather than encoded again.
     fn apply(
         &mut self,
         accepted: &Accepted,
+        bytes: &[u8],
         confidential: Option<bool>,
         origin: Provenance,
         now: UnixMillis,
         metrics: &Metrics,
     ) -> Outcome {
-        match self.apply_inner(accepted, confidential, origin, now, metrics) {
+        match self.apply_inner(accepted, bytes, confidential, origin, now, metrics) {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::error!(%error, "store failed while applying a message");
@@ -445,6 +448,7 @@ impl Ingestor {
     fn apply_inner(
         &mut self,
         accepted: &Accepted,
+        bytes: &[u8],
         confidential: Option<bool>,
         origin: Provenance,
         now: UnixMillis,
@@ -509,7 +513,7 @@ impl Ingestor {
         }
         if keep {
             let key = sync::Key::new(accepted.body.kind(), &accepted.content_id);
-            self.store.keep_envelope(&mut self.writes, &key, &accepted.envelope.to_bytes())?;
+            self.store.keep_envelope(&mut self.writes, &key, bytes)?;
         }
         self.view.commit(accepted, now);
         if accepted.body.seq().is_some() {

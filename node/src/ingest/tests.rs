@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
 use druse_protocol::body::{Attest, CrystalListing, Endorsement, EndorsementVerdict, ReportEvent, Weather};
-use druse_protocol::validate::Config;
+use druse_protocol::validate::{Config, SignerKeys};
 use druse_protocol::{Envelope, Keypair};
 
 use super::*;
@@ -419,6 +419,22 @@ impl Fixture {
         let outcome = self.ingestor.ingest_synced(&seal(key, body), now, &self.metrics).1;
         self.effects.extend(self.ingestor.commit().unwrap());
         outcome
+    }
+}
+
+#[test]
+fn an_accepted_message_is_kept_exactly_as_it_came_for_peers_to_verify_again() {
+    let mut f = fixture();
+    let author = Keypair::from_seed([2; 32]);
+    let (gossiped, relayed) = (listing("gossiped", "retry with backoff"), listing("relayed", "parse dates"));
+    assert_eq!(f.ingest(&author, &gossiped), Outcome::Accepted);
+    assert_eq!(f.synced(&author, &relayed, NOW), Outcome::Accepted);
+    for body in [&gossiped, &relayed] {
+        let key = sync::Key::new(Kind::Crystal, &ContentId::of(&body.encode().unwrap()));
+        let kept = f.ingestor.store.envelope(&key).unwrap();
+        assert_eq!(kept, Some(seal(&author, body)));
+        let verified = druse_protocol::validate::open_envelope(&kept.unwrap(), &mut SignerKeys::new(1));
+        assert!(verified.is_ok(), "the kept envelope verifies: {verified:?}");
     }
 }
 
