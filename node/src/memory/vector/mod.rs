@@ -13,9 +13,10 @@
 //! the vectors are still searched in the tail, so a query never waits for a build and never
 //! misses a vector. The same thread merges segments of similar size (so a search visits few
 //! graphs) and rebuilds segments that are mostly dead. Builds run instant-distance on the global
-//! rayon pool. If inserts outrun the builder (a bulk load), the tail grows past the threshold and
-//! searches slow toward an exact scan until the builder catches up; each vector is still stored
-//! once, shared between the tail and the graph being built from it.
+//! rayon pool. While a bulk load arrives, a full tail waits for the inserts to pause (up to
+//! [`BULK_TAIL`] seals' worth), so builds neither slow the load nor build graphs the next seals
+//! soon merge again; searches meanwhile scan more of it exactly. Each vector is stored once,
+//! shared between the tail and the graph being built from it.
 //!
 //! Removal and replacement are by version: every stored vector carries a sequence number, and
 //! a hit counts only while that number is its id's live one. Dead vectors are filtered from
@@ -46,6 +47,13 @@ use self::topk::{Hit, TopK};
 
 /// How many finished builds [`Stats::recent_builds`] remembers.
 const RECENT_BUILDS: usize = 64;
+
+/// How long inserts must pause before a full tail is sealed ([`Shared::wait_for_a_pause`]).
+const BULK_PAUSE: Duration = Duration::from_millis(250);
+
+/// The longest tail, in seals, that waits for inserts to pause: past it, searches would slow
+/// too much. At the default seal of 8192 vectors, 32768 vectors scanned exactly.
+const BULK_TAIL: usize = 4;
 
 /// Why the index refused a call.
 #[derive(Debug, thiserror::Error)]
@@ -246,6 +254,8 @@ struct State {
     build_time_total: Duration,
     recent_builds: VecDeque<BuildStats>,
     builder_failed: bool,
+    /// When the last vector was inserted: a seal waits for a bulk load to pause.
+    last_insert: Option<Instant>,
 }
 
 impl State {
@@ -355,6 +365,7 @@ impl VectorIndex {
                 None => false,
             };
             state.tail.push(TailEntry { entry: Entry { id, seq }, point });
+            state.last_insert = Some(Instant::now());
             compact || state.tail.len() >= shared.config.seal_threshold
         };
         if full {
@@ -580,10 +591,42 @@ impl Shared {
         Ok(Point(Arc::from(kernel::quantise(&unit))))
     }
 
-    /// Tells the builder there may be work.
+    /// Tells the builder there may be work (once: while it has not taken the news, telling it
+    /// again wakes nothing).
     fn want(&self) {
-        self.control().wanted = true;
-        self.wake.notify_one();
+        let mut control = self.control();
+        if !control.wanted {
+            control.wanted = true;
+            self.wake.notify_one();
+        }
+    }
+
+    /// Waits while a bulk load is arriving and the only work is sealing the tail: a build then
+    /// would take the CPU from the inserts (a lower priority does not keep it off the cores
+    /// between their batches), and seal graphs that the next seals soon merge again. It waits
+    /// until inserts pause for [`BULK_PAUSE`], unless the tail, which every search scans
+    /// exactly, grows to [`BULK_TAIL`] seals' worth, or a seal is asked for. False when told to
+    /// stop.
+    fn wait_for_a_pause(&self) -> bool {
+        loop {
+            let wait = {
+                let state = self.read();
+                let forced = state.tail.first().is_some_and(|t| t.entry.seq < state.seal_below);
+                let tail = state.tail.len();
+                let bulk = tail >= self.config.seal_threshold
+                    && tail < self.config.seal_threshold.saturating_mul(BULK_TAIL)
+                    && !forced;
+                state.last_insert.filter(|_| bulk).and_then(|last| BULK_PAUSE.checked_sub(last.elapsed()))
+            };
+            let mut control = self.control();
+            if control.stop {
+                return false;
+            }
+            let Some(wait) = wait.filter(|wait| !wait.is_zero()) else { return true };
+            // Inserts meanwhile wake it at most once (see `want`).
+            control.wanted = false;
+            drop(self.wake.wait_timeout(control, wait).unwrap_or_else(PoisonError::into_inner));
+        }
     }
 
     /// The builder thread: sleeps until there may be work, then runs jobs until there is none.
@@ -606,6 +649,9 @@ impl Shared {
                     self.idle.notify_all();
                     control = self.wake.wait(control).unwrap_or_else(PoisonError::into_inner);
                 }
+            }
+            if !self.wait_for_a_pause() {
+                return;
             }
             while let Some(job) = self.plan() {
                 if self.control().stop {
