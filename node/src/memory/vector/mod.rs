@@ -13,9 +13,9 @@
 //! the vectors are still searched in the tail, so a query never waits for a build and never
 //! misses a vector. The same thread merges segments of similar size (so a search visits few
 //! graphs) and rebuilds segments that are mostly dead. Builds run instant-distance on the global
-//! rayon pool. While a bulk load arrives, a full tail waits for the inserts to pause (up to
-//! [`BULK_TAIL`] seals' worth), so builds neither slow the load nor build graphs the next seals
-//! soon merge again; searches meanwhile scan more of it exactly. Each vector is stored once,
+//! rayon pool. While a bulk load arrives (about 1,000 inserts a second or more), a full tail
+//! waits for it to slow (up to [`BULK_TAIL`] seals' worth), so builds neither slow the load nor
+//! build graphs the next seals soon merge again; searches meanwhile scan more of it exactly. Each vector is stored once,
 //! shared between the tail and the graph being built from it.
 //!
 //! Removal and replacement are by version: every stored vector carries a sequence number, and
@@ -48,8 +48,12 @@ use self::topk::{Hit, TopK};
 /// How many finished builds [`Stats::recent_builds`] remembers.
 const RECENT_BUILDS: usize = 64;
 
-/// How long inserts must pause before a full tail is sealed ([`Shared::wait_for_a_pause`]).
+/// How long the builder watches a full tail before it seals it ([`Shared::wait_for_a_pause`]).
 const BULK_PAUSE: Duration = Duration::from_millis(250);
+
+/// Inserts within [`BULK_PAUSE`] that make a bulk load (about 1,000 a second): a full tail
+/// waits while they keep arriving this fast.
+const BULK_INSERTS: usize = 256;
 
 /// The longest tail, in seals, that waits for inserts to pause: past it, searches would slow
 /// too much. At the default seal of 8192 vectors, 32768 vectors scanned exactly.
@@ -254,8 +258,6 @@ struct State {
     build_time_total: Duration,
     recent_builds: VecDeque<BuildStats>,
     builder_failed: bool,
-    /// When the last vector was inserted: a seal waits for a bulk load to pause.
-    last_insert: Option<Instant>,
 }
 
 impl State {
@@ -365,7 +367,6 @@ impl VectorIndex {
                 None => false,
             };
             state.tail.push(TailEntry { entry: Entry { id, seq }, point });
-            state.last_insert = Some(Instant::now());
             compact || state.tail.len() >= shared.config.seal_threshold
         };
         if full {
@@ -601,31 +602,43 @@ impl Shared {
         }
     }
 
-    /// Waits while a bulk load is arriving and the only work is sealing the tail: a build then
-    /// would take the CPU from the inserts (a lower priority does not keep it off the cores
-    /// between their batches), and seal graphs that the next seals soon merge again. It waits
-    /// until inserts pause for [`BULK_PAUSE`], unless the tail, which every search scans
-    /// exactly, grows to [`BULK_TAIL`] seals' worth, or a seal is asked for. False when told to
-    /// stop.
+    /// Waits while a bulk load is arriving and the tail is full: a build then would take the
+    /// CPU from the inserts (a lower priority does not keep it off the cores between their
+    /// batches), and seal graphs that the next seals soon merge again. It watches the tail for
+    /// [`BULK_PAUSE`] and seals once fewer than [`BULK_INSERTS`] arrived meanwhile, or once the
+    /// tail, which every search scans exactly, holds [`BULK_TAIL`] seals' worth, or a seal is
+    /// asked for. False when told to stop.
     fn wait_for_a_pause(&self) -> bool {
+        // When the watch began, and the tail's length then.
+        let mut watch: Option<(Instant, usize)> = None;
         loop {
-            let wait = {
+            let (tail, full) = {
                 let state = self.read();
                 let forced = state.tail.first().is_some_and(|t| t.entry.seq < state.seal_below);
                 let tail = state.tail.len();
-                let bulk = tail >= self.config.seal_threshold
-                    && tail < self.config.seal_threshold.saturating_mul(BULK_TAIL)
-                    && !forced;
-                state.last_insert.filter(|_| bulk).and_then(|last| BULK_PAUSE.checked_sub(last.elapsed()))
+                let cap = self.config.seal_threshold.saturating_mul(BULK_TAIL);
+                (tail, tail >= self.config.seal_threshold && tail < cap && !forced)
             };
+            if !full {
+                return true;
+            }
+            let now = Instant::now();
+            let (began, then) = *watch.get_or_insert((now, tail));
+            let watched = now.duration_since(began);
+            if watched >= BULK_PAUSE {
+                if tail.saturating_sub(then) < BULK_INSERTS {
+                    return true;
+                }
+                watch = Some((now, tail));
+                continue;
+            }
             let mut control = self.control();
             if control.stop {
                 return false;
             }
-            let Some(wait) = wait.filter(|wait| !wait.is_zero()) else { return true };
             // Inserts meanwhile wake it at most once (see `want`).
             control.wanted = false;
-            drop(self.wake.wait_timeout(control, wait).unwrap_or_else(PoisonError::into_inner));
+            drop(self.wake.wait_timeout(control, BULK_PAUSE - watched).unwrap_or_else(PoisonError::into_inner));
         }
     }
 
