@@ -482,7 +482,7 @@ impl VectorIndex {
             let mut state = self.shared.write();
             state.seal_below = state.next_seq;
         }
-        self.shared.want();
+        self.shared.wake_now();
     }
 
     /// Blocks until the builder has no work left, or `timeout` passes; true when idle. For
@@ -602,6 +602,12 @@ impl Shared {
         }
     }
 
+    /// Tells the builder there is work, waking it even while it watches a bulk load.
+    fn wake_now(&self) {
+        self.control().wanted = true;
+        self.wake.notify_one();
+    }
+
     /// Waits while a bulk load is arriving and the tail is full: a build then would take the
     /// CPU from the inserts (a lower priority does not keep it off the cores between their
     /// batches), and seal graphs that the next seals soon merge again. It watches the tail for
@@ -636,8 +642,9 @@ impl Shared {
             if control.stop {
                 return false;
             }
-            // Inserts meanwhile wake it at most once (see `want`).
-            control.wanted = false;
+            // Marked as told, so inserts meanwhile do not wake it (see `want`); a seal asked
+            // for or a stop does. The work is planned after the watch either way.
+            control.wanted = true;
             drop(self.wake.wait_timeout(control, BULK_PAUSE - watched).unwrap_or_else(PoisonError::into_inner));
         }
     }
