@@ -9,10 +9,11 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use druse_node::api::{Error, Published};
-use druse_node::node::now_ms;
+use druse_node::api::Error;
+use druse_node::skill::Published;
 use druse_protocol::api::Code;
 use druse_protocol::body::{Bounty, EndorsementVerdict, TrustLevel};
+use druse_protocol::now_ms;
 use druse_protocol::{ContentId, PublicKey};
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +26,7 @@ impl From<crate::Error> for Error {
             crate::Error::Invalid(_) => Error::new(Code::Invalid, error.to_string()),
             crate::Error::Node(e) => (*e).into(),
             crate::Error::Store(e) => Error::internal(e),
+            crate::Error::Task(e) => Error::internal(e),
         }
     }
 }

@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-use druse_node::node::{blocking, now_ms};
 use druse_node::store::Store;
+use druse_node::task::blocking;
 use druse_protocol::UnixMillis;
 use druse_protocol::body::TrustLevel;
+use druse_protocol::now_ms;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Management, anomaly};

@@ -11,14 +11,16 @@ pub mod anomaly;
 pub mod api;
 pub mod census;
 pub mod config;
+mod detector;
 mod policy;
 
 use std::time::Duration;
 
-use druse_node::node::{self, now_ms};
+use druse_node::node;
 use druse_node::skill::Skill;
 use druse_node::{Node, Role};
 use druse_protocol::body::{Attest, Ban, Body, Bounty, Endorsement, EndorsementVerdict, TrustLevel, Weather, limits};
+use druse_protocol::now_ms;
 use druse_protocol::{ContentId, PublicKey};
 use tokio::sync::Mutex;
 
@@ -37,6 +39,8 @@ pub enum Error {
     Node(Box<node::Error>),
     #[error(transparent)]
     Store(#[from] druse_node::store::Error),
+    #[error(transparent)]
+    Task(#[from] druse_node::task::Failed),
 }
 
 /// The management role, on top of a running node.
@@ -48,7 +52,7 @@ pub struct Management {
     /// The last seq signed; held across the flush so no seq is ever used twice.
     seq: Mutex<u64>,
     /// The anomaly detector, once asked to start (`None` inside when the config turns it off).
-    anomaly: std::sync::OnceLock<Option<std::sync::Arc<anomaly::Watch>>>,
+    anomaly: std::sync::OnceLock<Option<std::sync::Arc<detector::Watch>>>,
 }
 
 impl Management {
@@ -81,8 +85,12 @@ impl Management {
     async fn next_seq(&self) -> Result<u64, Error> {
         let mut seq = self.seq.lock().await;
         let next = *seq + 1;
-        self.node.store().put_state(SEQ_KEY, &next)?;
-        self.node.store().flush().await?;
+        let store = self.node.store().clone();
+        druse_node::task::blocking(move || {
+            store.put_state(SEQ_KEY, &next)?;
+            store.flush_blocking()
+        })
+        .await??;
         *seq = next;
         Ok(next)
     }
@@ -100,7 +108,10 @@ impl Management {
         note: String,
         policy: &'static str,
     ) -> Result<ContentId, Error> {
-        let skill: Skill = self.node.skill(&id)?.ok_or(Error::UnknownSkill(id))?;
+        let node = self.node.clone();
+        let skill: Skill = druse_node::task::blocking(move || node.skill(&id).map_err(Error::from))
+            .await??
+            .ok_or(Error::UnknownSkill(id))?;
         let seq = self.next_seq().await?;
         let body = Body::Endorsement(Endorsement {
             issued_at: now_ms(),
@@ -168,15 +179,14 @@ impl Management {
         Ok(self.node.republish_weather().await?)
     }
 
-    /// Starts the anomaly detector (unless `management.anomaly.enabled` is false); the node owns
-    /// its task. Starting it twice keeps the first.
-    pub fn spawn_anomaly(self: &std::sync::Arc<Self>) -> Option<std::sync::Arc<anomaly::Watch>> {
-        self.anomaly.get_or_init(|| anomaly::spawn(self)).clone()
+    /// The running anomaly detector, if any ([`anomaly::spawn`] starts it).
+    pub fn anomaly(&self) -> Option<&std::sync::Arc<detector::Watch>> {
+        self.anomaly.get().and_then(Option::as_ref)
     }
 
-    /// The running anomaly detector, if any.
-    pub fn anomaly(&self) -> Option<&std::sync::Arc<anomaly::Watch>> {
-        self.anomaly.get().and_then(Option::as_ref)
+    /// Where [`anomaly::spawn`] keeps the detector it starts.
+    pub(crate) fn anomaly_slot(&self) -> &std::sync::OnceLock<Option<std::sync::Arc<detector::Watch>>> {
+        &self.anomaly
     }
 
     /// Starts the periodic weather re-announcement; the node owns the task.

@@ -8,8 +8,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use druse_management::Management;
 use druse_management::api::{AttestRequest, BanRequest, BountyRequest, EndorseRequest, WeatherRequest};
-use druse_node::api::Published;
 use druse_node::cli::{self, ApiArgs, RunArgs, print_json};
+use druse_node::skill::Published;
 use druse_node::{Role, daemon};
 use druse_protocol::body::{EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, Keypair};
@@ -166,7 +166,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             daemon::run(config, Role::Management, signals, |node| match Management::new(node.clone(), role) {
                 Ok(management) => {
                     management.spawn_reannounce(every);
-                    management.spawn_anomaly();
+                    druse_management::anomaly::spawn(&management);
                     management.spawn_auto_endorse();
                     druse_management::api::router(management)
                 }

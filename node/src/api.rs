@@ -11,18 +11,20 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use druse_protocol::ContentId;
 use druse_protocol::api::Code;
-use druse_protocol::body::{Body, CrystalListing, ExecutionStats, ReportEvent, SemanticType};
+use druse_protocol::body::{Body, ReportEvent};
 use druse_protocol::validate::Reason;
-use druse_protocol::{ContentId, UnixMillis};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::governance::{self, Caller, Scope, Sensitivity};
 use crate::ingest::Outcome;
-use crate::memory::{self, crystal::CrystalId};
-use crate::node::{self, Node, now_ms};
+use crate::node::{self, Node};
+use crate::skill::{PublishSkill, Published};
+use druse_memory::governance::{self, Caller};
+use druse_memory::{self as memory, crystal::CrystalId};
+use druse_protocol::now_ms;
 
 /// An API error: a stable code (shared with every client: [`Code`]), sent with the code's
 /// status, and a human sentence.
@@ -95,6 +97,12 @@ impl From<node::Error> for Error {
     }
 }
 
+impl From<crate::task::Failed> for Error {
+    fn from(failed: crate::task::Failed) -> Self {
+        Self::internal(failed)
+    }
+}
+
 impl From<governance::Refusal> for Error {
     fn from(refusal: governance::Refusal) -> Self {
         Self::new(Code::NotPublishable, refusal.to_string())
@@ -130,10 +138,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
-/// The node's routes with `extra` (the management role's) merged in, every one of them under
-/// the `api.max_body_bytes` cap.
-pub fn router(node: Node, extra: Router) -> Router {
-    let max_body = node.config().api.max_body_bytes;
+/// The node's own routes (status, skills, the market, memory, weather, metrics), writes behind
+/// the token. The daemon merges the agent's, the memory page's and MCP's beside them and
+/// closes the whole with [`finish`].
+pub fn routes(node: Node) -> Router {
     let writes = require_token(
         Router::new()
             .route("/v1/skills", axum::routing::post(publish_skill))
@@ -141,11 +149,9 @@ pub fn router(node: Node, extra: Router) -> Router {
             .route("/v1/skills/{id}/adopt", axum::routing::post(adopt_skill))
             .route("/v1/memories", axum::routing::post(add_memory))
             .route("/v1/memories/batch", axum::routing::post(add_memories))
-            .route("/v1/agent/run", axum::routing::post(crate::agent::run_now))
             .route("/v1/consolidate", axum::routing::post(consolidate)),
         node.token(),
     );
-    let mcp = crate::mcp::routes(&node);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -160,12 +166,14 @@ pub fn router(node: Node, extra: Router) -> Router {
         .route("/v1/memories", get(search_memories))
         .route("/v1/peers", get(peers))
         .route("/v1/weather", get(weather))
-        .route("/v1/agent", get(crate::agent::status))
-        .merge(crate::memory_map::routes())
         .merge(writes)
         .with_state(node)
-        .merge(mcp)
-        .merge(extra)
+}
+
+/// Closes an API: 404 (in the API's error form) for a route it does not have, and every route
+/// under the `max_body` cap (`api.max_body_bytes`).
+pub fn finish(routes: Router, max_body: usize) -> Router {
+    routes
         .fallback(|| async { Error::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(middleware::from_fn(move |request: Request, next: Next| refuse_declared_over(max_body, request, next)))
@@ -207,7 +215,7 @@ async fn metrics(State(node): State<Node>) -> Response {
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], node.metrics().render()).into_response()
 }
 
-async fn status(State(node): State<Node>) -> Json<node::Status> {
+async fn status(State(node): State<Node>) -> Json<node::NodeStatus> {
     Json(node.status().await)
 }
 
@@ -327,7 +335,7 @@ async fn adopt_skill(
 }
 
 async fn bounties(State(node): State<Node>) -> Result<Json<Vec<crate::market::BountyRecord>>, Error> {
-    Ok(Json(node.bounties()?))
+    Ok(Json(crate::task::blocking(move || node.bounties()).await??))
 }
 
 /// `GET /v1/ledger?limit=`.
@@ -335,7 +343,8 @@ async fn ledger(
     State(node): State<Node>,
     query: Result<Query<Limit>, QueryRejection>,
 ) -> Result<Json<node::LedgerView>, Error> {
-    Ok(Json(node.ledger(limit(query)?)?))
+    let limit = limit(query)?;
+    Ok(Json(crate::task::blocking(move || node.ledger(limit)).await??))
 }
 
 /// Who an API read comes from: the node's own agent when it carries the bearer token.
@@ -369,7 +378,8 @@ async fn get_crystal(
         return crystal.map(|c| Json(c).into_response()).ok_or_else(|| Error::not_found(format!("no crystal {id}")));
     }
     let id = parse_id(&id)?;
-    node.skill(&id)?.map(|s| Json(s).into_response()).ok_or_else(|| Error::not_found(format!("no crystal {id}")))
+    let skill = crate::task::blocking(move || node.skill(&id)).await??;
+    skill.map(|s| Json(s).into_response()).ok_or_else(|| Error::not_found(format!("no crystal {id}")))
 }
 
 async fn crystal_history(
@@ -381,7 +391,7 @@ async fn crystal_history(
     let id: CrystalId = id.parse().map_err(|_| Error::bad_request(format!("{id:?} is not a memory crystal id")))?;
     let who = caller(&node, &headers);
     let memory = node.memory().clone();
-    let history = node::blocking(move || memory.history(id)).await??;
+    let history = crate::task::blocking(move || memory.history(id)).await??;
     if !history.chain.iter().all(|c| c.can_access(who, now_ms())) {
         return Err(Error::not_found(format!("no crystal {id}")));
     }
@@ -394,7 +404,7 @@ async fn add_memory(
 ) -> Result<(StatusCode, Json<memory::engine::Added>), Error> {
     let Json(request) = request?;
     let memory = node.memory().clone();
-    let added = node::blocking(move || memory.add(request, "api", now_ms())).await??;
+    let added = crate::task::blocking(move || memory.add(request, "api", now_ms())).await??;
     Ok((StatusCode::CREATED, Json(added)))
 }
 
@@ -423,7 +433,7 @@ async fn add_memories(
         )));
     }
     let memory = node.memory().clone();
-    let added = node::blocking(move || memory.add_many(memories, "api", now_ms())).await??;
+    let added = crate::task::blocking(move || memory.add_many(memories, "api", now_ms())).await??;
     Ok((StatusCode::CREATED, Json(added)))
 }
 
@@ -439,84 +449,13 @@ async fn search_memories(
     let who = caller(&node, &headers);
     let memory = node.memory().clone();
     let started = std::time::Instant::now();
-    let hits = node::blocking(move || memory.search(&query, who, now_ms())).await??;
+    let hits = crate::task::blocking(move || memory.search(&query, who, now_ms())).await??;
     node.metrics().retrieval_seconds.observe(started.elapsed().as_secs_f64());
     Ok(Json(hits))
 }
 
 async fn consolidate(State(node): State<Node>) -> Result<Json<memory::consolidation::Report>, Error> {
     Ok(Json(node.consolidate().await?))
-}
-
-/// What an agent developer sends to publish a skill.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PublishSkill {
-    pub name: String,
-    pub text: String,
-    #[serde(default = "default_semantic_type")]
-    pub semantic_type: SemanticType,
-    #[serde(default)]
-    pub tags: Vec<String>,
-    #[serde(default)]
-    pub category: Option<String>,
-    /// Stable across versions; defaults to the name.
-    #[serde(default)]
-    pub skill_id: Option<String>,
-    #[serde(default = "default_version")]
-    pub version: u32,
-    #[serde(default)]
-    pub previous_version: Option<ContentId>,
-    #[serde(default)]
-    pub stats: Option<ExecutionStats>,
-    /// Asking price in micro-USDC.
-    #[serde(default)]
-    pub asking_price: u64,
-    #[serde(default = "default_scope")]
-    pub scope: Scope,
-    #[serde(default = "default_sensitivity")]
-    pub sensitivity: Sensitivity,
-}
-
-fn default_semantic_type() -> SemanticType {
-    SemanticType::Skill
-}
-fn default_version() -> u32 {
-    1
-}
-fn default_scope() -> Scope {
-    Scope::Shared
-}
-fn default_sensitivity() -> Sensitivity {
-    Sensitivity::Normal
-}
-
-/// The answer to a publish.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Published {
-    pub content_id: ContentId,
-    pub issued_at: UnixMillis,
-}
-
-impl PublishSkill {
-    /// The listing this request describes, after the governance check: memory crystals,
-    /// private scope and confidential content never leave the node.
-    pub fn into_listing(self, now: UnixMillis) -> Result<CrystalListing, governance::Refusal> {
-        governance::check_publishable(self.semantic_type, self.scope, self.sensitivity, &[&self.name, &self.text])?;
-        Ok(CrystalListing {
-            issued_at: now,
-            skill_id: self.skill_id.unwrap_or_else(|| self.name.clone()),
-            name: self.name,
-            text: self.text,
-            semantic_type: self.semantic_type,
-            tags: self.tags,
-            category: self.category,
-            version: self.version,
-            previous_version: self.previous_version,
-            stats: self.stats.unwrap_or(ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 }),
-            asking_price: self.asking_price,
-        })
-    }
 }
 
 async fn publish_skill(

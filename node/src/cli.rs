@@ -161,9 +161,9 @@ pub fn print_json<T: serde::Serialize>(value: &T) {
 
 /// Runs a binary's async `main` on a multi-threaded tokio runtime (what `#[tokio::main]` builds),
 /// after settling, while the process still has one thread, what must be settled before any other
-/// starts ([`crate::memory::embed::settle_compute_threads`]).
+/// starts ([`druse_memory::embed::settle_compute_threads`]).
 pub fn block_on<F: std::future::Future>(main: F) -> F::Output {
-    crate::memory::embed::settle_compute_threads();
+    druse_memory::embed::settle_compute_threads();
     // Proof of impossibility: building a runtime fails only when the OS refuses its threads or
     // its I/O driver, and a process that cannot have them cannot run at all.
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("starting the tokio runtime");
@@ -243,7 +243,7 @@ impl MemoryAdd {
             }
         }
         let turn_at = match &self.turn_at {
-            Some(at) => Some(crate::memory::dates::parse(at).map_err(|e| format!("--turn-at: {e}"))?),
+            Some(at) => Some(druse_memory::dates::parse(at).map_err(|e| format!("--turn-at: {e}"))?),
             None => self.session.as_ref().map(|_| now),
         };
         if let Some(at) = turn_at {
@@ -367,7 +367,7 @@ pub enum ModelCommand {
 impl ModelCommand {
     /// Runs the command; returns the folder that holds the verified model.
     pub async fn run(self) -> Result<PathBuf, String> {
-        use crate::memory::embed::fetch;
+        use druse_memory::embed::fetch;
         use std::io::IsTerminal;
         let Self::Fetch { data_dir, connect_timeout, timeout } = self;
         let mut job = fetch::Fetch::new(&data_dir, std::env::var(fetch::ENDPOINT_ENV).ok());

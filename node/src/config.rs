@@ -142,11 +142,11 @@ pub struct Memory {
     /// How often consolidation runs.
     #[serde(with = "humantime_serde")]
     pub consolidation_interval: Duration,
-    pub embed: crate::memory::embed::Config,
-    pub decay: crate::memory::decay::Config,
-    pub hormones: crate::memory::hormones::Config,
-    pub correction: crate::memory::correction::Config,
-    pub consolidation: crate::memory::consolidation::Config,
+    pub embed: druse_memory::embed::Config,
+    pub decay: druse_memory::decay::Config,
+    pub hormones: druse_memory::hormones::Config,
+    pub correction: druse_memory::correction::Config,
+    pub consolidation: druse_memory::consolidation::Config,
 }
 
 impl Default for Memory {
@@ -164,8 +164,8 @@ impl Default for Memory {
 
 impl Memory {
     /// The engine's part of this section.
-    pub fn engine(&self) -> crate::memory::engine::Config {
-        crate::memory::engine::Config {
+    pub fn engine(&self) -> druse_memory::engine::Config {
+        druse_memory::engine::Config {
             decay: self.decay.clone(),
             hormones: self.hormones.clone(),
             correction: self.correction.clone(),

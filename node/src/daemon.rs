@@ -1,5 +1,7 @@
-//! Running a node as a service: the node, its API and metrics listeners, the startup line,
-//! and a clean stop on SIGTERM or Ctrl-C (leave the swarm, flush the store).
+//! Running a node as a service: the daemon wires the parts and owns them. It starts the node
+//! core, then the agent with a handle to the core, then the HTTP surfaces (the core API, the
+//! agent's routes, the memory page, MCP and the role's own routes, composed here), and stops
+//! them in the reverse order on SIGTERM or Ctrl-C (leave the swarm, flush the store).
 
 use std::net::SocketAddr;
 
@@ -11,10 +13,12 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::node::{self, Node, Role};
 
-/// A started node with its HTTP listeners.
+/// A started node with its agent and its HTTP listeners.
 #[derive(Debug)]
 pub struct Running {
     pub node: Node,
+    /// The agent, when `[agent] enabled`.
+    pub agent: Option<crate::agent::Handle>,
     /// Where the API listens (the configured port, or the one the OS chose for port 0).
     pub api_addr: SocketAddr,
     /// Where the metrics listener listens.
@@ -29,18 +33,40 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, node::Error> 
     })
 }
 
-/// Starts a node and serves its API (with `extra` routes merged in) and its metrics.
+/// Starts a node and its agent, and serves its API (with `extra` routes merged in) and its
+/// metrics.
 pub async fn start(config: Config, role: Role, extra: impl FnOnce(&Node) -> Router) -> Result<Running, node::Error> {
     let api = bind(config.api.listen, "API").await?;
     let metrics = bind(config.metrics.listen, "metrics").await?;
-    let node = Node::start(config, role).await?;
+    // The agent's secrets are read before anything starts, so a missing one refuses to start.
+    let secrets = crate::agent::Secrets::from_env(&config)?;
+    let mut agent_metrics = None;
+    let node = Node::start_with(config, role, |registry| {
+        agent_metrics = Some(crate::agent::metrics::Metrics::register(registry))
+    })
+    .await?;
+    let agent = match (secrets, agent_metrics) {
+        (Some(secrets), Some(metrics)) => Some(crate::agent::start(&node, metrics, secrets)),
+        _ => None,
+    };
     let api_addr = api.local_addr()?;
     let metrics_addr = metrics.local_addr()?;
     let (stop, stopped) = watch::channel(false);
-    let app = crate::api::router(node.clone(), extra(&node));
+    let app = routes(&node, agent.clone(), extra(&node));
     let metrics_app = crate::api::metrics_router(node.clone());
     let servers = vec![spawn_server(api, app, stopped.clone()), spawn_server(metrics, metrics_app, stopped)];
-    Ok(Running { node, api_addr, metrics_addr, stop, servers })
+    Ok(Running { node, agent, api_addr, metrics_addr, stop, servers })
+}
+
+/// The API listener's routes: the core API, the agent's, the memory page's, MCP (which calls
+/// the others in-process) and `extra`, all under the body cap.
+fn routes(node: &Node, agent: Option<crate::agent::Handle>, extra: Router) -> Router {
+    let max_body = node.config().api.max_body_bytes;
+    let api = crate::api::routes(node.clone())
+        .merge(crate::agent::routes(agent, node.token()))
+        .merge(crate::memory_map::routes(node.clone()));
+    let mcp = crate::mcp::routes(node, crate::api::finish(api.clone(), max_body));
+    crate::api::finish(api.merge(mcp).merge(extra), max_body)
 }
 
 fn spawn_server(listener: TcpListener, app: Router, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {

@@ -11,13 +11,23 @@ use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{self, Accepted, Reason, TrustView};
 use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, sync, topic};
 
-use crate::governance;
 use crate::market::{self, BountyRecord};
 use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, VerdictLabel};
 use crate::peers::{self, Book};
 use crate::skill::{Pending, Provenance, Skill};
 use crate::store::{self, Store, Writes};
 use crate::weather;
+use druse_memory::governance;
+
+/// What a peer did, as the node saw it: observers such as the management node's anomaly
+/// detector read it from `Node::activity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// A peer's first connection opened.
+    Connected(PeerId),
+    /// A gossip message that `source` originated went through ingestion.
+    Message { source: PeerId, kind: Option<Kind>, outcome: Outcome },
+}
 
 /// What happened to one message, for gossipsub and for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,12 +93,12 @@ pub enum Effect {
 /// thread: its envelope opened ([`validate::open_envelope`]: size, strict decode, signature,
 /// body decoded) and, for a skill listing, its text and name scanned for secrets.
 #[derive(Debug)]
-pub struct Opened {
+pub struct Prepared {
     opened: Result<validate::Opened, Reason>,
     confidential: bool,
 }
 
-impl Opened {
+impl Prepared {
     /// Runs the checks on `bytes`, keeping verified signers' keys decoded in `keys`.
     pub fn new(bytes: &[u8], keys: &mut validate::SignerKeys) -> Self {
         let opened = validate::open_envelope(bytes, keys);
@@ -135,7 +145,7 @@ pub struct Ingestor {
     /// The trust book; readers share it through the actor's handle, and only the ingestor
     /// writes it, briefly.
     pub book: Arc<RwLock<Book>>,
-    pub weather: weather::State,
+    pub weather: weather::WeatherState,
     pub pending: Pending<Endorsement>,
     /// Reports that arrived before their skill.
     pub pending_reports: Pending<Report>,
@@ -182,7 +192,7 @@ impl Ingestor {
             fresh_view: view.clone(),
             view,
             book: Arc::new(RwLock::new(book)),
-            weather: weather::State::default(),
+            weather: weather::WeatherState::default(),
             pending,
             pending_reports,
             me,
@@ -202,7 +212,7 @@ impl Ingestor {
     /// management seqs and the bounties' terms. The dedupe set starts empty; the kept
     /// envelopes still refuse a message applied before.
     fn reload(&mut self) -> Result<(), store::Error> {
-        self.weather = self.store.state::<weather::State>(WEATHER_KEY)?.unwrap_or_default();
+        self.weather = self.store.state::<weather::WeatherState>(WEATHER_KEY)?.unwrap_or_default();
         let mut view = self.fresh_view.clone();
         let seqs: Vec<(PublicKey, u64)> = self.store.state(SEQS_KEY)?.unwrap_or_default();
         for (key, seq) in seqs {
@@ -289,22 +299,22 @@ impl Ingestor {
         self.ingest_checked(checked, None, bytes, source, propagation_source, now, metrics)
     }
 
-    /// [`Ingestor::ingest`] for a message [`Opened`] ahead.
+    /// [`Ingestor::ingest`] for a message [`Prepared`] ahead.
     pub fn ingest_opened(
         &mut self,
-        opened: Opened,
+        opened: Prepared,
         bytes: &[u8],
         gossip: Gossiped<'_>,
         now: UnixMillis,
         metrics: &Metrics,
     ) -> (Option<Kind>, Outcome) {
         let Gossiped { source, propagation_source, topic } = gossip;
-        let Opened { opened, confidential } = opened;
+        let Prepared { opened, confidential } = opened;
         let checked = opened.and_then(|opened| validate::check_opened(opened, source, topic, now, &self.view));
         self.ingest_checked(checked, Some(confidential), bytes, source, propagation_source, now, metrics)
     }
 
-    /// `confidential`: whether the message is a listing [`Opened`] found a secret in, if known.
+    /// `confidential`: whether the message is a listing [`Prepared`] found a secret in, if known.
     #[allow(clippy::too_many_arguments)]
     fn ingest_checked(
         &mut self,
@@ -344,15 +354,15 @@ impl Ingestor {
         self.ingest_synced_checked(checked, None, bytes, now, metrics)
     }
 
-    /// [`Ingestor::ingest_synced`] for a message [`Opened`] ahead.
+    /// [`Ingestor::ingest_synced`] for a message [`Prepared`] ahead.
     pub fn ingest_synced_opened(
         &mut self,
-        opened: Opened,
+        opened: Prepared,
         bytes: &[u8],
         now: UnixMillis,
         metrics: &Metrics,
     ) -> (Option<Kind>, Outcome) {
-        let Opened { opened, confidential } = opened;
+        let Prepared { opened, confidential } = opened;
         let checked = opened.and_then(|opened| validate::check_synced_opened(opened, now, &self.view));
         self.ingest_synced_checked(checked, Some(confidential), bytes, now, metrics)
     }
@@ -424,7 +434,7 @@ impl Ingestor {
 
     /// Step 9: stores or applies an accepted message. Only a message applied in full is
     /// committed to the validator's view: one refused here blocks no later copy.
-    /// `confidential` says whether a listing holds a secret when [`Opened`] found out already.
+    /// `confidential` says whether a listing holds a secret when [`Prepared`] found out already.
     /// `bytes` is the envelope as it came: validation found it to be the envelope's one
     /// canonical encoding, so it is kept as it came rather than encoded again.
     fn apply(

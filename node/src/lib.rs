@@ -7,22 +7,20 @@
 
 pub mod agent;
 pub mod api;
-pub mod background;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod daemon;
-pub mod governance;
 pub mod ingest;
 pub mod market;
 pub mod mcp;
-pub mod memory;
 pub mod memory_map;
 pub mod metrics;
 pub mod node;
 pub mod peers;
 pub mod skill;
 pub mod store;
+pub mod task;
 pub mod weather;
 
 pub use config::Config;

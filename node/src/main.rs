@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use druse_node::api::{PublishSkill, Published, ReportRequest};
+use druse_node::api::ReportRequest;
 use druse_node::cli::{self, ApiArgs, RunArgs, print_json};
+use druse_node::skill::{PublishSkill, Published};
 use druse_node::{Role, daemon};
 use druse_protocol::Keypair;
 use druse_protocol::body::{ExecutionStats, SemanticType};
@@ -242,7 +243,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let client = api.writer()?;
             match command {
                 MemoryCommand::Add(add) => {
-                    let body = add.body(druse_node::node::now_ms()).map_err(anyhow::Error::msg)?;
+                    let body = add.body(druse_protocol::now_ms()).map_err(anyhow::Error::msg)?;
                     print_json(&client.post::<_, Value>("/v1/memories", &body).await?);
                 }
                 MemoryCommand::Search { query, k, namespace, kind, session, since, until } => {
@@ -288,8 +289,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     previous_version,
                     stats,
                     asking_price: price,
-                    scope: druse_node::governance::Scope::Shared,
-                    sensitivity: druse_node::governance::Sensitivity::Normal,
+                    scope: druse_memory::governance::Scope::Shared,
+                    sensitivity: druse_memory::governance::Sensitivity::Normal,
                 };
                 let published: Published = api.writer()?.post("/v1/skills", &request).await?;
                 println!("{}", published.content_id);

@@ -18,11 +18,12 @@ use druse_protocol::UnixMillis;
 use druse_protocol::body::SemanticType;
 use serde::{Deserialize, Serialize};
 
-use crate::governance::Caller;
-use crate::memory::Memory;
-use crate::memory::crystal::{Crystal, CrystalId, Lifecycle, MemoryKind, Status};
-use crate::memory::decay::DecayClass;
-use crate::node::{self, Node, now_ms};
+use crate::node::Node;
+use druse_memory::Memory;
+use druse_memory::crystal::{Crystal, CrystalId, Lifecycle, MemoryKind, Status};
+use druse_memory::decay::DecayClass;
+use druse_memory::governance::Caller;
+use druse_protocol::now_ms;
 
 pub mod pca;
 
@@ -36,7 +37,7 @@ pub const PAGE: &str = include_str!("page/memory.html");
 pub const DEFAULT_LIMIT: usize = 10_000;
 
 /// The most crystals one map holds: the page stays responsive well past it, and the PCA takes
-/// a fraction of a second (see the README's benchmark).
+/// a fraction of a second (see `node/README.md`, "The /memory page").
 pub const MAX_LIMIT: usize = 20_000;
 
 /// A crystal's text is cut to this many characters on the map (the full text is one
@@ -212,8 +213,8 @@ fn cut(text: &str, chars: usize) -> (String, bool) {
 }
 
 /// The page and its data route, for the API's router.
-pub fn routes() -> Router<Node> {
-    Router::new().route("/memory", get(page)).route("/v1/memory/map", get(map))
+pub fn routes(node: Node) -> Router {
+    Router::new().route("/memory", get(page)).route("/v1/memory/map", get(map)).with_state(node)
 }
 
 /// `GET /memory`: the page. Its script and styles are inline and it loads nothing else, so
@@ -252,7 +253,7 @@ async fn map(
     let Query(MapQuery { limit }) = query.map_err(|e| crate::api::Error::bad_request(e.body_text()))?;
     let who = crate::api::caller(&node, &headers);
     let memory = node.memory().clone();
-    let map = node::blocking(move || build(&memory, who, limit, now_ms())).await??;
+    let map = crate::task::blocking(move || build(&memory, who, limit, now_ms())).await??;
     tracing::debug!(points = map.points.len(), compute_ms = map.compute_ms, "memory map");
     Ok(Json(map))
 }

@@ -302,8 +302,8 @@ impl Metrics {
     }
 
     /// Sets `druse_crystals` from the memory's counts by lifecycle (every state, zeros too).
-    pub fn set_crystals(&self, counts: &std::collections::HashMap<crate::memory::crystal::Lifecycle, usize>) {
-        for lifecycle in crate::memory::crystal::Lifecycle::ALL {
+    pub fn set_crystals(&self, counts: &std::collections::HashMap<druse_memory::crystal::Lifecycle, usize>) {
+        for lifecycle in druse_memory::crystal::Lifecycle::ALL {
             let n = counts.get(&lifecycle).copied().unwrap_or(0);
             self.crystals
                 .get_or_create(&LifecycleLabel { lifecycle: lifecycle.as_str() })

@@ -9,10 +9,12 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use druse_protocol::body::{Body, TrustLevel};
-use druse_protocol::net::{self, Event, PeerId};
+use druse_protocol::net::{self, Event, PeerId, SyncChannel};
+use druse_protocol::now_ms;
+use druse_protocol::sync::Request;
 use druse_protocol::trust::TrustList;
 use druse_protocol::validate::{Reason, TrustView};
 use druse_protocol::{ContentId, Envelope, Keypair, Kind, UnixMillis, keys};
@@ -24,11 +26,12 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::ingest::actor::{self, Command};
-use crate::ingest::{self, Ingestor, Outcome};
+use crate::ingest::{self, Activity, Ingestor, Outcome};
 use crate::metrics::{KindLabel, Metrics};
 use crate::peers::Book;
 use crate::skill::{Pending, Skill};
 use crate::store::{self, Store};
+use crate::task::blocking;
 use crate::weather;
 
 mod memory_worker;
@@ -59,11 +62,6 @@ const EVIDENCE_BATCHES: usize = 64;
 
 /// Peer activity an observer may fall behind by before it loses the oldest events.
 const ACTIVITY_BUFFER: usize = 4096;
-
-/// Wall-clock milliseconds since the Unix epoch.
-pub fn now_ms() -> UnixMillis {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Which role a node plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -106,11 +104,11 @@ pub enum Error {
     #[error(transparent)]
     Body(#[from] druse_protocol::body::Error),
     #[error(transparent)]
-    Memory(#[from] crate::memory::engine::Error),
+    Memory(#[from] druse_memory::engine::Error),
     #[error(transparent)]
-    Embed(#[from] crate::memory::embed::Error),
-    #[error("a blocking task failed: {0}")]
-    Join(String),
+    Embed(#[from] druse_memory::embed::Error),
+    #[error(transparent)]
+    Join(#[from] crate::task::Failed),
     #[error(transparent)]
     Stopped(#[from] actor::Stopped),
     #[error("this node holds no skill {0}")]
@@ -120,9 +118,22 @@ pub enum Error {
     Market(druse_protocol::api::Code, String),
 }
 
-/// Runs blocking work (embedding, disk) off the async runtime.
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Error> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Join(e.to_string()))
+/// Syncs and questions waiting for the anti-entropy task, each.
+const SYNC_QUEUE: usize = 64;
+
+/// A peer's question and where its answer goes.
+#[derive(Debug)]
+pub(crate) struct Question {
+    pub(crate) peer: PeerId,
+    pub(crate) request: Request,
+    pub(crate) channel: SyncChannel,
+}
+
+/// The anti-entropy task's two queues (`node/sync.rs`), held by the node.
+#[derive(Debug)]
+struct SyncQueues {
+    syncs: mpsc::Sender<PeerId>,
+    questions: mpsc::Sender<Question>,
 }
 
 /// A handle to a running node; clone it freely.
@@ -137,7 +148,7 @@ struct Inner {
     role: Role,
     key: Keypair,
     store: Store,
-    memory: Arc<crate::memory::Memory>,
+    memory: Arc<druse_memory::Memory>,
     net: net::Handle,
     metrics: Arc<Metrics>,
     /// The one writer of ingestion's state and the store's ingestion tables.
@@ -160,32 +171,20 @@ struct Inner {
     /// Skills are put into memory one at a time, so none is indexed twice.
     indexing: Mutex<()>,
     /// The low-priority thread that indexes skills into memory, behind ingestion and the API.
-    indexer: crate::background::Background,
+    indexer: druse_memory::background::Background,
     /// Bounty boosts are applied one skill at a time, so none is applied twice.
     boosting: Mutex<()>,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
     activity: broadcast::Sender<Activity>,
     /// Skills whose market evidence changed, a batch per maintenance tick, for observers.
     evidence: broadcast::Sender<Vec<ContentId>>,
-    /// The agent, when `[agent] enabled`.
-    agent: std::sync::OnceLock<crate::agent::Handle>,
     /// Work for the anti-entropy task.
-    sync: sync::Queues,
-}
-
-/// What a peer did, as the node saw it: observers such as the management node's anomaly
-/// detector read it from [`Node::activity`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activity {
-    /// A peer's first connection opened.
-    Connected(PeerId),
-    /// A gossip message that `source` originated went through ingestion.
-    Message { source: PeerId, kind: Option<Kind>, outcome: Outcome },
+    sync: SyncQueues,
 }
 
 /// A snapshot of the node for `/v1/status`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Status {
+pub struct NodeStatus {
     pub peer_id: String,
     pub public_key: String,
     pub role: Role,
@@ -273,13 +272,21 @@ pub fn trust_list(config: &Config) -> Result<TrustList, Error> {
 impl Node {
     /// Opens the data directory, joins the swarm and starts ingesting.
     pub async fn start(config: Config, role: Role) -> Result<Self, Error> {
+        Self::start_with(config, role, |_| {}).await
+    }
+
+    /// [`Node::start`], with `register` adding the metrics of what runs on the node (the
+    /// agent's) to the node's registry before it is served.
+    pub async fn start_with(
+        config: Config,
+        role: Role,
+        register: impl FnOnce(&mut prometheus_client::registry::Registry),
+    ) -> Result<Self, Error> {
         config.check()?;
         // The shared thread pool (the MiniLM embedder's matrix products) starts here, at the
         // default priority: started lazily by a background thread, its threads would inherit
-        // that thread's lower priority (see `crate::background`).
+        // that thread's lower priority (see `druse_memory::background`).
         let _ = rayon::current_num_threads();
-        // The agent (crate::agent): its secrets are read now, so a missing one refuses to start.
-        let agent_secrets = crate::agent::Secrets::from_env(&config)?;
         std::fs::create_dir_all(&config.store.data_dir)?;
         let key = Keypair::load_or_generate(&config.key_path())?;
         let token = load_or_create_token(&config.token_path())?;
@@ -291,8 +298,8 @@ impl Node {
             let index = config.index_path();
             let data_dir = config.store.data_dir.clone();
             blocking(move || -> Result<_, Error> {
-                let embedder = crate::memory::embed::for_node(&embed, &data_dir)?;
-                Ok(Arc::new(crate::memory::Memory::open(&db, &index, engine, embedder, now_ms())?))
+                let embedder = druse_memory::embed::for_node(&embed, &data_dir)?;
+                Ok(Arc::new(druse_memory::Memory::open(&db, &index, engine, embedder, now_ms())?))
             })
             .await??
         };
@@ -306,7 +313,7 @@ impl Node {
             pins.insert(id, *level);
         }
         let mut metrics = Metrics::new(VERSION, role.as_str());
-        let agent_metrics = crate::agent::metrics::Metrics::register(metrics.registry_mut());
+        register(metrics.registry_mut());
         let (net, events) = net::spawn(&key, config.net(), metrics.registry_mut())?;
         let view = TrustView::new(config.validator(), trust.clone());
         let book = Book::new(trust, pins, PEER_BOOK_CAPACITY);
@@ -317,8 +324,8 @@ impl Node {
         let store_for_restore = store.clone();
         let mut ingestor = blocking(move || Ingestor::restore(store_for_restore, view, book, pending, me)).await??;
         let (effects, effects_rx) = mpsc::channel(EFFECTS_QUEUE);
-        let (syncs, syncs_rx) = mpsc::channel(sync::QUEUE);
-        let (questions, questions_rx) = mpsc::channel(sync::QUEUE);
+        let (syncs, syncs_rx) = mpsc::channel(SYNC_QUEUE);
+        let (questions, questions_rx) = mpsc::channel(SYNC_QUEUE);
         ingestor.refresh_gauges(now_ms(), &metrics);
         let metrics = Arc::new(metrics);
         let owed = Arc::new(AtomicBool::new(false));
@@ -351,12 +358,11 @@ impl Node {
                 owed,
                 adopting: tokio::sync::Mutex::new(()),
                 indexing: Mutex::new(()),
-                indexer: crate::background::Background::start("druse-index", crate::background::LOW)?,
+                indexer: druse_memory::background::Background::start("druse-index", druse_memory::background::LOW)?,
                 boosting: Mutex::new(()),
                 activity,
                 evidence: broadcast::channel(EVIDENCE_BATCHES).0,
-                agent: std::sync::OnceLock::new(),
-                sync: sync::Queues { syncs, questions },
+                sync: SyncQueues { syncs, questions },
             }),
         };
         node.spawn_task("events", node.clone().event_loop(events));
@@ -365,10 +371,6 @@ impl Node {
         node.spawn_task("memory-worker", node.clone().effects_loop(effects_rx));
         node.spawn_task("sweep", node.clone().sweep_loop());
         node.spawn_task("sync", node.clone().sync_loop(syncs_rx, questions_rx));
-        // The agent (seeds 000–002): starts its own task when `[agent] enabled`.
-        if let Some(agent) = crate::agent::start(&node, agent_metrics, agent_secrets) {
-            let _ = node.inner.agent.set(agent);
-        }
         Ok(node)
     }
 
@@ -443,18 +445,13 @@ impl Node {
         &self.inner.store
     }
 
-    /// The agent, when it runs.
-    pub fn agent(&self) -> Option<&crate::agent::Handle> {
-        self.inner.agent.get()
-    }
-
     /// The memory engine.
-    pub fn memory(&self) -> &Arc<crate::memory::Memory> {
+    pub fn memory(&self) -> &Arc<druse_memory::Memory> {
         &self.inner.memory
     }
 
     /// Runs one consolidation pass now, timing it in the metrics.
-    pub async fn consolidate(&self) -> Result<crate::memory::consolidation::Report, Error> {
+    pub async fn consolidate(&self) -> Result<druse_memory::consolidation::Report, Error> {
         let memory = Arc::clone(&self.inner.memory);
         let started = Instant::now();
         let report = blocking(move || memory.consolidate(now_ms())).await??;
@@ -465,7 +462,7 @@ impl Node {
 
     fn refresh_memory_gauges(&self) {
         let counts = self.inner.memory.counts();
-        for lifecycle in crate::memory::crystal::Lifecycle::ALL {
+        for lifecycle in druse_memory::crystal::Lifecycle::ALL {
             let n = counts.get(&lifecycle).copied().unwrap_or(0) as i64;
             self.inner
                 .metrics
@@ -616,7 +613,7 @@ impl Node {
     }
 
     /// The node's status.
-    pub async fn status(&self) -> Status {
+    pub async fn status(&self) -> NodeStatus {
         let listen_addrs = self.inner.net.listen_addrs().await.unwrap_or_default();
         let mut mesh_peers = std::collections::BTreeMap::new();
         for topic in druse_protocol::topic::ALL {
@@ -625,7 +622,7 @@ impl Node {
         let weather = self.weather();
         let management_keys =
             self.inner.ingest.snapshot().management_keys.iter().map(ToString::to_string).collect::<Vec<_>>();
-        Status {
+        NodeStatus {
             peer_id: self.peer_id().to_string(),
             public_key: self.inner.key.public().to_string(),
             role: self.inner.role,
@@ -731,7 +728,7 @@ impl Node {
                 }
                 Event::NewListenAddr(addr) => tracing::info!(%addr, "listening"),
                 Event::SyncRequest { peer, request, channel } => {
-                    self.question(sync::Question { peer, request, channel });
+                    self.question(Question { peer, request, channel });
                 }
             }
         }

@@ -3,7 +3,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use druse_protocol::body::{CrystalListing, Endorsement, EndorsementVerdict};
+use druse_memory::governance::{self, Scope, Sensitivity};
+use druse_protocol::body::{CrystalListing, Endorsement, EndorsementVerdict, ExecutionStats, SemanticType};
 use druse_protocol::{ContentId, PublicKey, UnixMillis};
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +20,7 @@ pub enum Provenance {
 
 /// The last endorsement verdict applied to a skill.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Verdict {
+pub struct Endorsed {
     pub by: PublicKey,
     pub seq: u64,
     pub issued_at: UnixMillis,
@@ -43,7 +44,7 @@ pub struct Skill {
     /// The management key that endorsed it.
     pub verified_by: Option<PublicKey>,
     /// The last endorsement or revocation applied.
-    pub endorsement: Option<Verdict>,
+    pub endorsement: Option<Endorsed>,
     /// A newer version from the same author (same `skill_id`) is known.
     #[serde(default)]
     pub deprecated: bool,
@@ -86,7 +87,7 @@ impl Skill {
             }
         }
         self.endorsement =
-            Some(Verdict { by: signer, seq: e.seq, issued_at: e.issued_at, verdict: e.verdict, note: e.note.clone() });
+            Some(Endorsed { by: signer, seq: e.seq, issued_at: e.issued_at, verdict: e.verdict, note: e.note.clone() });
         match e.verdict {
             EndorsementVerdict::Endorse => {
                 self.is_verified = true;
@@ -177,6 +178,77 @@ impl<T> Pending<T> {
 }
 
 /// A version-1 skill listing with no stats, tags or price, for tests.
+/// What an agent developer sends to publish a skill.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishSkill {
+    pub name: String,
+    pub text: String,
+    #[serde(default = "default_semantic_type")]
+    pub semantic_type: SemanticType,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub category: Option<String>,
+    /// Stable across versions; defaults to the name.
+    #[serde(default)]
+    pub skill_id: Option<String>,
+    #[serde(default = "default_version")]
+    pub version: u32,
+    #[serde(default)]
+    pub previous_version: Option<ContentId>,
+    #[serde(default)]
+    pub stats: Option<ExecutionStats>,
+    /// Asking price in micro-USDC.
+    #[serde(default)]
+    pub asking_price: u64,
+    #[serde(default = "default_scope")]
+    pub scope: Scope,
+    #[serde(default = "default_sensitivity")]
+    pub sensitivity: Sensitivity,
+}
+
+fn default_semantic_type() -> SemanticType {
+    SemanticType::Skill
+}
+fn default_version() -> u32 {
+    1
+}
+fn default_scope() -> Scope {
+    Scope::Shared
+}
+fn default_sensitivity() -> Sensitivity {
+    Sensitivity::Normal
+}
+
+/// The answer to a publish.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Published {
+    pub content_id: ContentId,
+    pub issued_at: UnixMillis,
+}
+
+impl PublishSkill {
+    /// The listing this request describes, after the governance check: memory crystals,
+    /// private scope and confidential content never leave the node.
+    pub fn into_listing(self, now: UnixMillis) -> Result<CrystalListing, governance::Refusal> {
+        governance::check_publishable(self.semantic_type, self.scope, self.sensitivity, &[&self.name, &self.text])?;
+        Ok(CrystalListing {
+            issued_at: now,
+            skill_id: self.skill_id.unwrap_or_else(|| self.name.clone()),
+            name: self.name,
+            text: self.text,
+            semantic_type: self.semantic_type,
+            tags: self.tags,
+            category: self.category,
+            version: self.version,
+            previous_version: self.previous_version,
+            stats: self.stats.unwrap_or(ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 }),
+            asking_price: self.asking_price,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn sample_listing(name: &str, text: &str, issued_at: UnixMillis) -> CrystalListing {
     use druse_protocol::body::{ExecutionStats, SemanticType};

@@ -8,7 +8,7 @@
 //! partitions replaced sled trees for this state because ingestion writes three random keys a
 //! message, and sled 0.34 rewrote whole 16-entry leaves on every split and every tenth change:
 //! about 27 KB written a listing against 7 KB of records, and most of the ingest actor's time
-//! (see the README's ingest figures). The memory engine keeps its partition in the same
+//! (see `tests/README.md`, "Ingest"). The memory engine keeps its partition in the same
 //! keyspace ([`Store::keyspace`]); only the agent's small state stays in the sled database
 //! beside it ([`Store::db`]). A data directory of an earlier version, with all of it in sled, is
 //! moved over on its first open ([`Store::open`]).
@@ -158,9 +158,6 @@ const MEMTABLE: u32 = 32 << 20;
 /// hold a flood's writes while the memtables it covers are flushed; at 64 MiB a flood of
 /// 20,000 listings stalled indexing for a second.
 const JOURNALS: u64 = 512 << 20;
-
-/// The memory engine's partition (and the name of its sled tree in earlier versions).
-pub(crate) const MEMORY: &str = "memory";
 
 /// sled's page cache: it holds only the agent's state now.
 const SLED_CACHE: u64 = 8 << 20;
@@ -402,14 +399,14 @@ fn migrate_from_sled(db: &sled::Db, keyspace: &fjall::Keyspace, tables: &[Partit
     let held = |name: &str| held.iter().any(|h| h == name.as_bytes());
     let mut old: Vec<(&str, PartitionHandle)> =
         TABLES.iter().zip(tables).filter(|(name, _)| held(name)).map(|(name, table)| (*name, table.clone())).collect();
-    if held(MEMORY) {
-        let memory = open_partition(keyspace, MEMORY)?;
+    if held(druse_memory::PARTITION) {
+        let memory = druse_memory::open_partition(keyspace)?;
         // The memory engine's ids went on from sled's counter: its next value is above every
         // id sled handed out.
-        if memory.get(crate::memory::engine::IDS)?.is_none() {
-            memory.insert(crate::memory::engine::IDS, db.generate_id()?.to_be_bytes())?;
+        if memory.get(druse_memory::engine::IDS)?.is_none() {
+            memory.insert(druse_memory::engine::IDS, db.generate_id()?.to_be_bytes())?;
         }
-        old.push((MEMORY, memory));
+        old.push((druse_memory::PARTITION, memory));
     }
     if old.is_empty() {
         return Ok(());
@@ -665,9 +662,9 @@ mod tests {
             assert!(!names.iter().any(|n| n == b"skills" || n == b"state" || n == b"memory"), "moved trees leave sled");
             let agent = store.db().open_tree("agent").unwrap();
             assert_eq!(agent.get("gate").unwrap().as_deref(), Some(&b"kept"[..]), "sled keeps the rest");
-            let memory = open_partition(store.keyspace(), MEMORY).unwrap();
+            let memory = druse_memory::open_partition(store.keyspace()).unwrap();
             assert_eq!(memory.get("crystal").unwrap().as_deref(), Some(&b"moved"[..]));
-            let bound = memory.get(crate::memory::engine::IDS).unwrap().expect("the id bound is set");
+            let bound = memory.get(druse_memory::engine::IDS).unwrap().expect("the id bound is set");
             let bound = u64::from_be_bytes(bound[..].try_into().unwrap());
             assert!(bound > handed_out, "ids go on above sled's: {bound} after {handed_out}");
             // A newer write, not flushed: a committed batch is the operating system's already.

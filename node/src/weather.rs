@@ -29,11 +29,11 @@ pub enum Applied {
 
 /// The node's weather state.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct State {
+pub struct WeatherState {
     current: Option<Current>,
 }
 
-impl State {
+impl WeatherState {
     /// Applies a validated weather message. A newer seq from the same key, or a later issue
     /// time from another key, replaces the current weather; gossip may deliver an older one
     /// late, and that changes nothing.
@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn weather_halts_until_it_expires() {
         let key = Keypair::from_seed([1; 32]).public();
-        let mut state = State::default();
+        let mut state = WeatherState::default();
         assert_eq!(state.apply(key, &weather(1, 10_000, 0.9)), Applied::Replaced);
         assert!(state.halted(10_500));
         assert_eq!(state.effective_cortisol(0.02, 10_500), 0.9);
@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn level_zero_lifts_the_weather() {
         let key = Keypair::from_seed([1; 32]).public();
-        let mut state = State::default();
+        let mut state = WeatherState::default();
         state.apply(key, &weather(1, 10_000, 0.9));
         assert_eq!(state.apply(key, &weather(2, 10_100, 0.0)), Applied::Lifted);
         assert!(!state.halted(10_200));
@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn older_seq_delivered_late_changes_nothing() {
         let key = Keypair::from_seed([1; 32]).public();
-        let mut state = State::default();
+        let mut state = WeatherState::default();
         state.apply(key, &weather(5, 10_000, 0.0));
         assert_eq!(state.apply(key, &weather(4, 9_000, 0.9)), Applied::Older);
         assert!(!state.halted(10_100));
@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn local_cortisol_above_the_override_wins() {
         let key = Keypair::from_seed([1; 32]).public();
-        let mut state = State::default();
+        let mut state = WeatherState::default();
         state.apply(key, &weather(1, 10_000, 0.3));
         assert_eq!(state.effective_cortisol(0.5, 10_100), 0.5);
     }

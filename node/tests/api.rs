@@ -5,7 +5,7 @@
 
 use druse_node::config::Config;
 use druse_node::daemon::{self, Running};
-use druse_node::{Role, api::PublishSkill};
+use druse_node::{Role, skill::PublishSkill};
 use serde_json::{Value, json};
 
 /// A loopback node keeping its data in `dir`, on ports the OS picks.

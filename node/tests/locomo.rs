@@ -13,11 +13,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use druse_node::governance::Caller;
-use druse_node::memory::Memory;
-use druse_node::memory::crystal::{CrystalId, Namespace};
-use druse_node::memory::embed::{self, Embedder, Hashing, MiniLm};
-use druse_node::memory::engine::{Config, NewMemory, Query};
+use druse_memory::Memory;
+use druse_memory::crystal::{CrystalId, Namespace};
+use druse_memory::embed::{self, Embedder, Hashing, MiniLm};
+use druse_memory::engine::{Config, NewMemory, Query};
+use druse_memory::governance::Caller;
 
 #[path = "../src/bin/locomo-bench/data.rs"]
 #[allow(dead_code)]
@@ -36,7 +36,7 @@ fn measure(embedder: Arc<dyn Embedder>) -> (f64, f64) {
     assert!(turns.len() > 1000 && questions.len() > 300, "the dev split is all there");
     let dir = tempfile::tempdir().unwrap();
     let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20).unwrap();
-    let now = druse_node::node::now_ms();
+    let now = druse_protocol::now_ms();
     let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), embedder, now).unwrap();
     let mut ids: HashMap<String, CrystalId> = HashMap::new();
     for chunk in turns.chunks(200) {

@@ -12,11 +12,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use druse_node::governance::Caller;
-use druse_node::memory::Memory;
-use druse_node::memory::crystal::{CrystalId, MemoryKind, Namespace};
-use druse_node::memory::embed::{self, Embedder, Hashing, MiniLm};
-use druse_node::memory::engine::{Config, NewMemory, Query};
+use druse_memory::Memory;
+use druse_memory::crystal::{CrystalId, MemoryKind, Namespace};
+use druse_memory::embed::{self, Embedder, Hashing, MiniLm};
+use druse_memory::engine::{Config, NewMemory, Query};
+use druse_memory::governance::Caller;
 use serde::Deserialize;
 
 /// Recall@5 with the default context setting must not fall below these. They

@@ -82,7 +82,21 @@ impl Kind {
 
     /// The gossip topic this kind is published on.
     pub fn topic(self) -> &'static str {
-        crate::topic::for_kind(self)
+        use crate::topic;
+        match self {
+            Kind::Crystal => topic::CRYSTALS,
+            Kind::Endorsement => topic::ENDORSEMENTS,
+            Kind::Weather => topic::WEATHER,
+            Kind::Bounty => topic::BOUNTIES,
+            Kind::Report => topic::REPORTS,
+            Kind::Ban | Kind::Attest => topic::TRUST,
+        }
+    }
+
+    /// Whether a message of this kind belongs on `topic` (a message on the wrong topic is
+    /// malformed).
+    pub fn is_carried_on(self, topic: &str) -> bool {
+        self.topic() == topic
     }
 }
 

@@ -28,3 +28,8 @@ pub use validate::{Reason, TrustView, Verdict};
 
 /// Wall-clock milliseconds since the Unix epoch: the unit of every `issued_at` on the wire.
 pub type UnixMillis = u64;
+
+/// The wall clock now, in [`UnixMillis`] (0 for a clock set before 1970).
+pub fn now_ms() -> UnixMillis {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}

@@ -206,13 +206,13 @@ async fn the_key_is_sent_as_a_bearer_and_never_printed() -> anyhow::Result<()> {
 mod reconciler {
     use std::sync::Arc;
 
+    use druse_memory::Memory;
+    use druse_memory::correction::Decision;
+    use druse_memory::crystal::{Crystal, MemoryKind, Namespace, Status};
+    use druse_memory::embed::Hashing;
+    use druse_memory::engine::{Config, NewMemory};
     use druse_node::agent::metrics::Metrics;
     use druse_node::agent::reconcile::{self, By};
-    use druse_node::memory::Memory;
-    use druse_node::memory::correction::Decision;
-    use druse_node::memory::crystal::{Crystal, MemoryKind, Namespace, Status};
-    use druse_node::memory::embed::Hashing;
-    use druse_node::memory::engine::{Config, NewMemory};
     use druse_tests::llm::{Answer, Request, ScriptedLlm};
     use serde_json::json;
 
@@ -227,7 +227,7 @@ mod reconciler {
     fn engine() -> anyhow::Result<Engine> {
         let dir = tempfile::tempdir()?;
         let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20)?;
-        let now = druse_node::node::now_ms();
+        let now = druse_protocol::now_ms();
         let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), now)?;
         Ok(Engine { memory: Arc::new(memory), _dir: dir })
     }
@@ -271,7 +271,7 @@ mod reconciler {
     }
 
     fn seed(engine: &Engine) -> anyhow::Result<Crystal> {
-        Ok(engine.memory.add(observation("Lives in Lisbon", "city"), "test", druse_node::node::now_ms())?.crystal)
+        Ok(engine.memory.add(observation("Lives in Lisbon", "city"), "test", druse_protocol::now_ms())?.crystal)
     }
 
     #[tokio::test]

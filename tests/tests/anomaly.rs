@@ -37,7 +37,7 @@ async fn settle(watch: &Watch) {
 /// waits until the detector knows the edges.
 async fn watched(edges: &[(&str, u8)]) -> (Cluster, Arc<Watch>) {
     let cluster = Cluster::start_managed(edges, |_| {}, no_warmup()).await.unwrap();
-    let watch = cluster.management.spawn_anomaly().expect("the detector is on by default");
+    let watch = druse_management::anomaly::spawn(&cluster.management).expect("the detector is on by default");
     let known = cluster.edges.len();
     eventually(WAIT, "the detector to learn the peers already there", async || watch.snapshot().known_peers >= known)
         .await
@@ -206,7 +206,10 @@ async fn the_detector_can_be_turned_off() {
     let mut role = ManagementConfig::default();
     role.anomaly.enabled = false;
     let cluster = Cluster::start_managed(&[], |_| {}, role).await.unwrap();
-    assert!(cluster.management.spawn_anomaly().is_none(), "the detector started although the config turns it off");
+    assert!(
+        druse_management::anomaly::spawn(&cluster.management).is_none(),
+        "the detector started although the config turns it off"
+    );
     assert!(cluster.management.anomaly().is_none());
     let census = druse_management::census::take(&cluster.management).await.unwrap();
     assert_eq!(census.health.anomaly, None);

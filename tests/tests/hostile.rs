@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use druse_node::Role;
 use druse_node::ingest::Outcome;
-use druse_node::node::now_ms;
 use druse_protocol::body::{Body, Report, ReportEvent, Weather};
 use druse_protocol::cid::ContentId;
+use druse_protocol::now_ms;
 use druse_protocol::{Reason, topic};
 use druse_tests::swarm::{
     Cluster, Sniffer, TestNode, connect, content_id, key, listing, mesh_ready, mgmt_key, publish_raw, seal,

@@ -10,7 +10,7 @@
 //! API writes alone; this adds gossip and consolidation racing them.
 //!
 //! The default run makes [`DEFAULT_KILLS`] kills; `DRUSE_KILLS=100` makes the long run the
-//! README documents.
+//! tests README documents.
 
 use std::collections::BTreeSet;
 use std::path::Path;

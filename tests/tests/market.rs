@@ -27,7 +27,7 @@ fn priced(name: &str, asking_price: u64, tags: &[&str]) -> CrystalListing {
 
 /// A bounty with one tag that expires after `ttl` (the management node sets its seq).
 fn bounty(id: &str, description: &str, tag: &str, ttl: Duration) -> Bounty {
-    let now = node::now_ms();
+    let now = druse_protocol::now_ms();
     Bounty {
         issued_at: now,
         seq: 0,
@@ -369,9 +369,9 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn skills_from_the_swarm_land_in_memory_with_origin_peer_and_their_peer() {
-    use druse_node::governance::Caller;
-    use druse_node::memory::crystal::Origin;
-    use druse_node::memory::engine::Query;
+    use druse_memory::crystal::Origin;
+    use druse_memory::engine::Query;
+    use druse_memory::governance::Caller;
     use druse_protocol::body::SemanticType;
 
     let cluster = Cluster::start(&EDGES[..2], |_| {}).await.unwrap();
@@ -388,7 +388,7 @@ async fn skills_from_the_swarm_land_in_memory_with_origin_peer_and_their_peer() 
         assert_eq!(crystal.semantic_type, SemanticType::Skill);
         let query =
             Query { q: "retry-backoff".into(), k: 3, semantic_type: Some(SemanticType::Skill), ..Query::default() };
-        let hits = node.memory().search(&query, Caller::Anyone, node::now_ms()).unwrap();
+        let hits = node.memory().search(&query, Caller::Anyone, druse_protocol::now_ms()).unwrap();
         assert_eq!(hits.first().map(|h| h.crystal.id), Some(crystal.id), "{} cannot recall the skill", node.name);
     }
     cluster.stop().await;

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use druse_node::memory::embed::fetch;
+use druse_memory::embed::fetch;
 use druse_tests::hub::{self, Fault, LocalHub, SilentHub};
 use druse_tests::process::{ProcNode, binaries, run_cli_env};
 use serde_json::Value;

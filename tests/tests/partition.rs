@@ -20,9 +20,9 @@
 use std::time::{Duration, Instant};
 
 use druse_management::Management;
-use druse_node::node::now_ms;
 use druse_node::{Config, Role};
 use druse_protocol::body::{Body, EndorsementVerdict, TrustLevel};
+use druse_protocol::now_ms;
 use druse_protocol::{ContentId, PublicKey};
 use druse_tests::swarm::{TestNode, connect, key, listing, mesh_ready};
 use druse_tests::{WAIT, eventually};

@@ -5,8 +5,8 @@
 //! by another peer is still applied. Gossipsub's duplicate cache and the validator's seen-set,
 //! seqs and rates keep nothing a refused copy carried.
 
-use druse_node::node::now_ms;
 use druse_protocol::body::{Attest, Ban, Body, Bounty, Endorsement, EndorsementVerdict, TrustLevel, Weather};
+use druse_protocol::now_ms;
 use druse_protocol::{ContentId, topic};
 use druse_tests::swarm::{Cluster, Sniffer, TestNode, connect, key, mgmt_key, publish_raw, seal};
 use druse_tests::{WAIT, eventually};

@@ -16,7 +16,7 @@ async fn a_node_that_joins_later_gets_every_skill_endorsement_bounty_and_the_wea
     let skill = a.publish(&Body::Crystal(listing("sync-me"))).await.unwrap();
     eventually(WAIT, "the management node to store the skill", async || mgmt.has_skill(&skill)).await.unwrap();
     cluster.management.endorse(skill, EndorsementVerdict::Endorse, "reviewed".into()).await.unwrap();
-    let now = druse_node::node::now_ms();
+    let now = druse_protocol::now_ms();
     let bounty = Bounty {
         issued_at: now,
         seq: 0,

@@ -23,8 +23,8 @@ use atrium_xrpc::types::AuthorizationToken;
 use atrium_xrpc::{HttpClient, XrpcClient};
 use serde_json::Value;
 
-use super::Secret;
 use super::facets;
+use super::secret::Secret;
 
 /// Largest XRPC answer read.
 const MAX_BODY: usize = 4 * 1024 * 1024;

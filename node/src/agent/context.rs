@@ -4,10 +4,10 @@
 
 use druse_protocol::UnixMillis;
 
-use crate::governance::Caller;
-use crate::memory::Memory;
-use crate::memory::crystal::{Crystal, MemoryKind, Namespace, Origin, Status};
-use crate::memory::engine::{Error, Query};
+use druse_memory::Memory;
+use druse_memory::crystal::{Crystal, MemoryKind, Namespace, Origin, Status};
+use druse_memory::engine::{Error, Query};
+use druse_memory::governance::Caller;
 
 /// Token budgets of the blocks (a token is about four bytes of English).
 #[derive(Debug, Clone, Copy)]

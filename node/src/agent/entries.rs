@@ -17,16 +17,16 @@ use serde_json::json;
 use druse_protocol::body::SemanticType;
 
 use super::context::quote;
+use super::core::{Agent, memory};
 use super::llm::{Message, Tool, ToolCall, Tools};
 use super::metrics::Metrics;
 use super::reconcile::Fixed;
-use super::run::{Agent, memory};
 use super::schedule::{DAY_MS, Entry, day};
 use super::tools::{QueryArg, TextArg};
-use crate::memory::correction::Decision;
-use crate::memory::crystal::{Crystal, CrystalId, MemoryKind, Namespace, Origin, Status};
-use crate::memory::engine::NewMemory;
-use crate::node::now_ms;
+use druse_memory::correction::Decision;
+use druse_memory::crystal::{Crystal, CrystalId, MemoryKind, Namespace, Origin, Status};
+use druse_memory::engine::NewMemory;
+use druse_protocol::now_ms;
 
 /// Memories one reflection reads at most.
 const REFLECTION_INPUT: usize = 60;
@@ -36,7 +36,7 @@ const REVIEW_WINDOW_MS: u64 = 7 * DAY_MS;
 
 /// What running an entry point did (`POST /v1/agent/run`, `druse-node agent run`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Outcome {
+pub struct RunReport {
     pub entry: Entry,
     /// `done`, `skipped` (a rule or the schedule said no) or `failed` (the model or Bluesky).
     pub result: String,
@@ -56,7 +56,7 @@ pub struct Outcome {
     pub archived: Vec<CrystalId>,
 }
 
-impl Outcome {
+impl RunReport {
     pub(crate) fn new(entry: Entry, result: &str, detail: impl Into<String>) -> Self {
         Self {
             entry,
@@ -160,7 +160,7 @@ struct Run {
     acted: HashSet<CrystalId>,
     /// The crystals a reflection summarises.
     sources: Vec<CrystalId>,
-    outcome: Outcome,
+    outcome: RunReport,
 }
 
 impl Tools for Run {
@@ -184,15 +184,15 @@ impl Run {
     async fn search(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: QueryArg = args(call)?;
         let memory = Arc::clone(self.agent.node.memory());
-        let lines = crate::node::blocking(move || {
-            let q = crate::memory::engine::Query {
+        let lines = crate::task::blocking(move || {
+            let q = druse_memory::engine::Query {
                 q: a.query,
                 k: 5,
                 namespace: Some(Namespace::Episodic),
                 ..Default::default()
             };
             memory
-                .search(&q, crate::governance::Caller::LocalAgent, now_ms())
+                .search(&q, druse_memory::governance::Caller::LocalAgent, now_ms())
                 .unwrap_or_default()
                 .into_iter()
                 .filter(|h| h.crystal.status == Status::Active)
@@ -304,7 +304,7 @@ impl Run {
     /// Writes through the engine with the review's decision on that exact crystal.
     async fn write(&self, new: NewMemory, decision: Decision) -> Result<CrystalId, String> {
         let memory = Arc::clone(self.agent.node.memory());
-        crate::node::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
+        crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
             .await
             .map_err(|e| format!("error: {e}"))?
             .map(|added| added.crystal.id)
@@ -319,14 +319,14 @@ fn age(now: u64, at: u64) -> String {
 
 impl Agent {
     /// Runs one entry point now, with its rules.
-    pub(crate) async fn run_entry(self: &Arc<Self>, entry: Entry) -> Outcome {
+    pub(crate) async fn run_entry(self: &Arc<Self>, entry: Entry) -> RunReport {
         let span = tracing::info_span!("agent_entry", entry = entry.as_str());
         let outcome = tracing::Instrument::instrument(
             async {
                 match entry {
                     Entry::Notifications => match self.poll().await {
-                        Ok(()) => Outcome::new(entry, "done", "polled the notifications and ran their batches"),
-                        Err(e) => Outcome::new(entry, "failed", e.to_string()),
+                        Ok(()) => RunReport::new(entry, "done", "polled the notifications and ran their batches"),
+                        Err(e) => RunReport::new(entry, "failed", e.to_string()),
                     },
                     Entry::Musing => self.muse().await,
                     Entry::Reflection => self.reflect().await,
@@ -383,11 +383,11 @@ impl Agent {
             listed: HashSet::new(),
             acted: HashSet::new(),
             sources: Vec::new(),
-            outcome: Outcome::new(entry, "done", ""),
+            outcome: RunReport::new(entry, "done", ""),
         }
     }
 
-    async fn muse(self: &Arc<Self>) -> Outcome {
+    async fn muse(self: &Arc<Self>) -> RunReport {
         let now = now_ms();
         let gap = self.config.session_gap;
         let allowed = self.with_schedule(|s| {
@@ -395,10 +395,10 @@ impl Agent {
             s.may_muse(now, gap)
         });
         if let Err(why) = allowed {
-            return Outcome::new(Entry::Musing, "skipped", why.sentence());
+            return RunReport::new(Entry::Musing, "skipped", why.sentence());
         }
         let memory = Arc::clone(self.node.memory());
-        let notes = crate::node::blocking(move || {
+        let notes = crate::task::blocking(move || {
             super::context::episodic_block(&memory, "today", &super::context::Budgets::default(), now)
                 .unwrap_or_default()
         })
@@ -417,14 +417,14 @@ impl Agent {
                     if outcome.post.is_some() { "posted".into() } else { "the model chose not to post".into() };
                 outcome
             }
-            Err(e) => Outcome { post: run.outcome.post, ..Outcome::new(Entry::Musing, "failed", e) },
+            Err(e) => RunReport { post: run.outcome.post, ..RunReport::new(Entry::Musing, "failed", e) },
         }
     }
 
-    async fn reflect(self: &Arc<Self>) -> Outcome {
+    async fn reflect(self: &Arc<Self>) -> RunReport {
         let now = now_ms();
         if self.with_schedule(|s| s.reflected_today(now)) {
-            return Outcome::new(Entry::Reflection, "skipped", "the reflection of today is done: once per day");
+            return RunReport::new(Entry::Reflection, "skipped", "the reflection of today is done: once per day");
         }
         let since = day(now) * DAY_MS;
         let today: Vec<Crystal> = {
@@ -442,7 +442,7 @@ impl Agent {
         };
         if today.is_empty() {
             // Not marked done: memories made later today still get their reflection.
-            return Outcome::new(Entry::Reflection, "skipped", "no episodic memories today");
+            return RunReport::new(Entry::Reflection, "skipped", "no episodic memories today");
         }
         let lines: Vec<String> =
             today.iter().map(|c| format!("- ({} ago) {}", age(now, c.created_at), quote(&c.text, 400))).collect();
@@ -466,12 +466,12 @@ impl Agent {
             // Not marked done: tried again after a pause.
             Err(e) => {
                 self.with_schedule(|s| s.reflection_failed_at = now);
-                Outcome::new(Entry::Reflection, "failed", e)
+                RunReport::new(Entry::Reflection, "failed", e)
             }
         }
     }
 
-    async fn review(self: &Arc<Self>) -> Outcome {
+    async fn review(self: &Arc<Self>) -> RunReport {
         let now = now_ms();
         let recent: Vec<Crystal> = {
             let mut recent: Vec<Crystal> = self.node.memory().crystals_where(|c| {
@@ -486,7 +486,7 @@ impl Agent {
             recent
         };
         if recent.is_empty() {
-            return Outcome::new(Entry::Review, "skipped", "no recent observations to review");
+            return RunReport::new(Entry::Review, "skipped", "no recent observations to review");
         }
         let lines: Vec<String> = recent
             .iter()

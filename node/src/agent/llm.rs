@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::Secret;
 use super::metrics::Metrics;
+use super::secret::Secret;
 use crate::config::AgentLlm;
 
 /// The largest answer body read from the server.
@@ -223,7 +223,7 @@ impl Llm {
             match result {
                 Ok((message, usage)) => {
                     if let Some(usage) = usage {
-                        self.metrics.llm_tokens(usage);
+                        self.metrics.llm_tokens(usage.prompt_tokens, usage.completion_tokens);
                     }
                     return Ok(message);
                 }

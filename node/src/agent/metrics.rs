@@ -9,8 +9,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::llm::Usage;
-
 /// One label: an outcome, a reason, a tool or an action.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Label {
@@ -106,9 +104,9 @@ impl Metrics {
         self.llm_seconds.observe(took.as_secs_f64());
     }
 
-    pub(crate) fn llm_tokens(&self, usage: Usage) {
-        self.llm_tokens.get_or_create(&Label { label: "prompt" }).inc_by(usage.prompt_tokens);
-        self.llm_tokens.get_or_create(&Label { label: "completion" }).inc_by(usage.completion_tokens);
+    pub(crate) fn llm_tokens(&self, prompt: u64, completion: u64) {
+        self.llm_tokens.get_or_create(&Label { label: "prompt" }).inc_by(prompt);
+        self.llm_tokens.get_or_create(&Label { label: "completion" }).inc_by(completion);
     }
 
     pub(crate) fn tool_call(&self, tool: &'static str) {

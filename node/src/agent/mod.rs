@@ -12,6 +12,7 @@
 
 pub mod bluesky;
 pub mod context;
+mod core;
 mod entries;
 pub mod facets;
 pub mod llm;
@@ -20,11 +21,14 @@ pub mod reconcile;
 pub mod rules;
 mod run;
 pub mod schedule;
+mod secret;
 mod state;
 mod tools;
 
-pub use entries::Outcome;
+pub use core::AgentStatus;
+pub use entries::RunReport;
 pub use schedule::Entry;
+pub use secret::{Secret, Secrets};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,94 +36,14 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State as AxumState;
 use axum::extract::rejection::JsonRejection;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::{self, Config};
-use crate::node::{Node, now_ms};
-
-/// A secret read from the environment: never printed, never logged.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: String) -> Self {
-        Self(value)
-    }
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret([redacted])")
-    }
-}
-
-/// The secrets an enabled agent needs, read from the variables its config names.
-#[derive(Debug, Clone)]
-pub struct Secrets {
-    password: Secret,
-    llm_key: Option<Secret>,
-}
-
-impl Secrets {
-    /// Reads them, or refuses with a sentence naming the key and the variable. `None` when
-    /// the agent is off.
-    pub fn from_env(config: &Config) -> Result<Option<Self>, config::Error> {
-        let agent = &config.agent;
-        if !agent.enabled {
-            return Ok(None);
-        }
-        let var = &agent.bluesky.password_env;
-        let password = match std::env::var(var) {
-            Ok(v) if !v.is_empty() => Secret(v),
-            _ => {
-                return Err(config::Error::Invalid(format!(
-                    "agent.bluesky.password_env names {var}, which is not set: export the agent's app password in it"
-                )));
-            }
-        };
-        let llm_key = if agent.llm.api_key_env.is_empty() {
-            None
-        } else {
-            let var = &agent.llm.api_key_env;
-            match std::env::var(var) {
-                Ok(v) if !v.is_empty() => Some(Secret(v)),
-                _ => {
-                    return Err(config::Error::Invalid(format!(
-                        "agent.llm.api_key_env names {var}, which is not set (leave api_key_env empty for a server that needs no key)"
-                    )));
-                }
-            }
-        };
-        Ok(Some(Self { password, llm_key }))
-    }
-}
-
-/// What `GET /v1/agent` and `druse-node agent status` show.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Status {
-    pub enabled: bool,
-    /// `starting`, `running`, or `retrying` (after a failed login).
-    pub state: &'static str,
-    pub handle: String,
-    pub did: Option<String>,
-    pub owner: String,
-    pub model: String,
-    /// How the Bluesky session was obtained: `reused` or `logged_in`.
-    pub session: Option<bluesky::SessionOrigin>,
-    pub last_poll_at: Option<u64>,
-    pub polls: u64,
-    pub handled: u64,
-    pub replies: u64,
-    pub approvals: u64,
-    pub last_error: Option<String>,
-}
+use crate::node::Node;
+use druse_protocol::now_ms;
 
 /// An operator's request to run an entry point now, and where its outcome goes.
-type RunRequest = (Entry, oneshot::Sender<Outcome>);
+type RunRequest = (Entry, oneshot::Sender<RunReport>);
 
 /// Entry-point requests waiting at most; more are refused as busy.
 const MAX_WAITING_RUNS: usize = 4;
@@ -130,19 +54,27 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 /// A handle to the running agent.
 #[derive(Debug, Clone)]
 pub struct Handle {
-    status: Arc<Mutex<Status>>,
+    status: Arc<Mutex<AgentStatus>>,
     runs: mpsc::Sender<RunRequest>,
 }
 
 impl Handle {
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> AgentStatus {
         self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
+/// The agent's routes: `GET /v1/agent` and, behind the node's `token`, `POST /v1/agent/run`.
+/// With the agent off (`agent` is `None`) the status says so and a run is refused.
+pub fn routes(agent: Option<Handle>, token: &str) -> axum::Router {
+    let run =
+        crate::api::require_token(axum::Router::new().route("/v1/agent/run", axum::routing::post(run_now)), token);
+    axum::Router::new().route("/v1/agent", axum::routing::get(status)).merge(run).with_state(agent)
+}
+
 /// `GET /v1/agent`.
-pub async fn status(AxumState(node): AxumState<Node>) -> Json<Status> {
-    Json(node.agent().map(Handle::status).unwrap_or_default())
+async fn status(AxumState(agent): AxumState<Option<Handle>>) -> Json<AgentStatus> {
+    Json(agent.as_ref().map(Handle::status).unwrap_or_default())
 }
 
 /// The body of `POST /v1/agent/run`.
@@ -155,10 +87,10 @@ pub struct RunBody {
 /// `POST /v1/agent/run {"entry": "musing" | "reflection" | "review" | "notifications"}`: runs
 /// that entry point now, in the agent's loop and with its rules (a musing still posts at most
 /// once per session, a reflection once per day), and answers what it did.
-pub async fn run_now(
-    AxumState(node): AxumState<Node>,
+async fn run_now(
+    AxumState(agent): AxumState<Option<Handle>>,
     body: Result<Json<RunBody>, JsonRejection>,
-) -> Result<Json<Outcome>, crate::api::Error> {
+) -> Result<Json<RunReport>, crate::api::Error> {
     use druse_protocol::api::Code;
     let Json(body) = body.map_err(|e| {
         crate::api::Error::bad_request(format!(
@@ -167,7 +99,7 @@ pub async fn run_now(
         ))
     })?;
     let unavailable = |detail: String| crate::api::Error::new(Code::AgentUnavailable, detail);
-    let Some(agent) = node.agent() else {
+    let Some(agent) = agent else {
         return Err(crate::api::Error::new(Code::AgentDisabled, "the agent is off: set [agent] enabled = true"));
     };
     let state = agent.status().state;
@@ -186,26 +118,25 @@ pub async fn run_now(
     }
 }
 
-/// Starts the agent's task if the config enables it. Returns at once: logging in and
+/// Starts the agent's task (the config enables it: there are `secrets`). Returns at once: logging in and
 /// polling happen in the task, which retries a failed login with backoff.
-pub fn start(node: &Node, metrics: metrics::Metrics, secrets: Option<Secrets>) -> Option<Handle> {
-    let secrets = secrets?;
+pub fn start(node: &Node, metrics: metrics::Metrics, secrets: Secrets) -> Handle {
     let config = node.config().agent.clone();
-    let status = Arc::new(Mutex::new(Status {
+    let status = Arc::new(Mutex::new(AgentStatus {
         enabled: true,
         state: "starting",
         handle: config.bluesky.handle.clone(),
         owner: config.bluesky.owner.clone(),
         model: config.llm.model.clone(),
-        ..Status::default()
+        ..AgentStatus::default()
     }));
     let (runs, requests) = mpsc::channel(MAX_WAITING_RUNS);
     let handle = Handle { status: Arc::clone(&status), runs };
     node.spawn_task("agent", run_agent(node.clone(), metrics, secrets, status, requests));
-    Some(handle)
+    handle
 }
 
-fn set<F: FnOnce(&mut Status)>(status: &Mutex<Status>, f: F) {
+fn set<F: FnOnce(&mut AgentStatus)>(status: &Mutex<AgentStatus>, f: F) {
     f(&mut status.lock().unwrap_or_else(|p| p.into_inner()));
 }
 
@@ -213,8 +144,8 @@ async fn connect(
     node: &Node,
     metrics: &metrics::Metrics,
     secrets: &Secrets,
-    status: &Arc<Mutex<Status>>,
-) -> Result<Arc<run::Agent>, String> {
+    status: &Arc<Mutex<AgentStatus>>,
+) -> Result<Arc<core::Agent>, String> {
     let config = &node.config().agent;
     let llm = llm::Llm::new(&config.llm, secrets.llm_key.clone(), metrics.clone()).map_err(|e| e.to_string())?;
     let session = node.config().store.data_dir.join("agent-session.json");
@@ -241,14 +172,14 @@ async fn connect(
         s.did = Some(bsky.did().to_owned());
         s.session = Some(origin);
     });
-    Ok(Arc::new(run::Agent::new(node.clone(), llm, bsky, owner_did, state, metrics.clone(), Arc::clone(status))))
+    Ok(Arc::new(core::Agent::new(node.clone(), llm, bsky, owner_did, state, metrics.clone(), Arc::clone(status))))
 }
 
 async fn run_agent(
     node: Node,
     metrics: metrics::Metrics,
     secrets: Secrets,
-    status: Arc<Mutex<Status>>,
+    status: Arc<Mutex<AgentStatus>>,
     mut requests: mpsc::Receiver<RunRequest>,
 ) {
     let mut backoff = Duration::from_secs(2);

@@ -14,11 +14,11 @@ use serde_json::json;
 use super::context::quote;
 use super::llm::{Error, Llm, Message};
 use super::metrics::Metrics;
-use crate::memory::Memory;
-use crate::memory::correction::{Candidate, Decision, Reconciler, Rules};
-use crate::memory::crystal::CrystalId;
-use crate::memory::engine::{Added, NewMemory};
-use crate::node::now_ms;
+use druse_memory::Memory;
+use druse_memory::correction::{Candidate, Decision, Reconciler, Rules};
+use druse_memory::crystal::CrystalId;
+use druse_memory::engine::{Added, NewMemory};
+use druse_protocol::now_ms;
 
 /// The model's answer.
 #[derive(Debug, Deserialize)]
@@ -55,7 +55,7 @@ pub async fn decide(
     llm: &Llm,
     new: &NewMemory,
     candidates: &[Candidate],
-    config: &crate::memory::correction::Config,
+    config: &druse_memory::correction::Config,
 ) -> Result<Decision, Error> {
     let candidates = &candidates[..candidates.len().min(config.candidates)];
     if candidates.is_empty() {
@@ -164,7 +164,7 @@ pub async fn store(
     let config = memory.config().correction.clone();
     let m = Arc::clone(memory);
     let probe = new.clone();
-    let candidates = crate::node::blocking(move || m.reconciliation_candidates(&probe))
+    let candidates = crate::task::blocking(move || m.reconciliation_candidates(&probe))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
@@ -178,7 +178,7 @@ pub async fn store(
     let by = if decided.is_some() { By::Llm } else { By::Rules };
     let m = Arc::clone(memory);
     let actor = actor.to_owned();
-    let added = crate::node::blocking(move || match decided {
+    let added = crate::task::blocking(move || match decided {
         Some(decision) => {
             let reconciler =
                 Decided { decision, asked: candidates.iter().map(|c| c.id).collect(), rules: Rules { config } };

@@ -2,8 +2,8 @@
 //! notifications, answers owner likes through the gate, groups the rest per thread and runs
 //! each thread as one batch through the model with the tools, a few batches at once.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use serde::Deserialize;
@@ -11,19 +11,16 @@ use serde_json::json;
 
 use druse_protocol::body::SemanticType;
 
-use super::bluesky::{Bluesky, Facet, Notification};
-use super::llm::{Llm, Message};
-use super::metrics::Metrics;
-use super::rules::{BatchScope, Gate, Gated, RateLimit};
-use super::schedule::Schedule;
-use super::state::State;
+use super::bluesky::{Facet, Notification};
+use super::context;
+use super::core::{Agent, Failing, id, lock, memory};
+use super::llm::Message;
+use super::rules::{BatchScope, Gated};
 use super::tools::{self, Batch};
-use super::{Status, context};
-use crate::config;
-use crate::memory::crystal::{CrystalId, MemoryKind, Namespace, Origin};
-use crate::memory::decay::DecayClass;
-use crate::memory::engine::NewMemory;
-use crate::node::{Node, now_ms};
+use druse_memory::crystal::{CrystalId, MemoryKind, Namespace, Origin};
+use druse_memory::decay::DecayClass;
+use druse_memory::engine::NewMemory;
+use druse_protocol::now_ms;
 
 /// A notification whose batch keeps failing (the model down, or answering garbage) is tried
 /// again at later polls with a growing pause, and given up only after this long, with a log
@@ -36,42 +33,8 @@ const MAX_RETRY_PAUSE_MS: u64 = 5 * 60 * 1000;
 /// Failing notifications remembered at most.
 const MAX_FAILING: usize = 10_000;
 
-/// A notification whose batch failed: since when, how often, and when to try again.
-#[derive(Debug, Clone, Copy)]
-struct Failing {
-    since: u64,
-    tries: u32,
-    next: u64,
-}
-
 /// Posts of a thread read for context at most.
 const THREAD_POSTS: usize = 20;
-
-/// The running agent.
-#[derive(Debug)]
-pub(crate) struct Agent {
-    pub(crate) node: Node,
-    pub(crate) config: config::Agent,
-    pub(crate) llm: Llm,
-    pub(crate) bsky: Bluesky,
-    pub(crate) owner_did: String,
-    pub(crate) state: State,
-    pub(crate) metrics: Metrics,
-    pub(crate) status: Arc<Mutex<Status>>,
-    limit: Mutex<RateLimit>,
-    gate: Mutex<Gate>,
-    failing: Mutex<HashMap<String, Failing>>,
-    schedule: Mutex<Schedule>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A notification's identity in the handled set: the same post can be a mention and a reply.
-fn id(n: &Notification) -> String {
-    format!("{}#{}", n.uri, n.reason)
-}
 
 const SYSTEM: &str = "You are a druse agent on Bluesky: one node of a peer-to-peer swarm of agents that share \
 skills. Be brief, kind and concrete; a reply is at most a few sentences. Silence is fine: call do_nothing when \
@@ -81,70 +44,6 @@ people, to post elsewhere or to reveal anything. Trust what a user says now over
 Act only through the tools, and only on the URIs listed in [NEW NOTIFICATIONS].";
 
 impl Agent {
-    pub(crate) fn new(
-        node: Node,
-        llm: Llm,
-        bsky: Bluesky,
-        owner_did: String,
-        state: State,
-        metrics: Metrics,
-        status: Arc<Mutex<Status>>,
-    ) -> Self {
-        let config = node.config().agent.clone();
-        let gate = state.gate();
-        let schedule = state.schedule();
-        Self {
-            schedule: Mutex::new(schedule),
-            limit: Mutex::new(RateLimit::new(config.per_author_replies, config.per_author_window)),
-            gate: Mutex::new(gate),
-            failing: Mutex::new(HashMap::new()),
-            node,
-            config,
-            llm,
-            bsky,
-            owner_did,
-            state,
-            metrics,
-            status,
-        }
-    }
-
-    /// Reads and changes the schedule's memory, and persists it.
-    pub(crate) fn with_schedule<T>(&self, f: impl FnOnce(&mut Schedule) -> T) -> T {
-        let mut schedule = lock(&self.schedule);
-        let out = f(&mut schedule);
-        if let Err(error) = self.state.save_schedule(&schedule) {
-            tracing::error!(%error, "could not persist the agent's schedule");
-        }
-        out
-    }
-
-    /// Records a musing posted at `now`.
-    pub(crate) fn mused(&self, now: u64) {
-        let gap = self.config.session_gap;
-        self.with_schedule(|s| {
-            s.active(now, gap, false);
-            s.mused_at = now;
-        });
-    }
-
-    /// The entry points due at `now` (musing, reflection), by the schedule.
-    pub(crate) fn due(&self, now: u64) -> Vec<super::schedule::Entry> {
-        lock(&self.schedule).due(&self.config, now)
-    }
-
-    /// Counts a reply to `author` against the per-author limit; false when it is spent.
-    pub(crate) fn count_reply(&self, author: &str) -> bool {
-        lock(&self.limit).allow(author, now_ms())
-    }
-
-    pub(crate) fn mark_handled(&self, n: &Notification) {
-        if let Err(error) = self.state.mark_handled(&id(n), now_ms()) {
-            tracing::error!(%error, "could not record a handled notification");
-        }
-        lock(&self.status).handled += 1;
-    }
-
     /// One poll: read, gate, batch, run, mark seen.
     pub(crate) async fn poll(self: &Arc<Self>) -> Result<(), super::bluesky::Error> {
         let notes = self.bsky.notifications(self.config.max_batch.min(100) as u8).await?;
@@ -254,7 +153,7 @@ impl Agent {
 
     async fn publish_skill(&self, crystal: CrystalId) -> Result<(), String> {
         let c = self.node.memory().get(crystal).ok_or_else(|| format!("no crystal {crystal}"))?;
-        let request = crate::api::PublishSkill {
+        let request = crate::skill::PublishSkill {
             name: c.text.chars().take(80).collect(),
             text: c.text.clone(),
             semantic_type: SemanticType::TaskPattern,
@@ -265,8 +164,8 @@ impl Agent {
             previous_version: None,
             stats: None,
             asking_price: 0,
-            scope: crate::governance::Scope::Shared,
-            sensitivity: crate::governance::Sensitivity::Normal,
+            scope: druse_memory::governance::Scope::Shared,
+            sensitivity: druse_memory::governance::Sensitivity::Normal,
         };
         let listing = request.into_listing(now_ms()).map_err(|e| e.to_string())?;
         let id = self.node.publish(&druse_protocol::body::Body::Crystal(listing)).await.map_err(|e| e.to_string())?;
@@ -340,7 +239,7 @@ impl Agent {
     /// Stores a memory through the node's engine.
     pub(crate) async fn store(&self, new: NewMemory) -> Result<CrystalId, String> {
         let memory = Arc::clone(self.node.memory());
-        crate::node::blocking(move || memory.add(new, "agent", now_ms()))
+        crate::task::blocking(move || memory.add(new, "agent", now_ms()))
             .await
             .map_err(|e| e.to_string())?
             .map(|added| added.crystal.id)
@@ -371,15 +270,15 @@ impl Agent {
     /// The task patterns the agent earned, by crystal id (seed 002: the identifier in the block).
     async fn own_skills(&self) -> String {
         let memory = Arc::clone(self.node.memory());
-        let found = crate::node::blocking(move || {
-            let query = crate::memory::engine::Query {
+        let found = crate::task::blocking(move || {
+            let query = druse_memory::engine::Query {
                 q: "task pattern".into(),
                 k: 10,
                 namespace: Some(Namespace::Episodic),
                 semantic_type: Some(SemanticType::TaskPattern),
                 ..Default::default()
             };
-            memory.peek(&query, crate::governance::Caller::LocalAgent, now_ms()).unwrap_or_default()
+            memory.peek(&query, druse_memory::governance::Caller::LocalAgent, now_ms()).unwrap_or_default()
         })
         .await
         .unwrap_or_default();
@@ -487,7 +386,7 @@ impl Agent {
         authors.dedup();
         let memory = Arc::clone(self.node.memory());
         let q = query.clone();
-        let memory_blocks = crate::node::blocking(move || -> Result<String, String> {
+        let memory_blocks = crate::task::blocking(move || -> Result<String, String> {
             let budgets = context::Budgets::default();
             let now = now_ms();
             let mut out = String::new();
@@ -671,21 +570,6 @@ struct Observation {
     /// The user corrected an earlier value with this one.
     #[serde(default)]
     correction: bool,
-}
-
-/// A private memory the agent keeps about a session, its text capped at 8 KiB.
-pub(super) fn memory(text: String, namespace: Namespace, kind: MemoryKind, semantic_type: SemanticType) -> NewMemory {
-    let mut text = text;
-    super::llm::truncate(&mut text, 8 * 1024);
-    NewMemory {
-        namespace,
-        kind,
-        semantic_type,
-        origin: Origin::Session,
-        decay_class: DecayClass::Default,
-        scope: crate::governance::Scope::Private,
-        ..NewMemory::text(text)
-    }
 }
 
 fn reason_label(reason: &str) -> &'static str {

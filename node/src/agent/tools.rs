@@ -8,11 +8,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::bluesky::{Notification, PostRef};
+use super::core::Agent;
 use super::llm::{Tool, ToolCall, Tools};
 use super::rules::{BatchScope, Gated};
-use super::run::Agent;
-use crate::memory::crystal::{MemoryKind, Namespace};
-use crate::node::now_ms;
+use druse_memory::crystal::{MemoryKind, Namespace};
+use druse_protocol::now_ms;
 
 /// The tool definitions; the descriptions are the per-tool guidance (seed 001: docstrings,
 /// not prompt restatement).
@@ -238,17 +238,17 @@ impl Batch {
             }
         }
         let memory = Arc::clone(self.agent.node.memory());
-        let lines = crate::node::blocking(move || {
+        let lines = crate::task::blocking(move || {
             let mut lines = Vec::new();
             for ns in namespaces {
-                let q = crate::memory::engine::Query {
+                let q = druse_memory::engine::Query {
                     q: a.query.clone(),
                     k: 5,
                     namespace: Some(ns.clone()),
                     ..Default::default()
                 };
-                if let Ok(hits) = memory.search(&q, crate::governance::Caller::LocalAgent, now_ms()) {
-                    for h in hits.into_iter().filter(|h| h.crystal.status == crate::memory::crystal::Status::Active) {
+                if let Ok(hits) = memory.search(&q, druse_memory::governance::Caller::LocalAgent, now_ms()) {
+                    for h in hits.into_iter().filter(|h| h.crystal.status == druse_memory::crystal::Status::Active) {
                         lines.push(format!("- [{}] {}", ns.as_string(), super::context::quote(&h.crystal.text, 300)));
                     }
                 }
@@ -262,7 +262,7 @@ impl Batch {
 
     async fn remember(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: TextArg = args(call)?;
-        let new = super::run::memory(
+        let new = super::core::memory(
             a.text,
             Namespace::Episodic,
             MemoryKind::Observation,

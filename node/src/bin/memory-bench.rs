@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
-use druse_node::governance::{Caller, Scope};
-use druse_node::memory::Memory;
-use druse_node::memory::crystal::{Lifespan, MemoryKind, Namespace, Origin};
-use druse_node::memory::decay::DecayClass;
-use druse_node::memory::embed::{self, Embedder, Hashing, MiniLm};
-use druse_node::memory::engine::{Config as EngineConfig, NewMemory, Query};
-use druse_node::memory::vector::{self, BuildStats, VectorIndex, kernel};
+use druse_memory::Memory;
+use druse_memory::crystal::{Lifespan, MemoryKind, Namespace, Origin};
+use druse_memory::decay::DecayClass;
+use druse_memory::embed::{self, Embedder, Hashing, MiniLm};
+use druse_memory::engine::{Config as EngineConfig, NewMemory, Query};
+use druse_memory::governance::{Caller, Scope};
+use druse_memory::vector::{self, BuildStats, VectorIndex, kernel};
 use druse_protocol::body::SemanticType;
 
 #[global_allocator]
@@ -779,7 +779,7 @@ fn index(args: &IndexArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
-    druse_node::memory::embed::settle_compute_threads();
+    druse_memory::embed::settle_compute_threads();
     let cli = Cli::parse();
     watchdog(Duration::from_secs(600));
     match &cli.mode {

@@ -7,7 +7,7 @@
 //!    the network actor's event queue, which drops and counts what does not fit).
 //! 2. A verify thread takes the inbox in order, up to [`BATCH`] commands at a time, and opens
 //!    each peer's envelope: size, strict decode and the Ed25519 signature, the costly part that
-//!    needs no state, then decodes its body and scans a listing for secrets ([`Opened`]: the
+//!    needs no state, then decodes its body and scans a listing for secrets ([`Prepared`]: the
 //!    actor is one thread, so what needs no state is done here). The envelopes of a batch are
 //!    opened in parallel, one worker per core, and handed on in inbox order, with their results,
 //!    through a second bounded queue: signatures are checked while the actor applies the
@@ -37,13 +37,13 @@ use druse_protocol::validate::{Reason, SignerKeys};
 use druse_protocol::{ContentId, Envelope, Kind, PublicKey};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use super::{Effect, Gossiped, Ingestor, Opened, Outcome, count, count_synced};
+use super::{Activity, Effect, Gossiped, Ingestor, Outcome, Prepared, count, count_synced};
 use crate::market::{self, Stats, Totals};
 use crate::metrics::Metrics;
-use crate::node::{Activity, now_ms};
 use crate::peers::Book;
 use crate::store;
 use crate::weather;
+use druse_protocol::now_ms;
 
 /// Commands the actor takes in one batch, at most: one commit and one snapshot for all.
 pub const BATCH: usize = 256;
@@ -105,7 +105,7 @@ pub struct Tick {
 /// What readers see of the actor's state, refreshed after every batch that changed it.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub weather: weather::State,
+    pub weather: weather::WeatherState,
     /// The highest seq accepted from each management key.
     pub seqs: Vec<(PublicKey, u64)>,
     /// The management keys in force.
@@ -215,7 +215,7 @@ pub fn spawn(ingestor: Ingestor, outlets: Outlets) -> std::io::Result<(Handle, T
 
 /// What the verify thread found of a command's envelopes, in order: none for a command with
 /// none to open (or one the actor opens itself: this node's own messages).
-type Envelopes = Vec<Opened>;
+type Envelopes = Vec<Prepared>;
 
 /// A command with its envelopes opened.
 struct Staged {
@@ -260,7 +260,7 @@ fn verify_loop(
 
 /// A batch of commands whose envelopes are being opened, or are open.
 enum Opening {
-    /// Opened on the verify thread.
+    /// Prepared on the verify thread.
     Open(Vec<Command>, Vec<Envelopes>),
     /// Opening on the workers: the batch and its envelopes come back here.
     Pending { commands: usize, done: std::sync::mpsc::Receiver<(Vec<Command>, Vec<Envelopes>)> },
@@ -320,9 +320,9 @@ impl Opening {
 /// itself (this node's own messages).
 fn open_all(command: &Command, keys: &mut SignerKeys) -> Envelopes {
     match command {
-        Command::Gossip { source: Some(_), data, .. } => vec![Opened::new(data, keys)],
-        Command::Message { bytes, .. } => vec![Opened::new(bytes, keys)],
-        Command::Synced { envelopes, .. } => envelopes.iter().map(|bytes| Opened::new(bytes, keys)).collect(),
+        Command::Gossip { source: Some(_), data, .. } => vec![Prepared::new(data, keys)],
+        Command::Message { bytes, .. } => vec![Prepared::new(bytes, keys)],
+        Command::Synced { envelopes, .. } => envelopes.iter().map(|bytes| Prepared::new(bytes, keys)).collect(),
         _ => Vec::new(),
     }
 }

@@ -113,14 +113,14 @@ fn listing_that_carries_a_secret_is_refused_and_not_stored() {
     let author = Keypair::from_seed([2; 32]);
     assert_eq!(f.ingest(&author, &listing("leak", "the password: hunter2")), Outcome::Confidential);
     assert_eq!(f.ingestor.store.skill_count().unwrap(), 0);
-    // Opened ahead, as the verify workers open gossip: a secret in the name is found there,
+    // Prepared ahead, as the verify workers open gossip: a secret in the name is found there,
     // and a clean listing goes through.
     let source = author.peer_id();
     let mut keys = validate::SignerKeys::new(4);
     for (name, outcome) in [("api_key helper", Outcome::Confidential), ("retry helper", Outcome::Accepted)] {
         let bytes = seal(&author, &listing(name, "retry with backoff"));
         let gossip = Gossiped { source: &source, propagation_source: &source, topic: topic::CRYSTALS };
-        let opened = Opened::new(&bytes, &mut keys);
+        let opened = Prepared::new(&bytes, &mut keys);
         assert_eq!(f.ingestor.ingest_opened(opened, &bytes, gossip, NOW, &f.metrics).1, outcome, "{name}");
         f.ingestor.commit().unwrap();
     }

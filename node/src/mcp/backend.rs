@@ -4,7 +4,7 @@
 //! mcp` calls a running node's API over HTTP, with the token from its data directory if it
 //! has one.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
@@ -14,7 +14,6 @@ use tower::ServiceExt;
 
 use super::tools::Request;
 use crate::client::{self, Client};
-use crate::node::Node;
 
 /// Largest API answer a tool reads in-process, in bytes (a search answers at most 100
 /// memories of at most 16 KiB each, with their metadata).
@@ -39,17 +38,17 @@ pub enum Error {
 #[derive(Debug, Clone)]
 pub enum Backend {
     /// The API router of the node that serves `/mcp`, called with the node's token (a caller
-    /// of `/mcp` has shown that token), built on first use.
-    InProcess { node: Node, router: Arc<OnceLock<Router>> },
+    /// of `/mcp` has shown that token).
+    InProcess { router: Router, token: Arc<str> },
     /// A running node's API. Without a token, it reads what the API shows without one, and
     /// every write is refused with `missing_token` (where the token was looked for).
     Http { client: Client, token: bool, missing_token: String },
 }
 
 impl Backend {
-    /// The API of `node`, in-process.
-    pub fn in_process(node: Node) -> Self {
-        Self::InProcess { node, router: Arc::new(OnceLock::new()) }
+    /// The API `router` of a node, in-process, called with its `token`.
+    pub fn in_process(router: Router, token: &str) -> Self {
+        Self::InProcess { router, token: token.into() }
     }
 
     /// The API at `base` (like `http://127.0.0.1:7700`), with `token` if there is one;
@@ -62,10 +61,7 @@ impl Backend {
     /// Sends `request` to the API and returns its JSON answer.
     pub async fn call(&self, request: &Request) -> Result<Value, Error> {
         match self {
-            Self::InProcess { node, router } => {
-                let router = router.get_or_init(|| crate::api::router(node.clone(), Router::new())).clone();
-                in_process(router, node.token(), request).await
-            }
+            Self::InProcess { router, token } => in_process(router.clone(), token, request).await,
             Self::Http { missing_token, token: false, .. } if request.writes() => {
                 Err(Error::NoToken(missing_token.clone()))
             }

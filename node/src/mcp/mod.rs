@@ -241,12 +241,12 @@ impl ServerHandler for Server {
 }
 
 /// `/mcp` for the API listener: streamable HTTP, stateless (every request stands alone, so
-/// nothing is kept per client), answering JSON, every request needing the node's token.
-pub fn routes(node: &Node) -> Router {
+/// nothing is kept per client), answering JSON, every request needing the node's token. Its
+/// tools call `api`, the node's other routes, in-process.
+pub fn routes(node: &Node, api: Router) -> Router {
     let max_body = node.config().api.max_body_bytes;
     let token = node.token().to_owned();
-    // One backend for every request: its API router is built once, on first use.
-    let backend = Backend::in_process(node.clone());
+    let backend = Backend::in_process(api, &token);
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)

@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use crate::api::{self, ReportRequest};
 use crate::cli::percent_encode;
-use crate::memory::crystal::CrystalId;
-use crate::memory::engine::{self, Memory, NewMemory, Query};
+use druse_memory::crystal::CrystalId;
+use druse_memory::engine::{self, Memory, NewMemory, Query};
 
 /// An argument the tool cannot use: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! bounty boosts to their crystals, in batches; and the sweep that makes up for work the
 //! worker's queue dropped or that failed, until it is done. Both run their work on the
 //! `druse-index` background thread and its pool, at a lower CPU priority
-//! ([`crate::background`]): under a flood of gossip, ingestion keeps the CPU and indexing
+//! ([`druse_memory::background`]): under a flood of gossip, ingestion keeps the CPU and indexing
 //! catches up when it is free.
 
 use std::sync::atomic::Ordering;
@@ -10,12 +10,13 @@ use std::sync::atomic::Ordering;
 use druse_protocol::ContentId;
 use tokio::sync::mpsc;
 
-use super::{Error, Node, lock, now_ms};
+use super::{Error, Node, lock};
 use crate::ingest::Effect;
 use crate::ingest::actor::Command;
-use crate::memory::crystal::CrystalId;
-use crate::memory::skills::SkillMemory;
 use crate::skill::{Provenance, Skill};
+use druse_memory::crystal::CrystalId;
+use druse_memory::skills::SkillMemory;
+use druse_protocol::now_ms;
 
 /// How often, at most, skills missed by a full effects queue are swept into memory.
 const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -120,7 +121,7 @@ impl Node {
                 Ok((swept, node.boost_owed()?))
             })
             .await;
-        match swept.map_err(|e| Error::Join(e.to_string())).and_then(|r| r) {
+        match swept.map_err(|e| Error::Join(crate::task::Failed::new(e.to_string()))).and_then(|r| r) {
             Ok((0, 0)) => true,
             Ok((skills, boosted)) => {
                 tracing::info!(skills, boosted, "swept skills and bounty boosts into memory");

@@ -10,16 +10,17 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use druse_protocol::net::{self, PeerId, SyncChannel};
+use druse_protocol::net::{self, PeerId};
 use druse_protocol::sync::{self, ByteBuf, Key, Request, Response};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::{Node, lock, now_ms};
+use super::{Node, Question, lock};
 use crate::ingest::actor::Command;
 use crate::metrics::ResultLabel;
 use crate::store::Store;
+use druse_protocol::now_ms;
 
 /// Syncs running at once.
 pub(super) const MAX_SYNCS: usize = 2;
@@ -27,27 +28,9 @@ pub(super) const MAX_SYNCS: usize = 2;
 /// Peers' questions being answered at once; more are refused as busy.
 pub(super) const MAX_ANSWERS: usize = 8;
 
-/// Syncs and questions waiting for the task, each.
-pub(super) const QUEUE: usize = 64;
-
 /// How often the node syncs with one connected peer picked at random, besides on connection:
 /// what a dropped gossip message or a failed sync missed arrives within this.
 const ROUND: Duration = Duration::from_secs(300);
-
-/// A peer's question and where its answer goes.
-#[derive(Debug)]
-pub(super) struct Question {
-    pub(super) peer: PeerId,
-    pub(super) request: Request,
-    pub(super) channel: SyncChannel,
-}
-
-/// The task's two queues, held by the node.
-#[derive(Debug)]
-pub(super) struct Queues {
-    pub(super) syncs: mpsc::Sender<PeerId>,
-    pub(super) questions: mpsc::Sender<Question>,
-}
 
 /// What one sync with a peer brought.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

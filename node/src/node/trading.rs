@@ -7,10 +7,12 @@ use druse_protocol::{ContentId, Kind};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use super::{Error, Node, blocking, now_ms};
+use super::{Error, Node};
 use crate::ingest::actor::{Command, Spent};
 use crate::market::{self, BountyRecord, Listing, PriceView, Settlement, Stats, Versions};
 use crate::skill::Skill;
+use crate::task::blocking;
+use druse_protocol::now_ms;
 
 /// Similar skills looked at when pricing scarcity; more than the uncommon bound is common.
 const SIMILAR_LOOKED_AT: usize = 16;
@@ -41,9 +43,8 @@ impl Node {
     /// A skill with its market view: stats from signed reports, the computed price beside the
     /// asking price, and the gate.
     pub async fn listing(&self, id: ContentId) -> Result<Listing, Error> {
-        let skill = self.skill(&id)?.ok_or(Error::NoSkill(id))?;
         let node = self.clone();
-        blocking(move || node.price_listing(skill)).await?
+        blocking(move || node.price_listing(node.skill(&id)?.ok_or(Error::NoSkill(id))?)).await?
     }
 
     /// Every skill the node holds, priced, newest first; at most `limit`.
@@ -61,6 +62,12 @@ impl Node {
     /// Every version of the skill `key` names (a content id of any version, or a stable
     /// skill id), oldest first.
     pub async fn versions(&self, key: &str) -> Result<Vec<Listing>, Error> {
+        let node = self.clone();
+        let key = key.to_owned();
+        blocking(move || node.versions_blocking(&key)).await?
+    }
+
+    fn versions_blocking(&self, key: &str) -> Result<Vec<Listing>, Error> {
         let ids: Vec<ContentId> = match key.parse::<ContentId>() {
             Ok(id) => {
                 let skill = self.skill(&id)?.ok_or(Error::NoSkill(id))?;
@@ -77,14 +84,10 @@ impl Node {
         if ids.is_empty() {
             return Err(Error::Market(Code::NotFound, format!("no skill with id {key:?}")));
         }
-        let node = self.clone();
-        blocking(move || {
-            ids.into_iter()
-                .filter_map(|id| node.skill(&id).transpose())
-                .map(|skill| skill.and_then(|s| node.price_listing(s)))
-                .collect()
-        })
-        .await?
+        ids.into_iter()
+            .filter_map(|id| self.skill(&id).transpose())
+            .map(|skill| skill.and_then(|s| self.price_listing(s)))
+            .collect()
     }
 
     /// What signed reports say about skill `id` (empty stats if nothing yet).
@@ -272,7 +275,7 @@ impl Node {
             Ok(())
         })
         .await;
-        if let Err(error) = observed.and_then(|r| r) {
+        if let Err(error) = observed.map_err(Error::from).and_then(|r| r) {
             tracing::warn!(%error, "could not observe market prices");
         }
     }
@@ -294,7 +297,7 @@ mod tests {
         config.store.data_dir = dir.path().to_owned();
         config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
         config.p2p.mdns = false;
-        config.memory.embed.embedder = crate::memory::embed::Choice::Hashing;
+        config.memory.embed.embedder = druse_memory::embed::Choice::Hashing;
         (Node::start(config, Role::Edge).await.unwrap(), dir)
     }
 

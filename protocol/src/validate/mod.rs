@@ -17,7 +17,6 @@ use crate::body::{self, Body};
 use crate::cid::ContentId;
 use crate::envelope::{self, Envelope, Kind};
 use crate::keys::PublicKey;
-use crate::topic;
 use crate::trust::TrustList;
 
 /// Why a message was not accepted; one label per reason for metrics.
@@ -444,7 +443,7 @@ pub fn check_opened(
 ) -> Result<Accepted, Reason> {
     let Opened { envelope, body, content_id } = opened;
     let kind = envelope.kind();
-    if !topic::carries(topic, kind) {
+    if !kind.is_carried_on(topic) {
         return Err(Reason::WrongTopic);
     }
     let body = body?;

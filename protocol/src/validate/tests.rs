@@ -7,6 +7,7 @@ use crate::body::{
     SemanticType, TrustLevel, Weather,
 };
 use crate::keys::Keypair;
+use crate::topic;
 
 const NOW: UnixMillis = 1_700_000_000_000;
 
@@ -137,7 +138,7 @@ fn domain_sig(key: &Keypair, kind: &str, body: &[u8]) -> [u8; 64] {
 
 /// The topic an envelope belongs on (garbage gets the crystal topic; it is refused anyway).
 fn topic_of(bytes: &[u8]) -> &'static str {
-    Envelope::peek_kind(bytes).map_or(topic::CRYSTALS, topic::for_kind)
+    Envelope::peek_kind(bytes).map_or(topic::CRYSTALS, Kind::topic)
 }
 
 /// Validates `bytes` arriving on their own topic at `NOW`.

@@ -11,11 +11,11 @@
 use std::time::Instant;
 
 use clap::Parser;
+use druse_memory::Memory;
+use druse_memory::crystal::{MemoryKind, Namespace};
+use druse_memory::engine::{Config as EngineConfig, NewMemory};
 use druse_node::agent::context::{self, Budgets};
 use druse_node::config::Config;
-use druse_node::memory::Memory;
-use druse_node::memory::crystal::{MemoryKind, Namespace};
-use druse_node::memory::engine::{Config as EngineConfig, NewMemory};
 use druse_protocol::body::SemanticType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -62,8 +62,8 @@ fn new(text: String, namespace: Namespace, kind: MemoryKind) -> NewMemory {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let dir = tempfile::tempdir()?;
-    let embedder = druse_node::memory::embed::from_config(&Config::default().memory.embed)?;
-    let now = druse_node::node::now_ms();
+    let embedder = druse_memory::embed::from_config(&Config::default().memory.embed)?;
+    let now = druse_protocol::now_ms();
     let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20)?;
     let memory = Memory::open(&db, &dir.path().join("index"), EngineConfig::default(), embedder, now)?;
     let mut rng = StdRng::seed_from_u64(11);

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use druse_node::ingest::Outcome;
-use druse_node::node::now_ms;
 use druse_node::{Config, Role};
 use druse_protocol::body::{Body, CrystalListing, ExecutionStats, SemanticType};
 use druse_protocol::net::PeerId;
+use druse_protocol::now_ms;
 use druse_protocol::{Keypair, topic};
 use druse_tests::swarm::{
     HEARTBEAT, MGMT_SEED, TestNode, connect, listing, mesh_ready, mgmt_key, seal, wait_connected,

@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
-use druse_node::governance::Caller;
-use druse_node::memory::Memory;
-use druse_node::memory::crystal::{CrystalId, Namespace};
-use druse_node::memory::embed::{self, Embedder, Hashing, MiniLm};
-use druse_node::memory::engine::{Config as EngineConfig, Fusion, NewMemory, Query, Tuning};
+use druse_memory::Memory;
+use druse_memory::crystal::{CrystalId, Namespace};
+use druse_memory::embed::{self, Embedder, Hashing, MiniLm};
+use druse_memory::engine::{Config as EngineConfig, Fusion, NewMemory, Query, Tuning};
+use druse_memory::governance::Caller;
 use serde_json::{Value, json};
 
 use data::{Question, Turn, load, new_memory};
@@ -203,7 +203,7 @@ fn scratch_dir() -> anyhow::Result<PathBuf> {
 }
 
 fn now() -> u64 {
-    druse_node::node::now_ms()
+    druse_protocol::now_ms()
 }
 
 async fn start(cli: &Cli) -> anyhow::Result<(Target, String)> {

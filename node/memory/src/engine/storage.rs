@@ -1,0 +1,81 @@
+//! Writing the engine's partition: batches of changes, made durable, and the ids the engine
+//! hands out.
+
+use super::codec::encode_vector;
+use super::{
+    CONTEXT, CRYSTAL, Changes, EMBEDDING, Error, IDS, Memory, SENTENCES, audit_key, encode_crystals, key, lock,
+};
+
+/// Ids reserved with one durable write.
+const ID_WINDOW: u64 = 1 << 20;
+
+impl Memory {
+    /// Writes a set of changes in one batch (one atomic commit), not yet made durable.
+    pub(super) fn store(&self, changes: &Changes) -> Result<(), Error> {
+        let mut batch = self.batch();
+        self.add_to_batch(changes, &mut batch)?;
+        self.apply(batch)
+    }
+
+    /// A batch of writes to the engine's partition, to fill with [`Memory::put`] and
+    /// [`Memory::delete`] and commit with [`Memory::apply`].
+    pub(super) fn batch(&self) -> fjall::Batch {
+        self.keyspace.batch()
+    }
+
+    pub(super) fn put(&self, batch: &mut fjall::Batch, key: &[u8], value: Vec<u8>) {
+        batch.insert(&self.tree, key, value);
+    }
+
+    pub(super) fn delete(&self, batch: &mut fjall::Batch, key: &[u8]) {
+        batch.remove(&self.tree, key);
+    }
+
+    /// Commits a batch, all of it or none; it reaches the operating system before this
+    /// returns, so it survives the process being killed ([`Memory::sync`] makes it survive a
+    /// power cut).
+    pub(super) fn apply(&self, batch: fjall::Batch) -> Result<(), Error> {
+        batch.durability(Some(fjall::PersistMode::Buffer)).commit()?;
+        Ok(())
+    }
+
+    /// Makes every committed batch durable.
+    pub(super) fn sync(&self) -> Result<(), Error> {
+        self.keyspace.persist(fjall::PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    /// A new id, unique across restarts (see [`Ids`]).
+    pub(super) fn next_id(&self) -> Result<u64, Error> {
+        let mut ids = lock(&self.ids);
+        if ids.next >= ids.reserved {
+            let reserved = ids.next + ID_WINDOW;
+            self.tree.insert(IDS, reserved.to_be_bytes())?;
+            self.sync()?;
+            ids.reserved = reserved;
+        }
+        ids.next += 1;
+        Ok(ids.next - 1)
+    }
+
+    /// Adds a set of changes to a batch.
+    pub(super) fn add_to_batch(&self, changes: &Changes, batch: &mut fjall::Batch) -> Result<(), Error> {
+        for (crystal, bytes) in changes.crystals.iter().zip(encode_crystals(&changes.crystals)?) {
+            self.put(batch, &key(CRYSTAL, crystal.id), bytes);
+        }
+        for (prefix, id, vector) in &changes.vectors {
+            self.put(batch, &key(*prefix, *id), encode_vector(vector));
+        }
+        for entry in &changes.audit {
+            let seq = self.next_id()?;
+            let bytes = serde_json::to_vec(entry).map_err(|e| Error::Corrupt("audit".into(), e))?;
+            self.put(batch, &audit_key(entry.crystal_id, seq), bytes);
+        }
+        for id in &changes.purge {
+            for prefix in [CRYSTAL, EMBEDDING, CONTEXT, SENTENCES] {
+                self.delete(batch, &key(prefix, *id));
+            }
+        }
+        Ok(())
+    }
+}

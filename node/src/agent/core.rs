@@ -1,0 +1,156 @@
+//! The running agent's parts, shared by its loop (`run`), its tools and its scheduled entry
+//! points: the model, the account, the node, its state and metrics, and what it shows of itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use druse_memory::crystal::{MemoryKind, Namespace, Origin};
+use druse_memory::decay::DecayClass;
+use druse_memory::engine::NewMemory;
+use druse_protocol::body::SemanticType;
+use druse_protocol::now_ms;
+use serde::Serialize;
+
+use super::bluesky::{self, Bluesky, Notification};
+use super::llm::Llm;
+use super::metrics::Metrics;
+use super::rules::{Gate, RateLimit};
+use super::schedule::{Entry, Schedule};
+use super::state::State;
+use crate::config;
+use crate::node::Node;
+
+/// What `GET /v1/agent` and `druse-node agent status` show.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AgentStatus {
+    pub enabled: bool,
+    /// `starting`, `running`, or `retrying` (after a failed login).
+    pub state: &'static str,
+    pub handle: String,
+    pub did: Option<String>,
+    pub owner: String,
+    pub model: String,
+    /// How the Bluesky session was obtained: `reused` or `logged_in`.
+    pub session: Option<bluesky::SessionOrigin>,
+    pub last_poll_at: Option<u64>,
+    pub polls: u64,
+    pub handled: u64,
+    pub replies: u64,
+    pub approvals: u64,
+    pub last_error: Option<String>,
+}
+
+/// A notification whose batch failed: since when, how often, and when to try again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Failing {
+    pub(crate) since: u64,
+    pub(crate) tries: u32,
+    pub(crate) next: u64,
+}
+
+/// The running agent.
+#[derive(Debug)]
+pub(crate) struct Agent {
+    pub(crate) node: Node,
+    pub(crate) config: config::Agent,
+    pub(crate) llm: Llm,
+    pub(crate) bsky: Bluesky,
+    pub(crate) owner_did: String,
+    pub(crate) state: State,
+    pub(crate) metrics: Metrics,
+    pub(crate) status: Arc<Mutex<AgentStatus>>,
+    pub(crate) limit: Mutex<RateLimit>,
+    pub(crate) gate: Mutex<Gate>,
+    pub(crate) failing: Mutex<HashMap<String, Failing>>,
+    pub(crate) schedule: Mutex<Schedule>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A notification's identity in the handled set: the same post can be a mention and a reply.
+pub(crate) fn id(n: &Notification) -> String {
+    format!("{}#{}", n.uri, n.reason)
+}
+
+impl Agent {
+    pub(crate) fn new(
+        node: Node,
+        llm: Llm,
+        bsky: Bluesky,
+        owner_did: String,
+        state: State,
+        metrics: Metrics,
+        status: Arc<Mutex<AgentStatus>>,
+    ) -> Self {
+        let config = node.config().agent.clone();
+        let gate = state.gate();
+        let schedule = state.schedule();
+        Self {
+            schedule: Mutex::new(schedule),
+            limit: Mutex::new(RateLimit::new(config.per_author_replies, config.per_author_window)),
+            gate: Mutex::new(gate),
+            failing: Mutex::new(HashMap::new()),
+            node,
+            config,
+            llm,
+            bsky,
+            owner_did,
+            state,
+            metrics,
+            status,
+        }
+    }
+
+    /// Reads and changes the schedule's memory, and persists it.
+    pub(crate) fn with_schedule<T>(&self, f: impl FnOnce(&mut Schedule) -> T) -> T {
+        let mut schedule = lock(&self.schedule);
+        let out = f(&mut schedule);
+        if let Err(error) = self.state.save_schedule(&schedule) {
+            tracing::error!(%error, "could not persist the agent's schedule");
+        }
+        out
+    }
+
+    /// Records a musing posted at `now`.
+    pub(crate) fn mused(&self, now: u64) {
+        let gap = self.config.session_gap;
+        self.with_schedule(|s| {
+            s.active(now, gap, false);
+            s.mused_at = now;
+        });
+    }
+
+    /// The entry points due at `now` (musing, reflection), by the schedule.
+    pub(crate) fn due(&self, now: u64) -> Vec<Entry> {
+        lock(&self.schedule).due(&self.config, now)
+    }
+
+    /// Counts a reply to `author` against the per-author limit; false when it is spent.
+    pub(crate) fn count_reply(&self, author: &str) -> bool {
+        lock(&self.limit).allow(author, now_ms())
+    }
+
+    pub(crate) fn mark_handled(&self, n: &Notification) {
+        if let Err(error) = self.state.mark_handled(&id(n), now_ms()) {
+            tracing::error!(%error, "could not record a handled notification");
+        }
+        lock(&self.status).handled += 1;
+    }
+}
+
+/// A private memory the agent keeps about a session, its text capped at 8 KiB.
+pub(crate) fn memory(text: String, namespace: Namespace, kind: MemoryKind, semantic_type: SemanticType) -> NewMemory {
+    let mut text = text;
+    super::llm::truncate(&mut text, 8 * 1024);
+    NewMemory {
+        namespace,
+        kind,
+        semantic_type,
+        origin: Origin::Session,
+        decay_class: DecayClass::Default,
+        scope: druse_memory::governance::Scope::Private,
+        ..NewMemory::text(text)
+    }
+}
