@@ -76,6 +76,22 @@ impl Firing {
 
 /// Whether a listing with this outcome was really offered by its signer: accepted, or refused
 /// only for being over the rate or during weather (a duplicate or a forgery is not).
+/// Whether a message's author is proven: gossip is anonymous, so the author is the signer the
+/// envelope names, and a message refused before its signature was checked only claims one.
+fn authored(outcome: Outcome) -> bool {
+    !matches!(
+        outcome,
+        Outcome::Protocol(
+            Reason::TooLarge
+                | Reason::Malformed
+                | Reason::UnsupportedVersion
+                | Reason::UnknownKind
+                | Reason::NonCanonical
+                | Reason::BadSignature
+        )
+    )
+}
+
 fn offered(outcome: Outcome) -> bool {
     matches!(outcome, Outcome::Accepted | Outcome::Halted | Outcome::Protocol(Reason::RateLimited))
 }
@@ -143,6 +159,8 @@ impl Detector {
     pub fn observe(&mut self, activity: &Activity, now: UnixMillis) -> bool {
         let (peer, listing) = match *activity {
             Activity::Connected(peer) => (peer, false),
+            // A forgery names whoever it likes: no peer was seen.
+            Activity::Message { outcome, .. } if !authored(outcome) => return false,
             Activity::Message { source, kind, outcome } => (source, kind == Some(Kind::Crystal) && offered(outcome)),
         };
         let mut met = false;
@@ -353,6 +371,25 @@ mod tests {
         let firing = d.due(T0 + 19_000).unwrap();
         assert_eq!((firing.trigger, firing.count, firing.threshold), (Trigger::NewPeers, 20, 20));
         assert!(firing.reason().contains("20 new peers first seen within 1m (threshold 20)"), "{}", firing.reason());
+    }
+
+    #[test]
+    fn forged_messages_naming_new_authors_are_no_new_peers() {
+        let mut d = Detector::new(config(), T0, []);
+        for n in 0..40 {
+            let forged = Activity::Message {
+                source: peer(n),
+                kind: Some(Kind::Crystal),
+                outcome: Outcome::Protocol(Reason::BadSignature),
+            };
+            assert!(!d.observe(&forged, T0 + u64::from(n)));
+        }
+        assert_eq!(d.due(T0 + 100), None, "claimed authors were counted as new peers");
+        // The same peers, once they send what they signed, are new.
+        for n in 0..20 {
+            d.observe(&listing(peer(n), Outcome::Accepted), T0 + 200 + u64::from(n));
+        }
+        assert_eq!(d.due(T0 + 300).map(|f| f.trigger), Some(Trigger::NewPeers));
     }
 
     #[test]

@@ -119,7 +119,7 @@ fn holds_a_secret(listing: &CrystalListing) -> bool {
 /// Where a gossip message came from.
 #[derive(Debug, Clone, Copy)]
 pub struct Gossiped<'a> {
-    /// The peer that signed it into gossipsub.
+    /// Its author: the envelope's signer (gossip is anonymous), not yet verified here.
     pub source: &'a PeerId,
     /// The peer that forwarded it.
     pub propagation_source: &'a PeerId,

@@ -4,6 +4,9 @@
 // - opens every druse envelope it receives with its own code: DAG-CBOR decoding by
 //   @ipld/dag-cbor and Ed25519 verification by @noble/curves over the domain-separated
 //   message `"druse/v1/" ‖ kind ‖ 0x00 ‖ body`, then reports what it found on stdout;
+// - speaks gossipsub the way druse nodes do: anonymous (the StrictNoSign policy), with message
+//   ids derived from the topic and the data, because the envelope inside carries the one
+//   signature that matters;
 // - on command, signs and publishes a crystal listing with its own key, and publishes
 //   forged weather that a druse node must refuse.
 //
@@ -20,7 +23,7 @@ import { noise } from '@chainsafe/libp2p-noise'
 import { yamux } from '@chainsafe/libp2p-yamux'
 import { identify } from '@libp2p/identify'
 import { gossipsub } from '@chainsafe/libp2p-gossipsub'
-import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
+import { generateKeyPairFromSeed, publicKeyFromRaw } from '@libp2p/crypto/keys'
 import { multiaddr } from '@multiformats/multiaddr'
 import * as dagCbor from '@ipld/dag-cbor'
 import { ed25519 } from '@noble/curves/ed25519.js'
@@ -118,6 +121,8 @@ async function open (topic, data) {
   }
   report.kind = kind
   report.signer = hex(signer)
+  // The envelope's author as a PeerId: druse gossip is anonymous, so this is who wrote it.
+  if (signer.length === 32) report.signer_peer = publicKeyFromRaw(signer).toString()
   report.kind_matches_topic = TOPICS[kind] === topic
   const message = signedMessage(kind, body)
   report.signature_valid = signer.length === 32 && sig.length === 64 &&
@@ -164,8 +169,8 @@ async function main () {
   const bootstrap = option('bootstrap').map(a => multiaddr(a))
   const privateKey = await generateKeyPairFromSeed('Ed25519', seed)
   const publicKey = ed25519.getPublicKey(seed)
-  // The libp2p identity and the envelope signer must be one key: a druse node requires a
-  // crystal's signer to be the gossip source.
+  // The libp2p identity and the envelope signer are one key, as on a druse node: a listing's
+  // author is the PeerId of its envelope's signer.
   const keyAgrees = equal(privateKey.publicKey.raw, publicKey)
 
   const node = await createLibp2p({
@@ -178,7 +183,11 @@ async function main () {
       identify: identify(),
       pubsub: gossipsub({
         msgIdFn: messageId,
-        globalSignaturePolicy: 'StrictSign',
+        // Druse nodes publish anonymously (no author, seqno or signature: the envelope is
+        // signed), and StrictSign, which requires all three, would refuse their messages.
+        // StrictNoSign publishes the same way and takes only such messages; druse nodes take
+        // both.
+        globalSignaturePolicy: 'StrictNoSign',
         allowPublishToZeroTopicPeers: false,
         emitSelf: false,
         heartbeatInterval: 100,
@@ -198,10 +207,13 @@ async function main () {
   })
   pubsub.addEventListener('message', evt => {
     const msg = evt.detail
+    // The gossipsub author: null for the unsigned messages StrictNoSign takes (the envelope's
+    // author is `signer` and `signer_peer`).
     const from = msg.type === 'signed' ? msg.from.toString() : null
+    const gossip = msg.type
     open(msg.topic, msg.data)
-      .then(report => emit('message', { from, ...report }))
-      .catch(error => emit('message', { from, topic: msg.topic, error: String(error?.message ?? error) }))
+      .then(report => emit('message', { from, gossip, ...report }))
+      .catch(error => emit('message', { from, gossip, topic: msg.topic, error: String(error?.message ?? error) }))
   })
 
   await node.start()

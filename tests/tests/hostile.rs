@@ -130,17 +130,24 @@ async fn replayed_weather_is_refused_after_a_restart_and_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn listing_signed_by_someone_other_than_its_gossip_source_is_rejected_and_penalised() {
+async fn listing_naming_another_author_without_its_key_is_rejected_and_penalised() {
     let (cluster, rogue) = cluster_with_rogue().await.unwrap();
 
-    // The rogue gossips a listing signed with a's key: an impersonation.
+    // The rogue gossips a listing that names a's key as its signer, signed with a key of its
+    // own: an impersonation without a's key. Gossip is anonymous, so the envelope's signature
+    // is what binds a listing to its author, whoever relays it.
     let body = Body::Crystal(listing("impersonated-skill"));
     let id = content_id(&body).unwrap();
-    publish_raw(rogue.net(), topic::CRYSTALS, seal(&key(1), &body).unwrap()).await.unwrap();
+    let rogue_key = key(66);
+    let mut forged = seal(&rogue_key, &body).unwrap();
+    let (from, to) = (rogue_key.public().to_bytes(), key(1).public().to_bytes());
+    let at = forged.windows(from.len()).position(|w| w == from).expect("the envelope names its signer");
+    forged[at..at + to.len()].copy_from_slice(&to);
+    publish_raw(rogue.net(), topic::CRYSTALS, forged).await.unwrap();
 
     for node in cluster.nodes() {
-        eventually(WAIT, format_args!("{} to count an author_mismatch", node.name), async || {
-            node.outcomes("author_mismatch") >= 1.0
+        eventually(WAIT, format_args!("{} to count a bad_signature", node.name), async || {
+            node.outcomes("bad_signature") >= 1.0
         })
         .await
         .unwrap();

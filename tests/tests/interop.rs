@@ -150,7 +150,9 @@ async fn a_js_libp2p_peer_verifies_rust_messages_and_rust_nodes_accept_its_skill
         .await
         .unwrap_or_else(|e| panic!("{e:#}\n{}", logs(&peer)));
     assert_verified_by_js(&skill, "the Rust skill", &a_public);
-    assert_eq!(skill["from"], a_peer.as_str(), "the skill's gossip source: {skill}");
+    // Gossip is anonymous: no gossipsub author or signature, the envelope's signer is a.
+    assert_eq!(skill["gossip"], "unsigned", "the skill's gossipsub message: {skill}");
+    assert_eq!(skill["signer_peer"], a_peer.as_str(), "the skill's author: {skill}");
     assert_eq!(skill["body"]["name"], "interop-rust-skill", "{skill}");
 
     let endorsement = peer

@@ -406,7 +406,7 @@ impl Actor {
                             Gossiped { source: &source, propagation_source: &propagation_source, topic: &topic };
                         self.ingestor.ingest_opened(opened, &data, gossip, now_ms(), &metrics)
                     }
-                    // Strict validation signs every message; an unsigned one is malformed.
+                    // Bytes that name no signer (the net layer found no envelope author).
                     _ => (None, Outcome::Protocol(Reason::Malformed)),
                 };
                 self.note(kind, outcome);

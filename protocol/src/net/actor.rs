@@ -344,10 +344,14 @@ impl Actor {
     /// Passes a gossip message to the node for its verdict. One the node cannot take is
     /// ignored at once: gossipsub frees it, forwards nothing and penalises nobody.
     fn on_message(&mut self, propagation_source: PeerId, id: MessageId, message: gossipsub::Message) {
+        // The author is the envelope's signer. Gossipsub's own `message.source` is not used:
+        // our messages and other anonymous ones have none, and in a signed message from
+        // another peer it is only what that peer wrote (verified by nobody when the message
+        // is unsigned), where the envelope's signature is what the validator checks.
         let event = Event::Message {
             id: id.clone(),
             propagation_source,
-            source: message.source,
+            source: envelope_author(&message.data),
             topic: message.topic.into_string(),
             data: message.data,
         };
@@ -400,4 +404,24 @@ impl Actor {
             }
         }
     }
+}
+
+/// The PeerId of the key an envelope names as its signer, read from the bytes and checked for
+/// nothing (not the signature, not even that the 32 bytes are a curve point): the validator
+/// does that, once. `None` when the bytes are not a map with a 32-byte `signer` byte string.
+pub(super) fn envelope_author(data: &[u8]) -> Option<PeerId> {
+    #[derive(serde::Deserialize)]
+    struct Signer<'a> {
+        #[serde(with = "serde_bytes")]
+        signer: &'a [u8],
+    }
+    let Signer { signer } = serde_ipld_dagcbor::from_slice(data).ok()?;
+    let signer: &[u8; 32] = signer.try_into().ok()?;
+    // What libp2p names an Ed25519 key's owner: the identity multihash (code 0, 36 bytes) of
+    // the key's protobuf encoding (type 1, Ed25519; 32 bytes of key), written out so that no
+    // curve point is decompressed. `PublicKey::peer_id` writes the same bytes.
+    let mut bytes = [0u8; 38];
+    bytes[..6].copy_from_slice(&[0x00, 36, 0x08, 0x01, 0x12, 0x20]);
+    bytes[6..].copy_from_slice(signer);
+    PeerId::from_bytes(&bytes).ok()
 }

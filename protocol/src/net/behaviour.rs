@@ -74,8 +74,14 @@ impl Behaviour {
             .with_max_pending_outgoing(Some(MAX_PENDING));
 
         let topics = topic::ALL.iter().map(|t| IdentTopic::new(*t).hash()).collect();
+        // Anonymous: gossipsub adds no author, no sequence number and no signature. Every
+        // envelope is already signed by its author, and the node's validator checks that one
+        // signature (DESIGN §6 step 3); a second, gossipsub-level signature by the same key
+        // would cost one more Ed25519 sign per publish and one more check per message received,
+        // and bind nothing the envelope does not. Content-derived message ids (`message_id`)
+        // take the place of the author and sequence number in deduplication.
         let mut gossipsub = Gossipsub::new_with_subscription_filter(
-            MessageAuthenticity::Signed(key.clone()),
+            MessageAuthenticity::Anonymous,
             gossipsub_config(config.heartbeat)?,
             gossipsub::WhitelistSubscriptionFilter(topics),
         )?;
@@ -120,8 +126,10 @@ impl Behaviour {
 /// It covers everything a receiver judges, so no refused copy can share the genuine message's
 /// id: a copy on the wrong topic, or one with a broken signature over the same body, gets an id
 /// of its own, and gossipsub's duplicate cache never drops the genuine message because of it.
-/// The store still dedupes on the body's content id. Other implementations compute the same:
-/// `sha256(topic_utf8 ‖ 0x00 ‖ data)`.
+/// It covers nothing else: not the gossipsub author, sequence number or signature, which
+/// anonymous messages lack. So one envelope on one topic is one message however many peers
+/// publish it and whether or not a peer signed its copy. The store still dedupes on the body's
+/// content id. Other implementations compute the same: `sha256(topic_utf8 ‖ 0x00 ‖ data)`.
 fn message_id_of(topic: &str, data: &[u8]) -> [u8; 32] {
     let mut hash = Sha256::new();
     hash.update(topic.as_bytes());
@@ -130,7 +138,7 @@ fn message_id_of(topic: &str, data: &[u8]) -> [u8; 32] {
     hash.finalize().into()
 }
 
-fn message_id(message: &gossipsub::Message) -> MessageId {
+pub(super) fn message_id(message: &gossipsub::Message) -> MessageId {
     MessageId::new(&message_id_of(message.topic.as_str(), &message.data))
 }
 
@@ -141,12 +149,34 @@ fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, BoxError> 
     let history = VALIDATION_WINDOW.as_millis().div_ceil(heartbeat_ms);
     let history = usize::try_from(history).unwrap_or(usize::MAX).clamp(5, 1000);
     let config = gossipsub::ConfigBuilder::default()
-        // Every message must carry a source, a sequence number and the source's signature.
-        .validation_mode(ValidationMode::Strict)
+        // Inbound, gossipsub checks a signature only on a message that carries one, and takes
+        // messages with none. What each mode does (libp2p-gossipsub 0.50, protocol.rs, the
+        // codec's `decode`):
+        // - Strict requires author, seqno and signature and verifies the signature: it would
+        //   refuse every anonymous message, ours included, and penalise whoever relayed it.
+        // - Anonymous refuses (and penalises) any message carrying an author, a seqno or a
+        //   signature: js-libp2p peers with their default StrictSign policy, and druse nodes
+        //   of earlier releases, could not be heard at all.
+        // - None checks nothing, but it does not keep what it does not check: the author and
+        //   seqno of a signed message are dropped on decode while its signature is kept, so the
+        //   copy we forward carries a signature with no author, and every peer that verifies
+        //   (Strict, Permissive, js-libp2p's StrictSign) refuses it and penalises us.
+        // - Permissive, the one chosen, verifies a field only when present. Between druse nodes
+        //   of this release nothing is signed, so it checks no gossipsub signature at all: one
+        //   signature check per message, the envelope's. A message a peer did sign (another
+        //   implementation, an older druse node) costs the second check it costs today, and in
+        //   return is forwarded intact, author, seqno and signature, so peers that require
+        //   signatures still take it from us. A peer can make us spend that check only with a
+        //   valid gossipsub signature; an invalid one is refused and penalised as before.
+        // Authenticity is the envelope's: the node's validator checks its signature, and the
+        // author the node hears of is the envelope's signer, never gossipsub's `from` (which
+        // Permissive does not verify when a message carries an author but no signature).
+        .validation_mode(ValidationMode::Permissive)
         // Nothing is forwarded until the node has opened the envelope and said Accept.
         .validate_messages()
         .message_id_fn(message_id)
-        // The largest envelope plus room for gossipsub's own framing (key, signature, topic).
+        // The largest envelope plus room for gossipsub's own framing (topic, and the author,
+        // key and signature a signing peer still adds).
         .max_transmit_size(MAX_ENVELOPE_LEN + 4096)
         .heartbeat_interval(heartbeat)
         // The default waits 5 s before the first heartbeat; one interval is enough to let
@@ -160,7 +190,7 @@ fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, BoxError> 
 /// Peer-score weights. Scores are read relative to the thresholds in [`score_thresholds`]:
 /// one invalid message costs 100, and all the credit an honest peer can earn is 30, so a single
 /// `Reject` always drives a peer's score below zero.
-fn score_params() -> gossipsub::PeerScoreParams {
+pub(super) fn score_params() -> gossipsub::PeerScoreParams {
     let topics = topic::ALL.iter().map(|t| (IdentTopic::new(*t).hash(), topic_score_params()));
     // Counters fade to 10% of their value over this long: a peer's record is about the last
     // ten minutes, long enough that a burst of bad messages is not forgotten between bursts.
@@ -224,7 +254,7 @@ fn topic_score_params() -> gossipsub::TopicScoreParams {
 /// What a low score costs a peer. With no credit: one invalid message (-100) leaves a peer
 /// fully served but negative; two (-400) stop gossip to and from it and our publishing to it;
 /// three (-900) graylist it, so everything it sends is dropped unread.
-fn score_thresholds() -> gossipsub::PeerScoreThresholds {
+pub(super) fn score_thresholds() -> gossipsub::PeerScoreThresholds {
     gossipsub::PeerScoreThresholds {
         gossip_threshold: -150.0,
         publish_threshold: -300.0,
@@ -318,5 +348,30 @@ mod unit {
         tampered[last] ^= 1;
         assert_ne!(id(topic::WEATHER, &tampered), genuine);
         assert_eq!(id(topic::WEATHER, &data), genuine);
+    }
+
+    #[test]
+    fn message_id_ignores_gossipsub_author_and_seqno() {
+        let key = crate::Keypair::from_seed([2; 32]);
+        let data = Envelope::seal(&key, crate::Kind::Weather, b"body");
+        let topic = IdentTopic::new(topic::WEATHER).hash();
+        let anonymous = gossipsub::Message { source: None, data: data.clone(), sequence_number: None, topic };
+        let signed = gossipsub::Message { source: Some(key.peer_id()), sequence_number: Some(7), ..anonymous.clone() };
+        let relayed =
+            gossipsub::Message { source: Some(crate::Keypair::from_seed([3; 32]).peer_id()), ..signed.clone() };
+        assert_eq!(message_id(&signed), message_id(&anonymous));
+        assert_eq!(message_id(&relayed), message_id(&anonymous));
+    }
+
+    #[test]
+    fn anonymous_publishing_is_accepted_with_permissive_validation() {
+        let config = gossipsub_config(Duration::from_millis(100)).unwrap();
+        assert!(matches!(config.validation_mode(), ValidationMode::Permissive));
+        Gossipsub::new_with_subscription_filter(
+            MessageAuthenticity::Anonymous,
+            config,
+            gossipsub::WhitelistSubscriptionFilter(HashSet::new()),
+        )
+        .unwrap();
     }
 }

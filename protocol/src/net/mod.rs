@@ -8,11 +8,19 @@
 //!
 //! Every gossip message is held by gossipsub until the node reports its verdict with
 //! [`Handle::report`]: `Accept` forwards it, `Reject` penalises the peer that sent it, and
-//! `Ignore` drops it quietly. Message ids are envelope content ids, so the swarm dedupes on the
-//! same key the store does.
+//! `Ignore` drops it quietly.
+//!
+//! Gossip is anonymous: gossipsub adds no author, sequence number or signature to what this
+//! node publishes, because the envelope inside is already signed by its author and the node's
+//! validator checks that signature, so each message costs one signature check, not two.
+//! Message ids are derived from the content (the topic and the envelope bytes), so the swarm
+//! dedupes one envelope however many peers publish it. Messages that other peers did sign are
+//! still taken (and their gossipsub signature checked). The author a node learns of is the
+//! envelope's signer; the peer that forwarded a message is what scoring and penalties use.
 
 mod actor;
 mod behaviour;
+mod start;
 #[cfg(test)]
 mod tests;
 
@@ -22,16 +30,17 @@ use std::time::Duration;
 
 use libp2p::multiaddr::Protocol;
 use tokio::sync::{mpsc, oneshot};
-use tracing::Instrument;
 
 /// The node's verdict on a gossip message: `Accept` forwards, `Reject` penalises, `Ignore` drops.
 pub use libp2p::gossipsub::MessageAcceptance as Acceptance;
-/// Names a gossip message when reporting its verdict (the envelope's content id digest).
+/// Names a gossip message when reporting its verdict: sha256 of the topic, a zero byte and the
+/// envelope bytes.
 pub use libp2p::gossipsub::MessageId;
 /// The metrics registry libp2p records into (prometheus-client's), re-exported so types match.
 pub use libp2p::metrics::Registry;
 /// Addresses and peer ids, re-exported so the node needs no libp2p dependency of its own.
 pub use libp2p::{Multiaddr, PeerId};
+pub use start::spawn;
 
 use crate::sync;
 
@@ -124,11 +133,16 @@ pub enum Error {
 pub enum Event {
     /// A gossip message awaiting the node's verdict ([`Handle::report`]).
     Message {
-        /// The id to report the verdict under (the envelope's content id digest).
+        /// The id to report the verdict under (see [`MessageId`]).
         id: MessageId,
-        /// The peer that forwarded it to us: the one a `Reject` penalises.
+        /// The peer that forwarded it to us: the one a `Reject` penalises, and the one
+        /// gossipsub scores for it.
         propagation_source: PeerId,
-        /// The peer that signed it into gossipsub (always present: validation is strict).
+        /// The author: the PeerId of the key the envelope names as its signer, read from the
+        /// bytes but not yet verified (the validator checks the envelope's signature). Gossip is
+        /// anonymous, so this is not gossipsub's author field, which our messages lack and
+        /// other peers' messages may fill with anything. `None` when the bytes are not an
+        /// envelope that names a signer (malformed).
         source: Option<PeerId>,
         /// The topic it arrived on.
         topic: String,
@@ -321,35 +335,4 @@ impl Handle {
     pub async fn mesh_peers(&self, topic: &'static str) -> Result<Vec<PeerId>, Error> {
         self.request(|reply| Command::MeshPeers { topic, reply }).await
     }
-}
-
-/// Starts the swarm task for `key`; must be called inside a tokio runtime.
-///
-/// libp2p's metrics (and `druse_net_events_dropped_total`) are registered in `registry`.
-pub fn spawn(
-    key: &crate::Keypair,
-    config: Config,
-    registry: &mut Registry,
-) -> Result<(Handle, mpsc::Receiver<Event>), Error> {
-    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-    let local_peer_id = key.peer_id();
-    let bootstrap = config
-        .bootstrap
-        .iter()
-        .map(|addr| match addr.iter().last() {
-            Some(Protocol::P2p(peer)) => Ok((peer, addr.clone())),
-            _ => Err(Error::Bootstrap(addr.clone())),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-
-    let swarm = behaviour::build_swarm(key.to_libp2p(), &config, registry)?;
-    let (event_tx, event_rx) = mpsc::channel(config.event_buffer.max(1));
-    let (command_tx, command_rx) = mpsc::channel(COMMAND_BUFFER);
-    let mut actor = actor::Actor::new(swarm, command_rx, event_tx, registry);
-    actor.start(&config.listen, &bootstrap)?;
-
-    let span = tracing::info_span!("net", peer = %local_peer_id);
-    let task = runtime.spawn(actor.run().instrument(span));
-    let handle = Handle { local_peer_id, commands: command_tx, _task: Arc::new(TaskGuard(task)) };
-    Ok((handle, event_rx))
 }

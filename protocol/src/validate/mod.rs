@@ -41,8 +41,10 @@ pub enum Reason {
     NotPublishable,
     /// A management kind signed by a key that is not on the trust list.
     UntrustedSigner,
-    /// A crystal or report whose signer is not the gossip peer that originated it, or a
-    /// report naming another reporter than its signer.
+    /// A crystal or report whose signer is not the `source` it was checked for, or a report
+    /// naming another reporter than its signer. Gossip is anonymous, so the network layer
+    /// names the envelope's signer as a gossiped message's source (`net::Event::Message`):
+    /// there, only the envelope's own signature binds a message to its author.
     AuthorMismatch,
     /// Issued further in the future than the window allows.
     FutureDated,
@@ -407,8 +409,9 @@ impl TrustView {
     }
 }
 
-/// Runs every rule on `bytes`, received over gossip on `topic` from `source` (the originating
-/// peer), and commits an accepted message to `view` at once.
+/// Runs every rule on `bytes`, received over gossip on `topic` from `source` (its author: for
+/// gossip, the envelope's signer as `net::Event::Message` names it; for a message this node
+/// publishes, this node), and commits an accepted message to `view` at once.
 pub fn validate(bytes: &[u8], source: &PeerId, topic: &str, now: UnixMillis, view: &mut TrustView) -> Verdict {
     match check(bytes, source, topic, now, view) {
         Ok(accepted) => {
