@@ -17,13 +17,15 @@ pub mod engine;
 pub mod governance;
 pub mod hormones;
 mod scopes;
-pub mod sentences;
+mod sentences;
 pub mod skills;
-pub mod text;
+mod text;
 pub mod vector;
 pub mod workflow;
 
 pub use engine::Memory;
+/// Why the text index failed (inside [`engine::Error`]).
+pub use text::Error as TextError;
 
 /// The memory engine's partition in the node's keyspace (and the name of its sled tree in
 /// versions before the store moved to fjall).

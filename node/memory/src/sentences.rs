@@ -9,14 +9,14 @@ use std::ops::Range;
 
 /// The most sentences of one memory that get vectors of their own; the rest are still found
 /// through the memory's whole vector and its words.
-pub const MAX_SENTENCES: usize = 8;
+pub(crate) const MAX_SENTENCES: usize = 8;
 
 /// The byte ranges of `text`'s sentences, after a transcript's speaker prefix ("Melanie: ..."),
 /// when it has at least two; none otherwise (the memory's own vector already is its one
 /// sentence). A sentence ends at `.`, `!`, `?` or a line break followed by white space or
 /// the end; a piece of fewer than two words joins the sentence after it (or before it, at the
 /// end), so "Wow! That's great." is one sentence and "3.5" or "Dr. Smith" are not cut apart.
-pub fn sentences(text: &str) -> Vec<Range<usize>> {
+pub(crate) fn sentences(text: &str) -> Vec<Range<usize>> {
     let start = crate::correction::speaker(text).and_then(|_| text.find(':')).map_or(0, |colon| colon + 1);
     let mut pieces: Vec<Range<usize>> = Vec::new();
     let mut begin = start;
@@ -59,7 +59,7 @@ pub fn sentences(text: &str) -> Vec<Range<usize>> {
 /// name, a sentence is a less likely answer to a question that names its speaker: on the
 /// LoCoMo dev split (MiniLM) the sentences with their speaker raised recall_any@5 / @10 by
 /// about 0.015 each, and without it by nothing.
-pub fn sentence_texts(text: &str) -> Vec<String> {
+pub(crate) fn sentence_texts(text: &str) -> Vec<String> {
     let speaker = crate::correction::speaker(text).and_then(|_| text.split_once(':')).map(|(name, _)| name.trim());
     sentences(text)
         .into_iter()

@@ -44,7 +44,7 @@ pub enum Error {
 /// What a crystal is indexed as: its own text, and what it is recalled by besides (the text it
 /// superseded; for a conversation turn, the turn before it and the day it was said).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Document {
+pub(crate) struct Document {
     pub text: String,
     pub context: Vec<String>,
     /// For a conversation turn, the day it was said, in words and as a date: indexed as
@@ -56,7 +56,7 @@ pub struct Document {
 
 /// A crystal's filterable attributes, as the text index holds them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Tags {
+pub(crate) struct Tags {
     pub namespace: String,
     pub kind: String,
     pub semantic_type: String,
@@ -67,7 +67,7 @@ pub struct Tags {
 
 /// Which documents a search may return; `None` accepts anything.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub namespace: Option<String>,
     pub kind: Option<String>,
     pub semantic_type: Option<String>,
@@ -81,7 +81,7 @@ pub struct Filter {
 /// The BM25 index: one document per crystal, keyed by crystal id, with its own text and its
 /// context in separate fields so a match on the crystal's own words ranks above a match on
 /// its context alone.
-pub struct TextIndex {
+pub(crate) struct TextIndex {
     index: Index,
     writer: Mutex<IndexWriter>,
     reader: IndexReader,
@@ -248,7 +248,7 @@ fn analyser() -> TextAnalyzer {
 
 impl TextIndex {
     /// Opens the index in `dir`, creating it if missing.
-    pub fn open(dir: &Path) -> Result<Self, Error> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, Error> {
         std::fs::create_dir_all(dir)?;
         let mut builder = Schema::builder();
         let id = builder.add_u64_field("id", INDEXED | STORED | FAST);
@@ -287,7 +287,7 @@ impl TextIndex {
     }
 
     /// The highest crystal id committed, from the last commit's payload.
-    pub fn indexed_up_to(&self) -> Option<CrystalId> {
+    pub(crate) fn indexed_up_to(&self) -> Option<CrystalId> {
         self.index.load_metas().ok()?.payload?.parse().ok()
     }
 
@@ -296,7 +296,7 @@ impl TextIndex {
     }
 
     /// Adds (or replaces) a crystal's document.
-    pub fn upsert(&self, id: CrystalId, document: &Document) -> Result<(), Error> {
+    pub(crate) fn upsert(&self, id: CrystalId, document: &Document) -> Result<(), Error> {
         let writer = self.writer();
         writer.delete_term(Term::from_field_u64(self.id, id));
         let tags = &document.tags;
@@ -319,13 +319,13 @@ impl TextIndex {
     }
 
     /// Removes a crystal's document.
-    pub fn remove(&self, id: CrystalId) {
+    pub(crate) fn remove(&self, id: CrystalId) {
         self.writer().delete_term(Term::from_field_u64(self.id, id));
     }
 
     /// Commits what was added, recording `up_to` as the highest id indexed, and makes it
     /// searchable.
-    pub fn commit(&self, up_to: CrystalId) -> Result<(), Error> {
+    pub(crate) fn commit(&self, up_to: CrystalId) -> Result<(), Error> {
         run_lowered(LOW, || -> Result<(), Error> {
             let mut writer = self.writer();
             let mut prepared = writer.prepare_commit()?;
@@ -339,13 +339,14 @@ impl TextIndex {
 
     /// The best `k` crystals for `query` by BM25, best first. Query syntax errors are
     /// forgiven: whatever parses is searched.
-    pub fn search(&self, query: &str, k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
+    #[cfg(test)]
+    pub(crate) fn search(&self, query: &str, k: usize) -> Result<Vec<(CrystalId, f32)>, Error> {
         self.search_where(query, k, &Filter::default())
     }
 
     /// [`TextIndex::search`] among the documents `filter` accepts: the filter is part of the
     /// query, so `k` hits come back whenever `k` matching documents pass it.
-    pub fn search_where(&self, query: &str, k: usize, filter: &Filter) -> Result<Vec<(CrystalId, f32)>, Error> {
+    pub(crate) fn search_where(&self, query: &str, k: usize, filter: &Filter) -> Result<Vec<(CrystalId, f32)>, Error> {
         let searcher = self.reader.searcher();
         let mut parser = QueryParser::for_index(&self.index, vec![self.text, self.context]);
         parser.set_field_boost(self.context, CONTEXT_BOOST);
@@ -380,14 +381,11 @@ impl TextIndex {
     }
 
     /// How many documents are searchable.
-    pub fn len(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
 
-    /// Whether nothing is searchable.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
