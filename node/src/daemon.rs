@@ -27,15 +27,19 @@ pub struct Running {
     servers: Vec<JoinHandle<()>>,
 }
 
-async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, node::Error> {
+async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, node::StartError> {
     TcpListener::bind(addr).await.map_err(|e| {
-        node::Error::Io(std::io::Error::new(e.kind(), format!("cannot listen for the {what} on {addr}: {e}")))
+        node::StartError::Io(std::io::Error::new(e.kind(), format!("cannot listen for the {what} on {addr}: {e}")))
     })
 }
 
 /// Starts a node and its agent, and serves its API (with `extra` routes merged in) and its
 /// metrics.
-pub async fn start(config: Config, role: Role, extra: impl FnOnce(&Node) -> Router) -> Result<Running, node::Error> {
+pub async fn start(
+    config: Config,
+    role: Role,
+    extra: impl FnOnce(&Node) -> Router,
+) -> Result<Running, node::StartError> {
     let api = bind(config.api.listen, "API").await?;
     let metrics = bind(config.metrics.listen, "metrics").await?;
     // The agent's secrets are read before anything starts, so a missing one refuses to start.
@@ -153,7 +157,7 @@ pub async fn run(
     role: Role,
     mut signals: Signals,
     extra: impl FnOnce(&Node) -> Router,
-) -> Result<(), node::Error> {
+) -> Result<(), node::StartError> {
     let running = start(config, role, extra).await?;
     // Give the swarm a moment to bind its listeners so the startup line names them; a stop
     // request cuts the wait short.

@@ -81,10 +81,10 @@ impl Role {
     }
 }
 
-/// Why a node could not start or act.
+/// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum StartError {
     #[error(transparent)]
     Config(#[from] crate::config::Error),
     #[error(transparent)]
@@ -99,14 +99,28 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("trust.pins: {0:?} is not a PeerId")]
     BadPin(String),
+    #[error(transparent)]
+    Memory(#[from] druse_memory::engine::Error),
+    #[error(transparent)]
+    Embed(#[from] druse_memory::embed::Error),
+    #[error(transparent)]
+    Join(#[from] crate::task::Failed),
+}
+
+/// Why a running node could not act.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Net(#[from] net::Error),
     #[error("the message was refused: {}", .0.label())]
     Refused(Outcome),
     #[error(transparent)]
     Body(#[from] druse_protocol::body::Error),
     #[error(transparent)]
     Memory(#[from] druse_memory::engine::Error),
-    #[error(transparent)]
-    Embed(#[from] druse_memory::embed::Error),
     #[error(transparent)]
     Join(#[from] crate::task::Failed),
     #[error(transparent)]
@@ -231,7 +245,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn load_or_create_token(path: &std::path::Path) -> Result<String, Error> {
+fn load_or_create_token(path: &std::path::Path) -> Result<String, StartError> {
     match std::fs::read_to_string(path) {
         Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
         Ok(_) => {}
@@ -254,7 +268,7 @@ fn load_or_create_token(path: &std::path::Path) -> Result<String, Error> {
 
 /// Reads the trust list a config names: its file, its inline keys, and (for a management
 /// node) the node's own key.
-pub fn trust_list(config: &Config) -> Result<TrustList, Error> {
+pub fn trust_list(config: &Config) -> Result<TrustList, StartError> {
     let mut list = match &config.trust.trust_list {
         Some(path) => TrustList::load(path)?,
         None => TrustList::default(),
@@ -271,7 +285,7 @@ pub fn trust_list(config: &Config) -> Result<TrustList, Error> {
 
 impl Node {
     /// Opens the data directory, joins the swarm and starts ingesting.
-    pub async fn start(config: Config, role: Role) -> Result<Self, Error> {
+    pub async fn start(config: Config, role: Role) -> Result<Self, StartError> {
         Self::start_with(config, role, |_| {}).await
     }
 
@@ -281,7 +295,7 @@ impl Node {
         config: Config,
         role: Role,
         register: impl FnOnce(&mut prometheus_client::registry::Registry),
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, StartError> {
         config.check()?;
         // The shared thread pool (the MiniLM embedder's matrix products) starts here, at the
         // default priority: started lazily by a background thread, its threads would inherit
@@ -297,7 +311,7 @@ impl Node {
             let db = store.keyspace().clone();
             let index = config.index_path();
             let data_dir = config.store.data_dir.clone();
-            blocking(move || -> Result<_, Error> {
+            blocking(move || -> Result<_, StartError> {
                 let embedder = druse_memory::embed::for_node(&embed, &data_dir)?;
                 Ok(Arc::new(druse_memory::Memory::open(&db, &index, engine, embedder, now_ms())?))
             })
@@ -309,7 +323,7 @@ impl Node {
         }
         let mut pins = HashMap::new();
         for (peer, level) in &config.trust.pins {
-            let id = peer.parse::<PeerId>().map_err(|_| Error::BadPin(peer.clone()))?;
+            let id = peer.parse::<PeerId>().map_err(|_| StartError::BadPin(peer.clone()))?;
             pins.insert(id, *level);
         }
         let mut metrics = Metrics::new(VERSION, role.as_str());

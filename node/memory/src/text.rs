@@ -385,7 +385,6 @@ impl TextIndex {
     pub(crate) fn len(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
-
 }
 
 #[cfg(test)]
