@@ -188,13 +188,13 @@ Try it (in another shell):
   B=$BIN_DIR
   \$B/druse-node status --api $E1_API
   CID=\$(\$B/druse-node skill publish --name retry-backoff --text "Retry failed calls with exponential backoff" \\
-        --api $E1_API --node-data-dir $SWARM_DIR/edge-1)
+        --api $E1_API --data-dir $SWARM_DIR/edge-1)
   \$B/druse-node skill list --api $E2_API
-  \$B/druse-mgmt endorse \$CID --note reviewed --api $M_API --node-data-dir $SWARM_DIR/mgmt
-  \$B/druse-mgmt weather --level 0.9 --duration 5m --reason drill --api $M_API --node-data-dir $SWARM_DIR/mgmt
+  \$B/druse-mgmt endorse \$CID --note reviewed --api $M_API --data-dir $SWARM_DIR/mgmt
+  \$B/druse-mgmt weather --level 0.9 --duration 5m --reason drill --api $M_API --data-dir $SWARM_DIR/mgmt
   \$B/druse-node weather --api $E2_API
   curl -s http://$SWARM_HOST:$((EDGE_METRICS_BASE + 2))/metrics | grep -E '^druse_(peers|halted|weather_cortisol)'
-  \$B/druse-mgmt weather --level 0 --duration 1s --reason "all clear" --api $M_API --node-data-dir $SWARM_DIR/mgmt
+  \$B/druse-mgmt weather --level 0 --duration 1s --reason "all clear" --api $M_API --data-dir $SWARM_DIR/mgmt
   \$B/druse-mgmt census --api $M_API     # every peer with its trust and listings; the weather; the detector
 EOF
   if ((ANOMALY_LISTINGS <= 10)); then
@@ -202,7 +202,7 @@ EOF
 
 The anomaly detector raises weather by itself when one peer offers $ANOMALY_LISTINGS listings within a minute:
   for i in \$(seq 1 $ANOMALY_LISTINGS); do \$B/druse-node skill publish --name burst-\$i --text "burst number \$i" \\
-    --api $E1_API --node-data-dir $SWARM_DIR/edge-1; done
+    --api $E1_API --data-dir $SWARM_DIR/edge-1; done
   \$B/druse-node weather --api $E2_API    # halted: "suspicious skill burst from peer cluster: peer ... offered ..."
   curl -s http://$SWARM_HOST:$MGMT_METRICS_PORT/metrics | grep '^druse_anomaly_weather_total'
 EOF

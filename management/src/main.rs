@@ -30,8 +30,9 @@ struct MgmtApi {
     /// Bearer token (default: read from the data directory).
     #[arg(long, env = "DRUSE_API_TOKEN", global = true, hide_env_values = true)]
     token: Option<String>,
-    /// The management node's data directory, to read its API token from.
-    #[arg(long = "node-data-dir", env = "DRUSE_MGMT_DATA_DIR", default_value = DEFAULT_DATA_DIR, global = true)]
+    /// The management node's data directory, to read its API token from (the same flag as
+    /// `run`'s; `--node-data-dir` is its older name).
+    #[arg(long = "data-dir", alias = "node-data-dir", env = "DRUSE_MGMT_DATA_DIR", default_value = DEFAULT_DATA_DIR, global = true)]
     data_dir: PathBuf,
 }
 

@@ -134,7 +134,7 @@ pub fn require_token<S: Clone + Send + Sync + 'static>(routes: Router<S>, token:
 }
 
 /// Compares in time that does not depend on where the inputs differ (only on their lengths).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 

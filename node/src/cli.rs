@@ -117,8 +117,15 @@ pub struct ApiArgs {
     /// Bearer token for write routes (default: read from the data directory).
     #[arg(long, env = "DRUSE_API_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
-    /// The node's data directory, to read its API token from.
-    #[arg(long = "node-data-dir", env = "DRUSE_DATA_DIR", default_value = "./druse-data", global = true)]
+    /// The node's data directory, to read its API token from (the same flag as `run`'s;
+    /// `--node-data-dir` is its older name).
+    #[arg(
+        long = "data-dir",
+        alias = "node-data-dir",
+        env = "DRUSE_DATA_DIR",
+        default_value = "./druse-data",
+        global = true
+    )]
     pub data_dir: PathBuf,
 }
 

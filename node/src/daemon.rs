@@ -62,15 +62,16 @@ pub async fn start(
     Ok(Running { node, agent, api_addr, metrics_addr, stop, servers })
 }
 
-/// The API listener's routes: the core API, the agent's, the memory page's, MCP (which calls
-/// the others in-process) and `extra`, all under the body cap.
+/// The API listener's routes: the core API, the agent's, the memory page's and `extra` under
+/// the body cap with the API's errors, and MCP (which calls the others in-process) with its
+/// own, which MCP clients read as JSON-RPC.
 fn routes(node: &Node, agent: Option<crate::agent::Handle>, extra: Router) -> Router {
     let max_body = node.config().api.max_body_bytes;
     let api = crate::api::routes(node.clone())
         .merge(crate::agent::routes(agent, node.token()))
         .merge(crate::memory_map::routes(node.clone()));
     let mcp = crate::mcp::routes(node, crate::api::finish(api.clone(), max_body));
-    crate::api::finish(api.merge(mcp).merge(extra), max_body)
+    crate::api::finish(api.merge(extra), max_body).merge(mcp)
 }
 
 fn spawn_server(listener: TcpListener, app: Router, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {

@@ -326,7 +326,7 @@ impl Starting {
         Ok(node)
     }
 
-    /// The `--api` and `--node-data-dir` flags of a CLI subcommand pointed at this node, once
+    /// The `--api` and `--data-dir` flags of a CLI subcommand pointed at this node, once
     /// its startup line has named the API's address; `None` before.
     pub fn cli_flags(&self) -> Option<Vec<String>> {
         let startup = Startup::find(&self.process.log())?;
@@ -335,7 +335,7 @@ impl Starting {
 }
 
 fn cli_flags(api: &str, data_dir: &Path) -> Vec<String> {
-    vec!["--api".into(), api.to_owned(), "--node-data-dir".into(), data_dir.display().to_string()]
+    vec!["--api".into(), api.to_owned(), "--data-dir".into(), data_dir.display().to_string()]
 }
 
 /// A `druse-node run` or `druse-mgmt run` child with its API and metrics listeners.
@@ -443,7 +443,7 @@ impl ProcNode {
         waited.with_context(|| self.process.log_tail())
     }
 
-    /// The `--api` and `--node-data-dir` flags that point a CLI subcommand at this node.
+    /// The `--api` and `--data-dir` flags that point a CLI subcommand at this node.
     pub fn cli_flags(&self) -> Vec<String> {
         cli_flags(&self.api, &self.data_dir)
     }

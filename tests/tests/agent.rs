@@ -530,7 +530,7 @@ async fn musing_posts_on_its_schedule_at_most_once_per_session() -> anyhow::Resu
     let data_dir = node.data_dir.display().to_string();
     let out = druse_tests::process::run_cli(
         &bins.node,
-        &["agent", "run", "musing", "--api", &node.api, "--node-data-dir", &data_dir],
+        &["agent", "run", "musing", "--api", &node.api, "--data-dir", &data_dir],
     )
     .await?;
     let outcome: Value = serde_json::from_str(&out)?;

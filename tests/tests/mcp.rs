@@ -168,6 +168,11 @@ fn scenario(skill: &str) -> Vec<Value> {
         call("first", "memory_add", json!({"text": "Dad's surgery is March 15", "namespace": "user:sam"})),
         call("correction", "memory_add", json!({"text": "Wait, actually it's March 22", "namespace": "user:sam"})),
         call("search", "memory_search", json!({"query": "when is the surgery", "namespace": "user:sam", "k": 3})),
+        call(
+            "search_full",
+            "memory_search",
+            json!({"query": "when is the surgery", "namespace": "user:sam", "k": 3, "full": true}),
+        ),
         call("get", "memory_get", json!({"id": "${correction.crystal.id}"})),
         call("history", "memory_history", json!({"id": "${correction.crystal.id}"})),
         call("skills", "skill_search", json!({"query": "backoff retries"})),
@@ -206,7 +211,17 @@ async fn assert_scenario(run: &Run, node: &ProcNode, skill: &str) {
     let corrected = correction["crystal"]["id"].as_u64().unwrap();
     assert_eq!(correction["superseded"], first, "{correction}");
     let hits = run.answer("search")["hits"].as_array().unwrap_or_else(|| panic!("{run}"));
-    let texts: Vec<&str> = hits.iter().filter_map(|h| h["crystal"]["text"].as_str()).collect();
+    let texts: Vec<&str> = hits.iter().filter_map(|h| h["text"].as_str()).collect();
+    // Compact by default: what a model uses, not the whole stored record.
+    for hit in hits {
+        let mut keys: Vec<&str> = hit.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["id", "kind", "namespace", "score", "text", "time"], "{hit}");
+    }
+    assert_eq!(hits[0]["id"], corrected, "{hits:?}");
+    let full = run.answer("search_full")["hits"].as_array().unwrap_or_else(|| panic!("{run}"));
+    assert_eq!(full[0]["crystal"]["id"], corrected, "the whole record on request: {full:?}");
+    assert!(full[0]["crystal"]["governance"].is_object(), "{full:?}");
     assert!(texts.first().is_some_and(|t| t.contains("March 22")), "{texts:?}");
     assert!(!texts.iter().any(|t| t.contains("March 15")), "a superseded memory was recalled: {texts:?}");
     assert_eq!(run.answer("get")["crystal"]["text"], "Wait, actually it's March 22");
@@ -309,8 +324,18 @@ async fn mcp_over_http_without_the_token_is_refused_with_401() {
         }
         request.send()
     };
-    assert_eq!(post(None).await.unwrap().status(), 401, "no token");
-    assert_eq!(post(Some("Bearer not-the-token".into())).await.unwrap().status(), 401, "a wrong token");
+    for (authorization, challenge) in [
+        (None, r#"Bearer realm="druse""#),
+        (Some("Bearer not-the-token".to_owned()), r#"Bearer realm="druse", error="invalid_token""#),
+    ] {
+        let refused = post(authorization.clone()).await.unwrap();
+        assert_eq!(refused.status(), 401, "{authorization:?}");
+        assert_eq!(refused.headers()["www-authenticate"], challenge, "{authorization:?}");
+        // A JSON-RPC error, which an MCP client shows, not the REST API's error body.
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!((&body["jsonrpc"], &body["error"]["code"]), (&json!("2.0"), &json!(-32001)), "{body}");
+        assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("api.token")), "{body}");
+    }
     let with_token = post(Some(format!("Bearer {}", token(&node)))).await.unwrap();
     assert_eq!(with_token.status(), 200, "the same request with the token");
 
@@ -318,9 +343,37 @@ async fn mcp_over_http_without_the_token_is_refused_with_401() {
         drive(&python, &json!({"transport": "http", "url": url, "steps": [{"name": "tools", "list_tools": true}]}))
             .await;
     assert!(!run.connected(), "the SDK connected without the token:\n{run}");
-    // The SDK does not say which status it got (the 401s are asserted above); it must not
-    // get in.
-    assert!(run.events.iter().any(|e| e["event"] == "connect_failed"), "{run}");
+    // The SDK shows the node's sentence, not a stand-in for the status.
+    assert!(
+        run.events.iter().any(|e| e["event"] == "connect_failed"
+            && e["error"].as_str().is_some_and(|m| m.contains("unauthorized") && m.contains("api.token"))),
+        "{run}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_over_the_cap_is_refused_as_a_json_rpc_error_the_sdk_shows() {
+    let Some(python) = python_or_skip("mcp over HTTP with an oversized body") else { return };
+    let root = tempfile::tempdir().unwrap();
+    let (node, _) = node_with_a_skill(root.path()).await;
+    // The default api.max_body_bytes is 256 KiB.
+    let plan = json!({
+        "transport": "http",
+        "url": format!("{}/mcp", node.api),
+        "headers": {"Authorization": format!("Bearer {}", token(&node))},
+        "steps": [
+            {"name": "huge", "tool": "memory_add", "arguments": {"text": "x".repeat(300 * 1024)}},
+            {"name": "after", "tool": "memory_search", "arguments": {"query": "anything"}},
+        ],
+    });
+    let run = drive(&python, &plan).await;
+    assert!(run.connected(), "{run}");
+    let huge = run.events.iter().find(|e| e["name"] == "huge").unwrap_or_else(|| panic!("{run}"));
+    assert_eq!(huge["event"], "call_failed", "{run}");
+    assert_eq!(huge["code"], -32600, "{run}");
+    assert!(huge["error"].as_str().is_some_and(|m| m.contains("api.max_body_bytes")), "{run}");
+    let after = run.events.iter().find(|e| e["name"] == "after").unwrap_or_else(|| panic!("{run}"));
+    assert_eq!(after["event"], "call", "the session goes on after the refusal: {run}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -348,7 +401,7 @@ async fn stdio_without_a_token_refuses_writes_and_reads_only_what_the_api_shows_
     let plan = json!({
         "transport": "stdio",
         "command": bins.node,
-        "args": ["mcp", "--api", node.api, "--node-data-dir", no_token],
+        "args": ["mcp", "--api", node.api, "--data-dir", no_token],
         "stderr": root.path().join("mcp-stdio.log"),
         "steps": [
             call("add", "memory_add", json!({"text": "Sam moved to Lisbon", "namespace": "user:sam"})),
@@ -371,8 +424,8 @@ async fn stdio_without_a_token_refuses_writes_and_reads_only_what_the_api_shows_
     }
     assert_eq!(run.refusal("private_search")["error"], "unauthorized", "the API answers 401 here too");
     let hits = run.answer("public_search")["hits"].as_array().unwrap();
-    assert!(hits.iter().any(|h| h["crystal"]["id"] == public), "{hits:?}");
-    assert!(!hits.iter().any(|h| h["crystal"]["id"] == private), "{hits:?}");
+    assert!(hits.iter().any(|h| h["id"] == public), "{hits:?}");
+    assert!(!hits.iter().any(|h| h["id"] == private), "{hits:?}");
     assert_eq!(run.refusal("private_get")["error"], "not_found");
     assert_eq!(run.answer("public_get")["crystal"]["id"], public);
     assert_eq!(run.answer("skills")["skills"][0]["id"], skill);

@@ -255,7 +255,7 @@ async fn write_until_stopped(
         // The API's port is the one the node names in its startup line.
         if flags.is_none() {
             flags = Startup::find(&std::fs::read_to_string(&log).unwrap_or_default()).map(|startup| {
-                vec!["--api".to_owned(), startup.api, "--node-data-dir".to_owned(), data_dir.display().to_string()]
+                vec!["--api".to_owned(), startup.api, "--data-dir".to_owned(), data_dir.display().to_string()]
             });
         }
         let written = match &flags {

@@ -97,8 +97,14 @@ impl Server {
     pub async fn run(&self, name: &str, arguments: Map<String, Value>) -> Result<Value, Refusal> {
         match name {
             "memory_search" => {
-                let request = tools::parse::<SearchArgs>(arguments)?.request()?;
-                Ok(json!({ "hits": self.backend.call(&request).await? }))
+                let args = tools::parse::<SearchArgs>(arguments)?;
+                let hits = self.backend.call(&args.request()?).await?;
+                match (args.full, hits) {
+                    (false, Value::Array(hits)) => {
+                        Ok(json!({ "hits": hits.iter().map(tools::compact_hit).collect::<Vec<_>>() }))
+                    }
+                    (_, hits) => Ok(json!({ "hits": hits })),
+                }
             }
             "memory_add" => {
                 let request = tools::parse::<AddArgs>(arguments)?.request()?;
@@ -159,7 +165,8 @@ pub fn tool_list() -> Vec<Tool> {
              conversation session and time range. Superseded memories never come back (see \
              memory_history). Private memories need the node's token: without it, a search \
              that matches only private memories is refused with `unauthorized`. Answers \
-             {\"hits\": [{\"crystal\": {...}, \"score\", \"vector_rank\", \"text_rank\"}]}.",
+             {\"hits\": [{\"id\", \"text\", \"kind\", \"namespace\", \"score\", \"time\"}]}; with \
+             `full: true`, {\"hits\": [{\"crystal\": {...}, \"score\", \"vector_rank\", \"text_rank\"}]}.",
             true,
         ),
         tool::<AddArgs>(
@@ -259,7 +266,58 @@ pub fn routes(node: &Node, api: Router) -> Router {
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    crate::api::require_token(Router::new().route_service("/mcp", service), &token)
+    let expected = format!("Bearer {token}");
+    Router::new().route_service("/mcp", service).layer(axum::extract::DefaultBodyLimit::max(max_body)).layer(
+        axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let refusal = refuse(&request, &expected, max_body);
+            async move {
+                match refusal {
+                    Some(refusal) => refusal,
+                    None => next.run(request).await,
+                }
+            }
+        }),
+    )
+}
+
+/// JSON-RPC's code for an unauthorized request (a server-defined error).
+const UNAUTHORIZED: i64 = -32001;
+
+/// A refusal of a request to `/mcp` before MCP reads it, as a JSON-RPC error an MCP client
+/// shows: 401 (with `WWW-Authenticate`) without the node's token, 413 for a body declared
+/// over `max_body` bytes.
+fn refuse(request: &axum::extract::Request, expected: &str, max_body: usize) -> Option<axum::response::Response> {
+    use axum::http::{HeaderValue, StatusCode, header};
+    use axum::response::IntoResponse;
+    let headers = request.headers();
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let error = |status: StatusCode, code: i64, message: String| {
+        let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+        (status, axum::Json(body)).into_response()
+    };
+    if !crate::api::constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        let mut response = error(
+            StatusCode::UNAUTHORIZED,
+            UNAUTHORIZED,
+            format!(
+                "unauthorized: {} (send `Authorization: Bearer <token>`; the token is in the node's data directory, in api.token)",
+                if given.is_empty() { "no bearer token was sent" } else { "the bearer token is not this node's" }
+            ),
+        );
+        let challenge =
+            if given.is_empty() { r#"Bearer realm="druse""# } else { r#"Bearer realm="druse", error="invalid_token""# };
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+        return Some(response);
+    }
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return Some(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            rmcp::model::ErrorCode::INVALID_REQUEST.0.into(),
+            format!("the request body is over the node's {max_body}-byte cap (api.max_body_bytes)"),
+        ));
+    }
+    None
 }
 
 /// Flags of `druse-node mcp`.
@@ -286,7 +344,7 @@ pub async fn serve_stdio(args: StdioArgs) -> anyhow::Result<()> {
         },
     };
     let missing = format!(
-        "writing needs the node's API token, and none was found at {} (point --node-data-dir at \
+        "writing needs the node's API token, and none was found at {} (point --data-dir at \
          the node's data directory, or pass --token)",
         api.data_dir.join("api.token").display()
     );

@@ -59,8 +59,21 @@ fn a_search_becomes_the_api_query_with_every_filter_encoded() {
 #[test]
 fn an_empty_query_is_refused_naming_query() {
     assert_eq!(field(search(json!({"query": "  "}))), "query");
+    let detail = search(json!({"query": ""})).expect_err("an empty query").detail;
+    assert!(
+        detail.starts_with("query ") && !detail.contains(" q "),
+        "the sentence names the tool's argument: {detail}"
+    );
     assert_eq!(field(search(json!({}))), "query", "a missing query");
     assert_eq!(field(search(json!({"query": 5}))), "query", "a query that is not text");
+}
+
+#[test]
+fn a_renamed_word_is_only_the_whole_word() {
+    assert_eq!(
+        crate::mcp::tools::rename_word("q must not be empty; q2 and sq stay", "q", "query"),
+        "query must not be empty; q2 and sq stay"
+    );
 }
 
 #[test]

@@ -67,6 +67,45 @@ fn named_field(detail: &str, fields: &[&str], aliases: &[(&str, &str)]) -> Optio
     })
 }
 
+/// A search hit as `memory_search` answers it by default: what a model needs to use it (the
+/// text, the id to fetch or correct it by, its kind and namespace, the score and when it was
+/// said), not the whole stored record. Anything else is passed through.
+pub(crate) fn compact_hit(hit: &Value) -> Value {
+    let crystal = &hit["crystal"];
+    if !crystal.is_object() {
+        return hit.clone();
+    }
+    let said = crystal["turn_at"].as_u64().or_else(|| crystal["created_at"].as_u64());
+    let time = said.map(|ms| {
+        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
+    });
+    json!({
+        "id": crystal["id"],
+        "text": crystal["text"],
+        "kind": crystal["kind"],
+        "namespace": crystal["namespace"],
+        "score": hit["score"],
+        "time": time,
+    })
+}
+
+/// `text` with the word `from` (not inside a longer word) written `to`.
+pub(crate) fn rename_word(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            word.push(c);
+            continue;
+        }
+        out.push_str(if word == from { to } else { &word });
+        word.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
 /// What a tool asks of the node's API.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
@@ -158,11 +197,15 @@ pub struct SearchArgs {
     /// Only memories said at or before this; not before `since`.
     #[serde(default)]
     pub until: Option<Instant>,
+    /// Each hit's whole stored record (governance, hormones, decay, links, ranks) instead of
+    /// its text, id, kind, namespace, score and time. Default: false.
+    #[serde(default)]
+    pub full: bool,
 }
 
 impl SearchArgs {
     const FIELDS: &'static [&'static str] =
-        &["query", "k", "namespace", "kind", "semantic_type", "session", "since", "until"];
+        &["query", "k", "namespace", "kind", "semantic_type", "session", "since", "until", "full"];
 
     /// The `GET /v1/memories` request, after the engine's own checks of a recall.
     pub fn request(&self) -> Result<Request, Invalid> {
@@ -184,8 +227,9 @@ impl SearchArgs {
             Invalid::new(if path == "q" { "query" } else { &path }, error.into_inner().to_string())
         })?;
         query.check().map_err(|error| {
-            let detail = error.to_string();
-            Invalid { field: named_field(&detail, Self::FIELDS, &[("q", "query")]), detail }
+            // The engine names the REST parameter `q`; the tool's argument is `query`.
+            let detail = rename_word(&error.to_string(), "q", "query");
+            Invalid { field: named_field(&detail, Self::FIELDS, &[]), detail }
         })?;
         let mut path = format!("/v1/memories?q={}&k={}", percent_encode(&query.q), query.k);
         let mut push = |name: &str, value: String| path.push_str(&format!("&{name}={}", percent_encode(&value)));
