@@ -337,12 +337,15 @@ impl Config {
         self.store.data_dir.join("index")
     }
 
-    /// The sled database directory: the memory engine and the agent's state.
-    pub fn db_path(&self) -> PathBuf {
+    /// Where earlier versions kept a sled database (the agent's state; before that,
+    /// everything): read once, on the first start of this version, to move it into the store,
+    /// then removed.
+    pub fn sled_path(&self) -> PathBuf {
         self.store.data_dir.join("db")
     }
 
-    /// The ingest store (fjall): skills, peers, the market, kept envelopes.
+    /// The store (fjall 3): skills, peers, the market, kept envelopes, the memory engine's
+    /// records and the agent's state.
     pub fn store_path(&self) -> PathBuf {
         self.store.data_dir.join("store")
     }

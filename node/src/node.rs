@@ -304,11 +304,11 @@ impl Node {
         std::fs::create_dir_all(&config.store.data_dir)?;
         let key = Keypair::load_or_generate(&config.key_path())?;
         let token = load_or_create_token(&config.token_path())?;
-        let store = Store::open(&config.db_path(), &config.store_path(), config.store.cache_bytes)?;
+        let store = Store::open(&config.store_path(), &config.sled_path(), config.store.cache_bytes)?;
         let memory = {
             let embed = config.memory.embed.clone();
             let engine = config.memory.engine();
-            let db = store.keyspace().clone();
+            let db = store.database().clone();
             let index = config.index_path();
             let data_dir = config.store.data_dir.clone();
             blocking(move || -> Result<_, StartError> {

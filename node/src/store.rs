@@ -3,19 +3,20 @@
 //! JSON so an operator can read them with any tool; envelopes are kept as the exact bytes
 //! signed.
 //!
-//! These tables live in fjall, an LSM tree: a commit appends one batch to its journal and
+//! These tables live in fjall 3, an LSM tree: a commit appends one batch to its journal and
 //! inserts into memtables, and sorted runs are written and merged by fjall's own threads. Its
-//! partitions replaced sled trees for this state because ingestion writes three random keys a
+//! keyspaces replaced sled trees for this state because ingestion writes three random keys a
 //! message, and sled 0.34 rewrote whole 16-entry leaves on every split and every tenth change:
 //! about 27 KB written a listing against 7 KB of records, and most of the ingest actor's time
-//! (see `tests/README.md`, "Ingest"). The memory engine keeps its partition in the same
-//! keyspace ([`Store::keyspace`]); only the agent's small state stays in the sled database
-//! beside it ([`Store::db`]). A data directory of an earlier version, with all of it in sled, is
-//! moved over on its first open ([`Store::open`]).
+//! (see `tests/README.md`, "Ingest"). Everything the node keeps is in this one database
+//! ([`Store::database`]): these tables, the memory engine's keyspace and the agent's. A data
+//! directory of an earlier version (fjall 2 and sled, or only sled) is moved into it on its
+//! first open ([`Store::open`], `store/migrate.rs`); fjall 2 and sled are kept only to read
+//! it.
 //!
 //! Ingestion is the one writer, through [`Writes`]: what a batch of messages changes is read
 //! back by the later messages of the batch and then committed in one fjall batch over every
-//! partition it touched, so a message's writes land all together or not at all, and readers
+//! keyspace it touched, so a message's writes land all together or not at all, and readers
 //! (which read at the last committed batch) never see half of one. A committed batch is in the
 //! operating system's hands at once, so it survives `kill -9`; [`Store::flush`] makes it
 //! survive a power cut, and every write the API acknowledges is flushed first.
@@ -24,22 +25,24 @@ use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
 
-use fjall::{PartitionCreateOptions, PartitionHandle, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, UserKey, UserValue};
 
 use druse_protocol::sync::{self, Key};
 use druse_protocol::{ContentId, Kind};
 use serde::{Serialize, de::DeserializeOwned};
 
+mod migrate;
+
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The sled database (the memory engine's, and where earlier versions kept these tables).
-    #[error("database: {0}")]
-    Db(#[from] sled::Error),
-    /// The ingest store.
+    /// The store.
     #[error("store: {0}")]
     Engine(#[from] fjall::Error),
+    /// Moving the data directory of an earlier version into the store.
+    #[error("moving an earlier version's data into the store: {0}")]
+    Migrate(#[from] migrate::Error),
     #[error("record {key} is corrupt: {source}")]
     Corrupt { key: String, source: serde_json::Error },
     #[error("encoding a record: {0}")]
@@ -48,32 +51,64 @@ pub enum Error {
     NotCommitted,
 }
 
-impl From<fjall::LsmError> for Error {
-    fn from(error: fjall::LsmError) -> Self {
-        Error::Engine(error.into())
-    }
-}
-
-/// One partition of JSON records; cheap to clone. Readers read it at the last committed batch;
+/// One keyspace of JSON records; cheap to clone. Readers read it at the last committed batch;
 /// only [`Store::commit`] writes it.
 #[derive(Clone)]
 pub struct Table {
-    partition: PartitionHandle,
-    keyspace: fjall::Keyspace,
+    keyspace: Keyspace,
+    db: Database,
     /// Its place in [`Store::tables`], which names it in [`Writes`].
     index: usize,
 }
 
 impl std::fmt::Debug for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Table").field("name", &self.partition.name).field("index", &self.index).finish()
+        f.debug_struct("Table").field("name", &&**self.keyspace.name()).field("index", &self.index).finish()
+    }
+}
+
+/// A table as one committed batch left it.
+struct View<'a> {
+    snapshot: fjall::Snapshot,
+    keyspace: &'a Keyspace,
+}
+
+type Entry = Result<(UserKey, UserValue), fjall::Error>;
+
+impl View<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<UserValue>, fjall::Error> {
+        self.snapshot.get(self.keyspace, key)
+    }
+
+    fn contains_key(&self, key: &[u8]) -> Result<bool, fjall::Error> {
+        self.snapshot.contains_key(self.keyspace, key)
+    }
+
+    fn iter(&self) -> impl DoubleEndedIterator<Item = Entry> + use<> {
+        self.snapshot.iter(self.keyspace).map(fjall::Guard::into_inner)
+    }
+
+    fn prefix(&self, prefix: &[u8]) -> impl Iterator<Item = Entry> + use<> {
+        self.snapshot.prefix(self.keyspace, prefix).map(fjall::Guard::into_inner)
+    }
+
+    fn after(&self, start: Bound<Vec<u8>>) -> impl Iterator<Item = Entry> + use<> {
+        self.snapshot.range::<Vec<u8>, _>(self.keyspace, (start, Bound::Unbounded)).map(fjall::Guard::into_inner)
+    }
+
+    fn len(&self) -> Result<usize, fjall::Error> {
+        self.snapshot.len(self.keyspace)
+    }
+
+    fn is_empty(&self) -> Result<bool, fjall::Error> {
+        self.snapshot.is_empty(self.keyspace)
     }
 }
 
 impl Table {
     /// The table as the last committed batch left it: a batch being committed is not half seen.
-    fn view(&self) -> fjall::Snapshot {
-        self.partition.snapshot_at(self.keyspace.instant())
+    fn view(&self) -> View<'_> {
+        View { snapshot: self.db.snapshot(), keyspace: &self.keyspace }
     }
 
     /// Reads the record under `key`.
@@ -116,11 +151,9 @@ impl Table {
 /// Handle to the open database; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    /// The sled database the agent keeps its state in.
-    db: sled::Db,
-    keyspace: fjall::Keyspace,
-    /// Every partition below, in `Table::index` order, for commits.
-    tables: Vec<PartitionHandle>,
+    db: Database,
+    /// Every keyspace below, in `Table::index` order, for commits.
+    tables: Vec<Keyspace>,
     pub(crate) skills: Table,
     pub(crate) peers: Table,
     pub(crate) state: Table,
@@ -138,36 +171,32 @@ pub struct Store {
 }
 
 /// The tables, by name: the order of [`Store`]'s fields, and the names earlier versions gave
-/// their sled trees.
+/// their fjall 2 partitions and, before that, their sled trees.
 const TABLES: [&str; 8] = ["skills", "peers", "state", "market", "bounties", "versions", "ledger", "envelopes"];
 
-/// What the store holds in memtables, at most, before a writer waits for fjall's flush
-/// thread (100 ms at a time, once 90% of it is taken). A listing writes about 3.5 KB in the
-/// ingest tables and about as much again when the memory engine indexes it, so this is about
-/// 18,000 listings ahead of the flushes.
-const WRITE_BUFFER: u64 = 128 << 20;
+// fjall 2 also capped every memtable together (`max_write_buffer_size`, 128 MiB here: writers
+// waited 100 ms at a time once 90% of it was taken, about 18,000 listings ahead of the
+// flushes). fjall 3.1 keeps the option only as a hidden, deprecated setter that nothing reads;
+// what holds writers back now is per keyspace: a writer waits 100 ms at a time while a keyspace
+// has four sealed memtables not yet flushed, and is slowed, then halted, at 20 and 30 sorted
+// runs in its first level. So at most about five memtables of a busy keyspace are in memory.
 
-/// A partition's memtable is sealed and flushed to a sorted run at this size. Smaller ones
-/// flushed more often, each flush taking the CPU from ingestion: in single swarm-bench runs on
-/// the 2-core development machine a 20,000-listing flood was stored at 31% of the raw verify
-/// rate with 8 MiB memtables, 50% with 16 MiB (fjall's default) and 59–66% with 32 MiB.
-const MEMTABLE: u32 = 32 << 20;
+/// A keyspace's memtable is sealed and flushed to a sorted run at this size (fjall 3 keeps it
+/// with the keyspace when it is created; its default is 64 MiB, fjall 2's was 16 MiB). Smaller
+/// ones flushed more often, each flush taking the CPU from ingestion: in single swarm-bench
+/// runs on the 2-core development machine, on fjall 2, a 20,000-listing flood was stored at 31%
+/// of the raw verify rate with 8 MiB memtables, 50% with 16 MiB and 59–66% with 32 MiB.
+const MEMTABLE: u64 = 32 << 20;
 
-/// Journals kept on disk before writers wait for the flushes that free them (fjall's default):
-/// what a restart replays, at most. Writers wait 500 ms once 90% of it is taken, so it must
-/// hold a flood's writes while the memtables it covers are flushed; at 64 MiB a flood of
-/// 20,000 listings stalled indexing for a second.
+/// Journals kept on disk (fjall's default, in 2 and 3 alike): what a restart replays, at most.
+/// fjall 2 made writers wait 500 ms once 90% of it was taken (at 64 MiB a flood of 20,000
+/// listings stalled indexing for a second); fjall 3 does not wait on it, but once the journals
+/// reach it, it seals the memtables that keep the oldest journal alive so it can be dropped.
 const JOURNALS: u64 = 512 << 20;
-
-/// sled's page cache: it holds only the agent's state now.
-const SLED_CACHE: u64 = 8 << 20;
-
-/// Records moved from sled in one batch when a store of an earlier version is opened.
-const MIGRATION_BATCH: usize = 4096;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("db", &self.db).field("tables", &TABLES).finish_non_exhaustive()
+        f.debug_struct("Store").field("tables", &TABLES).finish_non_exhaustive()
     }
 }
 
@@ -181,18 +210,25 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
 }
 
 impl Store {
-    /// Opens (or creates) the store at `store`, with `cache_bytes` of block cache, and the
-    /// sled database at `db` (the agent's state), and moves into the store what an earlier
-    /// version kept in sled: the ingest tables and the memory engine's tree.
-    pub fn open(db: &Path, store: &Path, cache_bytes: u64) -> Result<Self, Error> {
-        let db = sled::Config::new().path(db).cache_capacity(SLED_CACHE).open()?;
-        let keyspace = open_keyspace(store, cache_bytes)?;
+    /// Opens (or creates) the store at `store`, with `cache_bytes` of block cache. A data
+    /// directory of an earlier version is moved into it first, once: a fjall 2 store at
+    /// `store`, and the sled database at `sled` (the agent's state, or in older versions
+    /// everything); see `store/migrate.rs`. sled is opened only if `sled` holds a database.
+    pub fn open(store: &Path, sled: &Path, cache_bytes: u64) -> Result<Self, Error> {
+        let open = |path: &Path| open_database(path, cache_bytes);
+        let owners = migrate::Owners {
+            open: &open,
+            keyspace: &open_for_migration,
+            memory: druse_memory::KEYSPACE,
+            memory_ids: druse_memory::engine::IDS,
+        };
+        migrate::run(store, sled, &owners)?;
+        let db = open(store)?;
         let mut tables = Vec::with_capacity(TABLES.len());
         for name in TABLES {
-            tables.push(open_partition(&keyspace, name)?);
+            tables.push(open_table(&db, name)?);
         }
-        migrate_from_sled(&db, &keyspace, &tables)?;
-        let table = |index: usize| Table { partition: tables[index].clone(), keyspace: keyspace.clone(), index };
+        let table = |index: usize| Table { keyspace: tables[index].clone(), db: db.clone(), index };
         Ok(Self {
             skills: table(0),
             peers: table(1),
@@ -203,25 +239,20 @@ impl Store {
             ledger: table(6),
             envelopes: table(7),
             tables,
-            keyspace,
             db,
         })
     }
 
-    /// [`Store::open`] with both in `dir`, for tests.
+    /// [`Store::open`] of a data directory `dir` laid out as the node's (`store`, and `db` for
+    /// an earlier version's sled database), for tests.
     #[cfg(test)]
     pub(crate) fn open_in(dir: &Path) -> Result<Self, Error> {
-        Self::open(&dir.join("db"), &dir.join("store"), 4 << 20)
+        Self::open(&dir.join("store"), &dir.join("db"), 4 << 20)
     }
 
-    /// The sled database, where the agent keeps its state.
-    pub fn db(&self) -> &sled::Db {
+    /// The store's database, where the memory engine and the agent keep their keyspaces.
+    pub fn database(&self) -> &Database {
         &self.db
-    }
-
-    /// The store's keyspace, where the memory engine keeps its partition.
-    pub fn keyspace(&self) -> &fjall::Keyspace {
-        &self.keyspace
     }
 
     /// Makes every write so far durable, off the async threads.
@@ -234,8 +265,7 @@ impl Store {
 
     /// Makes every write so far durable, from blocking code.
     pub fn flush_blocking(&self) -> Result<(), Error> {
-        self.keyspace.persist(PersistMode::SyncAll)?;
-        self.db.flush()?;
+        self.db.persist(PersistMode::SyncAll)?;
         Ok(())
     }
 
@@ -282,7 +312,7 @@ impl Store {
     /// Writes a named state record at once: only for a record that one writer outside
     /// ingestion owns (the management role's seq), which no message's writes touch.
     pub fn put_state<T: Serialize>(&self, key: &str, value: &T) -> Result<(), Error> {
-        self.state.partition.insert(key.as_bytes(), encode(value)?)?;
+        self.state.keyspace.insert(key.as_bytes(), encode(value)?)?;
         Ok(())
     }
 
@@ -293,7 +323,9 @@ impl Store {
         if writes.ops.is_empty() {
             return Ok(());
         }
-        let mut batch = self.keyspace.batch().durability(Some(PersistMode::Buffer));
+        // Buffer: the batch is written to the journal file before this returns (survives the
+        // process, not a power cut); `flush` syncs it.
+        let mut batch = self.db.batch().durability(Some(PersistMode::Buffer));
         for ((index, key), value) in writes.ops.drain() {
             let table = &self.tables[index];
             match value {
@@ -309,7 +341,7 @@ impl Store {
     /// before it (committed: a batch commits before it applies weather).
     pub fn keep_envelope(&self, writes: &mut Writes, key: &Key, bytes: &[u8]) -> Result<(), Error> {
         if key.kind() == Kind::Weather {
-            for old in self.envelopes.view().prefix(Key::prefix(Kind::Weather)) {
+            for old in self.envelopes.view().prefix(&Key::prefix(Kind::Weather)) {
                 writes.remove(&self.envelopes, &old?.0);
             }
         }
@@ -334,7 +366,7 @@ impl Store {
 
     /// The kept weather envelope (the weather in force, or the last one applied), if any.
     pub fn weather_envelope(&self) -> Result<Option<(Key, Vec<u8>)>, Error> {
-        let Some((key, bytes)) = self.envelopes.view().prefix(Key::prefix(Kind::Weather)).next().transpose()? else {
+        let Some((key, bytes)) = self.envelopes.view().prefix(&Key::prefix(Kind::Weather)).next().transpose()? else {
             return Ok(None);
         };
         // Only `keep_envelope` writes the table, always under a well-formed key.
@@ -350,7 +382,7 @@ impl Store {
             None => Bound::Unbounded,
         };
         let mut keys = Vec::with_capacity(n.min(sync::PAGE));
-        for entry in view.range::<Vec<u8>, _>((start, Bound::Unbounded)) {
+        for entry in view.after(start) {
             let (key, _) = entry?;
             if keys.len() == n {
                 return Ok((keys, true));
@@ -374,68 +406,25 @@ impl Store {
     }
 }
 
-/// Opens (or creates) a keyspace at `path` as the node's store does, with `cache_bytes` of
+/// Opens (or creates) a database at `path` as the node's store does, with `cache_bytes` of
 /// block cache: for the memory engine on its own (benchmarks, tests).
-pub fn open_keyspace(path: &Path, cache_bytes: u64) -> Result<fjall::Keyspace, Error> {
-    Ok(fjall::Config::new(path)
-        .cache_size(cache_bytes.max(1 << 20))
-        .max_write_buffer_size(WRITE_BUFFER)
-        .max_journaling_size(JOURNALS)
-        .open()?)
+pub fn open_database(path: &Path, cache_bytes: u64) -> Result<Database, fjall::Error> {
+    Database::builder(path).cache_size(cache_bytes.max(1 << 20)).max_journaling_size(JOURNALS).open()
 }
 
-/// Opens (or creates) a partition with the store's memtable size.
-pub(crate) fn open_partition(keyspace: &fjall::Keyspace, name: &str) -> Result<PartitionHandle, fjall::Error> {
-    keyspace.open_partition(name, PartitionCreateOptions::default().max_memtable_size(MEMTABLE))
+/// Opens (or creates) a keyspace of the store with the store's memtable size: a table, or the
+/// agent's keyspace.
+pub(crate) fn open_table(db: &Database, name: &str) -> Result<Keyspace, fjall::Error> {
+    db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE))
 }
 
-/// Moves the tables an earlier version kept as sled trees into the store: each one's records
-/// are copied, the store is made durable, and only then are the trees dropped from sled (and
-/// that made durable, so they never come back to overwrite newer records). A crash on the way
-/// leaves the trees in sled, and the next open copies them again, the same records over the
-/// same.
-fn migrate_from_sled(db: &sled::Db, keyspace: &fjall::Keyspace, tables: &[PartitionHandle]) -> Result<(), Error> {
-    let held: Vec<sled::IVec> = db.tree_names();
-    let held = |name: &str| held.iter().any(|h| h == name.as_bytes());
-    let mut old: Vec<(&str, PartitionHandle)> =
-        TABLES.iter().zip(tables).filter(|(name, _)| held(name)).map(|(name, table)| (*name, table.clone())).collect();
-    if held(druse_memory::PARTITION) {
-        let memory = druse_memory::open_partition(keyspace)?;
-        // The memory engine's ids went on from sled's counter: its next value is above every
-        // id sled handed out.
-        if memory.get(druse_memory::engine::IDS)?.is_none() {
-            memory.insert(druse_memory::engine::IDS, db.generate_id()?.to_be_bytes())?;
-        }
-        old.push((druse_memory::PARTITION, memory));
+/// Creates a keyspace an earlier version's data is moved into as its owner would: the memory
+/// engine's with its options, every other one as a table.
+fn open_for_migration(db: &Database, name: &str) -> Result<Keyspace, fjall::Error> {
+    match name {
+        druse_memory::KEYSPACE => druse_memory::open_keyspace(db),
+        _ => open_table(db, name),
     }
-    if old.is_empty() {
-        return Ok(());
-    }
-    let mut moved = 0usize;
-    for (name, table) in &old {
-        let tree = db.open_tree(name)?;
-        let mut batch = keyspace.batch();
-        for entry in tree.iter() {
-            let (key, value) = entry?;
-            batch.insert(table, key.to_vec(), value.to_vec());
-            moved += 1;
-            if batch.len() >= MIGRATION_BATCH {
-                std::mem::replace(&mut batch, keyspace.batch()).commit()?;
-            }
-        }
-        batch.commit()?;
-    }
-    keyspace.persist(PersistMode::SyncAll)?;
-    for (name, _) in &old {
-        db.drop_tree(name)?;
-    }
-    db.flush()?;
-    tracing::info!(
-        records = moved,
-        tables = old.len(),
-        "moved the tables of an earlier version from sled into the store"
-    );
-    Ok(())
 }
 
 /// Writes not yet committed: what a batch of messages changes, read back by the later messages
@@ -462,7 +451,7 @@ impl Writes {
     pub fn contains(&self, table: &Table, key: &[u8]) -> Result<bool, Error> {
         match self.ops.get(&(table.index, key.to_vec())) {
             Some(value) => Ok(value.is_some()),
-            None => Ok(table.partition.contains_key(key)?),
+            None => Ok(table.keyspace.contains_key(key)?),
         }
     }
 
@@ -474,7 +463,7 @@ impl Writes {
     pub fn get<T: DeserializeOwned>(&self, table: &Table, key: &[u8]) -> Result<Option<T>, Error> {
         match self.ops.get(&(table.index, key.to_vec())) {
             Some(value) => value.as_deref().map(|b| decode(key, b)).transpose(),
-            None => table.partition.get(key)?.map(|b| decode(key, &b)).transpose(),
+            None => table.keyspace.get(key)?.map(|b| decode(key, &b)).transpose(),
         }
     }
 
@@ -523,21 +512,6 @@ impl Writes {
     }
 }
 
-/// Opens again a database a handle dropped just before held. sled's flusher thread winds
-/// down on its own and keeps the file lock for a moment after the last handle goes, so a test
-/// that reopens at once retries `open` for up to ten seconds, then fails with its last error.
-#[cfg(test)]
-pub(crate) fn reopen<T, E: std::fmt::Display>(mut open: impl FnMut() -> Result<T, E>) -> T {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        match open() {
-            Ok(opened) => return opened,
-            Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(20)),
-            Err(e) => panic!("reopening the database: {e}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,7 +521,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = ContentId::of(b"skill");
         {
-            let store = reopen(|| Store::open_in(dir.path()));
+            let store = Store::open_in(dir.path()).unwrap();
             let mut writes = Writes::default();
             assert!(writes.insert_new(&store.skills, id.digest(), &"first".to_string()).unwrap());
             assert!(!writes.insert_new(&store.skills, id.digest(), &"second".to_string()).unwrap(), "kept");
@@ -556,7 +530,7 @@ mod tests {
             assert!(writes.is_empty(), "a commit empties the writes");
             store.flush_blocking().unwrap();
         }
-        let store = reopen(|| Store::open_in(dir.path()));
+        let store = Store::open_in(dir.path()).unwrap();
         assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("first"));
         assert_eq!(store.state::<u64>("weather").unwrap(), Some(42));
     }
@@ -564,7 +538,7 @@ mod tests {
     #[test]
     fn writes_are_read_back_before_they_commit_and_seen_by_others_only_after() {
         let dir = tempfile::tempdir().unwrap();
-        let store = reopen(|| Store::open_in(dir.path()));
+        let store = Store::open_in(dir.path()).unwrap();
         let id = ContentId::of(b"skill");
         let mut writes = Writes::default();
         assert_eq!(writes.update::<u64, _>(&store.skills, id.digest(), |v| *v += 1).unwrap(), None);
@@ -587,7 +561,7 @@ mod tests {
     #[test]
     fn kept_envelopes_page_in_key_order_and_weather_keeps_only_the_newest() {
         let dir = tempfile::tempdir().unwrap();
-        let store = reopen(|| Store::open_in(dir.path()));
+        let store = Store::open_in(dir.path()).unwrap();
         let key = |kind, n: u8| Key::new(kind, &ContentId::of(&[n]));
         let mut writes = Writes::default();
         for n in 0..5 {
@@ -614,14 +588,14 @@ mod tests {
     #[test]
     fn skills_where_decodes_only_the_wanted_records_and_reports_a_corrupt_one() {
         let dir = tempfile::tempdir().unwrap();
-        let store = reopen(|| Store::open_in(dir.path()));
+        let store = Store::open_in(dir.path()).unwrap();
         let ids: Vec<ContentId> = (0..4u8).map(|n| ContentId::of(&[n])).collect();
         for (n, id) in ids.iter().enumerate() {
-            store.skills.partition.insert(id.digest(), serde_json::to_vec(&(n as u64)).unwrap()).unwrap();
+            store.skills.keyspace.insert(id.digest(), serde_json::to_vec(&(n as u64)).unwrap()).unwrap();
         }
         // A record that does not decode is skipped when unwanted, and reported when wanted.
         let corrupt = ContentId::of(b"corrupt");
-        store.skills.partition.insert(corrupt.digest(), b"{not json".to_vec()).unwrap();
+        store.skills.keyspace.insert(corrupt.digest(), b"{not json".to_vec()).unwrap();
         let wanted = |id: &ContentId| *id == ids[1] || *id == ids[3];
         let mut found: Vec<u64> = store.skills_where(wanted).collect::<Result<_, _>>().unwrap();
         found.sort_unstable();
@@ -629,59 +603,16 @@ mod tests {
         let err = store.skills_where::<u64>(|id| *id == corrupt).find_map(Result::err).expect("reported");
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
         // A key that is no digest cannot be asked about: it is decoded, so it is not missed.
-        store.skills.partition.insert(b"short", serde_json::to_vec(&9u64).unwrap()).unwrap();
+        store.skills.keyspace.insert(b"short", serde_json::to_vec(&9u64).unwrap()).unwrap();
         let found: Vec<u64> = store.skills_where(|_| false).collect::<Result<_, _>>().unwrap();
         assert_eq!(found, vec![9]);
     }
 
     #[test]
-    fn tables_an_earlier_version_kept_in_sled_move_into_the_store_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = ContentId::of(b"skill");
-        let envelope = Key::new(Kind::Crystal, &id);
-        let handed_out = {
-            // A data directory as earlier versions left it: every table a sled tree.
-            let db = reopen(|| sled::open(dir.path().join("db")));
-            db.open_tree("skills").unwrap().insert(id.digest(), serde_json::to_vec("old skill").unwrap()).unwrap();
-            db.open_tree("state").unwrap().insert("weather", serde_json::to_vec(&7u64).unwrap()).unwrap();
-            db.open_tree("envelopes").unwrap().insert(envelope.as_bytes(), b"signed".to_vec()).unwrap();
-            // The memory engine's tree, with ids sled's counter handed out.
-            db.open_tree("memory").unwrap().insert("crystal", b"moved".to_vec()).unwrap();
-            let handed_out = db.generate_id().unwrap();
-            // The agent's tree, which stays in sled.
-            db.open_tree("agent").unwrap().insert("gate", b"kept".to_vec()).unwrap();
-            db.flush().unwrap();
-            handed_out
-        };
-        {
-            let store = reopen(|| Store::open_in(dir.path()));
-            assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("old skill"));
-            assert_eq!(store.state::<u64>("weather").unwrap(), Some(7));
-            assert_eq!(store.envelope(&envelope).unwrap().as_deref(), Some(&b"signed"[..]));
-            let names = store.db().tree_names();
-            assert!(!names.iter().any(|n| n == b"skills" || n == b"state" || n == b"memory"), "moved trees leave sled");
-            let agent = store.db().open_tree("agent").unwrap();
-            assert_eq!(agent.get("gate").unwrap().as_deref(), Some(&b"kept"[..]), "sled keeps the rest");
-            let memory = druse_memory::open_partition(store.keyspace()).unwrap();
-            assert_eq!(memory.get("crystal").unwrap().as_deref(), Some(&b"moved"[..]));
-            let bound = memory.get(druse_memory::engine::IDS).unwrap().expect("the id bound is set");
-            let bound = u64::from_be_bytes(bound[..].try_into().unwrap());
-            assert!(bound > handed_out, "ids go on above sled's: {bound} after {handed_out}");
-            // A newer write, not flushed: a committed batch is the operating system's already.
-            let mut writes = Writes::default();
-            writes.put(&store.state, b"weather", &8u64).unwrap();
-            store.commit(&mut writes).unwrap();
-        }
-        let store = reopen(|| Store::open_in(dir.path()));
-        assert_eq!(store.state::<u64>("weather").unwrap(), Some(8), "the move is not done again over newer records");
-        assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("old skill"));
-    }
-
-    #[test]
     fn corrupt_record_is_a_clear_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
-        let store = reopen(|| Store::open_in(dir.path()));
-        store.state.partition.insert("weather", b"{not json".to_vec()).unwrap();
+        let store = Store::open_in(dir.path()).unwrap();
+        store.state.keyspace.insert("weather", b"{not json".to_vec()).unwrap();
         let err = store.state::<u64>("weather").unwrap_err();
         assert!(err.to_string().contains("weather"), "{err}");
     }

@@ -35,7 +35,7 @@ fn measure(embedder: Arc<dyn Embedder>) -> (f64, f64) {
     let (turns, questions) = data::load(&path, false).unwrap();
     assert!(turns.len() > 1000 && questions.len() > 300, "the dev split is all there");
     let dir = tempfile::tempdir().unwrap();
-    let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20).unwrap();
+    let db = druse_node::store::open_database(&dir.path().join("db"), 64 << 20).unwrap();
     let now = druse_protocol::now_ms();
     let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), embedder, now).unwrap();
     let mut ids: HashMap<String, CrystalId> = HashMap::new();

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 //! Recall@5 on a labelled set of multi-session conversations (`tests/data/retrieval.json`):
-//! every turn goes through the real memory engine on a real sled store as a conversation
+//! every turn goes through the real memory engine on a real fjall store as a conversation
 //! memory with its session and time, then each question is asked in its user's namespace and
 //! scores 1 when its labelled turn is among the first five hits.
 //!
@@ -110,7 +110,7 @@ struct Measured {
 
 fn measure(set: &Set, embedder: Arc<dyn Embedder>, context: bool) -> Measured {
     let dir = tempfile::tempdir().unwrap();
-    let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20).unwrap();
+    let db = druse_node::store::open_database(&dir.path().join("db"), 64 << 20).unwrap();
     let turns = turns(set);
     let first = turns.first().map_or(0, |t| t.at);
     let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), embedder, first).unwrap();

@@ -226,7 +226,7 @@ mod reconciler {
 
     fn engine() -> anyhow::Result<Engine> {
         let dir = tempfile::tempdir()?;
-        let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20)?;
+        let db = druse_node::store::open_database(&dir.path().join("db"), 64 << 20)?;
         let now = druse_protocol::now_ms();
         let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), now)?;
         Ok(Engine { memory: Arc::new(memory), _dir: dir })

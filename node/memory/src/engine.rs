@@ -241,12 +241,6 @@ const HORMONES: &[u8] = b"s/hormones";
 /// The bound below which ids were handed out (see [`Ids`]).
 pub const IDS: &[u8] = b"s/ids";
 
-impl From<fjall::LsmError> for Error {
-    fn from(error: fjall::LsmError) -> Self {
-        Error::Db(error.into())
-    }
-}
-
 /// Audit entries sort by crystal, then by write order, so a crystal's log is one prefix scan.
 fn audit_key(crystal: CrystalId, seq: u64) -> [u8; 17] {
     let mut k = [0u8; 17];
@@ -309,8 +303,8 @@ struct Changes {
 /// The memory engine. Share it behind an `Arc`; its methods block (embedding, disk), so async
 /// callers use `spawn_blocking`.
 pub struct Memory {
-    keyspace: fjall::Keyspace,
-    tree: fjall::PartitionHandle,
+    db: fjall::Database,
+    tree: fjall::Keyspace,
     ids: Mutex<Ids>,
     /// Keyed by a fast hash: recall looks up every candidate here, and ids are the engine's
     /// own counter, not chosen by a peer.
@@ -387,16 +381,16 @@ impl Memory {
     /// the turn before the answer (6 → 12 and 10 → 14 of 19), for one more embedding per turn.
     pub const DEFAULT_CONTEXT_INDEXING: bool = true;
 
-    /// Opens the engine on `keyspace` (its partition [`crate::PARTITION`])
+    /// Opens the engine on `db` (its keyspace [`crate::KEYSPACE`])
     /// with its text index in `index_dir`, and rebuilds the derived indexes from the store.
     pub fn open(
-        keyspace: &fjall::Keyspace,
+        db: &fjall::Database,
         index_dir: &Path,
         config: Config,
         embedder: Arc<dyn Embedder>,
         now: UnixMillis,
     ) -> Result<Self, Error> {
-        let tree = crate::open_partition(keyspace)?;
+        let tree = crate::open_keyspace(db)?;
         let reserved = match tree.get(IDS)? {
             Some(bytes) => <[u8; 8]>::try_from(&bytes[..])
                 .map(u64::from_be_bytes)
@@ -418,7 +412,7 @@ impl Memory {
         };
         let tuning = Tuning::for_embedder(&*embedder);
         let memory = Self {
-            keyspace: keyspace.clone(),
+            db: db.clone(),
             tree,
             ids: Mutex::new(Ids::from(reserved)),
             crystals: RwLock::new(FxHashMap::default()),
@@ -445,7 +439,7 @@ impl Memory {
         let mut max_id = 0;
         let mut map = FxHashMap::default();
         for entry in self.tree.prefix([CRYSTAL]) {
-            let (k, v) = entry?;
+            let (k, v) = entry.into_inner()?;
             let mut crystal: Crystal =
                 serde_json::from_slice(&v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e))?;
             max_id = max_id.max(crystal.id);
@@ -469,7 +463,7 @@ impl Memory {
         let crystals = read(&self.crystals);
         for prefix in [EMBEDDING, CONTEXT, SENTENCES] {
             for entry in self.tree.prefix([prefix]) {
-                let (k, v) = entry?;
+                let (k, v) = entry.into_inner()?;
                 let Some(id) = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
                 // As `index` keeps it: only live crystals have vectors in the index.
                 if crystals.get(&id).is_some_and(is_live) {
@@ -724,7 +718,7 @@ impl Memory {
         let mut audit = Vec::new();
         for crystal in &chain {
             for entry in self.tree.prefix(key(AUDIT, crystal.id)) {
-                let (_, v) = entry?;
+                let v = entry.value()?;
                 audit.push(serde_json::from_slice(&v).map_err(|e| Error::Corrupt("audit".into(), e))?);
             }
         }

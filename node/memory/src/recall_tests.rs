@@ -14,7 +14,7 @@ const NOW: u64 = 1_795_305_600_000;
 const MINUTE: u64 = 60_000;
 
 fn open(dir: &std::path::Path) -> Memory {
-    let db = crate::testing::keyspace(&dir.join("db"));
+    let db = crate::testing::database(&dir.join("db"));
     Memory::open(&db, &dir.join("index"), Config::default(), Arc::new(Hashing::new(384)), NOW).unwrap()
 }
 
@@ -213,7 +213,7 @@ fn vector_scores(m: &Memory, query: &str) -> std::collections::HashMap<CrystalId
 #[test]
 fn a_turn_is_embedded_alone_once_and_found_by_the_turn_before_it() {
     let dir = tempfile::tempdir().unwrap();
-    let db = crate::testing::keyspace(&dir.path().join("db"));
+    let db = crate::testing::database(&dir.path().join("db"));
     let recording = Arc::new(Recording { inner: Hashing::new(384), calls: std::sync::Mutex::default() });
     let m = Memory::open(&db, &dir.path().join("index"), Config::default(), recording.clone(), NOW).unwrap();
     m.add(turn("Mel: which hotel should we book in Alfama?", "mel", "s1", NOW), "u", NOW).unwrap();
@@ -234,7 +234,7 @@ fn a_turn_is_embedded_alone_once_and_found_by_the_turn_before_it() {
 #[test]
 fn a_batch_of_turns_is_embedded_in_one_call_each_turn_in_context_of_the_one_before_it() {
     let dir = tempfile::tempdir().unwrap();
-    let db = crate::testing::keyspace(&dir.path().join("db"));
+    let db = crate::testing::database(&dir.path().join("db"));
     let recording = Arc::new(Recording { inner: Hashing::new(384), calls: std::sync::Mutex::default() });
     let m = Memory::open(&db, &dir.path().join("index"), Config::default(), recording.clone(), NOW).unwrap();
     let turns = vec![
@@ -269,8 +269,8 @@ fn an_acknowledged_add_is_found_by_text_by_the_very_next_search() {
 #[test]
 fn text_documents_no_search_committed_before_a_crash_are_found_after_reopening() {
     let dir = tempfile::tempdir().unwrap();
-    let db = crate::testing::keyspace(&dir.path().join("db"));
-    let open_on = |db: &fjall::Keyspace| {
+    let db = crate::testing::database(&dir.path().join("db"));
+    let open_on = |db: &fjall::Database| {
         Memory::open(db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), NOW).unwrap()
     };
     let m = open_on(&db);
@@ -325,7 +325,7 @@ impl Embedder for ByMeaning {
 fn a_memory_of_several_sentences_is_found_by_one_of_them_and_keeps_its_vectors_across_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let reopen = || {
-        let db = crate::testing::keyspace(&dir.path().join("db"));
+        let db = crate::testing::database(&dir.path().join("db"));
         let embedder = Arc::new(ByMeaning(Hashing::new(384)));
         Memory::open(&db, &dir.path().join("index"), Config::default(), embedder, NOW).unwrap()
     };
@@ -348,7 +348,7 @@ fn a_memory_of_several_sentences_is_found_by_one_of_them_and_keeps_its_vectors_a
 fn a_search_scoped_to_a_namespace_ranks_its_vectors_as_an_exact_search_of_everything_would() {
     let dir = tempfile::tempdir().unwrap();
     let reopen = || {
-        let db = crate::testing::keyspace(&dir.path().join("db"));
+        let db = crate::testing::database(&dir.path().join("db"));
         Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(ByMeaning(Hashing::new(384))), NOW)
             .unwrap()
     };

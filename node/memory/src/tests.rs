@@ -21,7 +21,7 @@ fn open(dir: &std::path::Path) -> Memory {
 
 /// Opens the engine in `dir` as of `now`.
 fn open_at(dir: &std::path::Path, now: druse_protocol::UnixMillis) -> Memory {
-    let db = crate::testing::keyspace(&dir.join("db"));
+    let db = crate::testing::database(&dir.join("db"));
     Memory::open(&db, &dir.join("index"), Config::default(), Arc::new(Hashing::new(384)), now).unwrap()
 }
 

@@ -16,7 +16,7 @@ use super::llm::Llm;
 use super::metrics::Metrics;
 use super::rules::{Gate, RateLimit};
 use super::schedule::{Entry, Schedule};
-use super::state::State;
+use super::state::{AgentState, Copy};
 use crate::config;
 use crate::node::Node;
 
@@ -56,7 +56,7 @@ pub(crate) struct Agent {
     pub(crate) llm: Llm,
     pub(crate) bsky: Bluesky,
     pub(crate) owner_did: String,
-    pub(crate) state: State,
+    pub(crate) state: AgentState,
     pub(crate) metrics: Metrics,
     pub(crate) status: Arc<Mutex<AgentStatus>>,
     pub(crate) limit: Mutex<RateLimit>,
@@ -80,7 +80,7 @@ impl Agent {
         llm: Llm,
         bsky: Bluesky,
         owner_did: String,
-        state: State,
+        state: AgentState,
         metrics: Metrics,
         status: Arc<Mutex<AgentStatus>>,
     ) -> Self {
@@ -103,23 +103,52 @@ impl Agent {
         }
     }
 
-    /// Reads and changes the schedule's memory, and persists it.
-    pub(crate) fn with_schedule<T>(&self, f: impl FnOnce(&mut Schedule) -> T) -> T {
-        let mut schedule = lock(&self.schedule);
-        let out = f(&mut schedule);
-        if let Err(error) = self.state.save_schedule(&schedule) {
-            tracing::error!(%error, "could not persist the agent's schedule");
+    /// Runs a write of the agent's state off the async threads (it blocks on the store's
+    /// journal); a failure is logged as failing to `what`, and gives `None`.
+    pub(crate) async fn write_state<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        write: impl FnOnce(&AgentState) -> Result<T, fjall::Error> + Send + 'static,
+    ) -> Option<T> {
+        let state = self.state.clone();
+        match crate::task::blocking(move || write(&state)).await {
+            Ok(Ok(out)) => Some(out),
+            Ok(Err(error)) => {
+                tracing::error!(%error, "could not {what}");
+                None
+            }
+            Err(error) => {
+                tracing::error!(%error, "could not {what}");
+                None
+            }
         }
+    }
+
+    /// Writes a copy of the gate taken under its lock; synced first if `durable` (before the
+    /// agent acts on what it changed).
+    pub(crate) async fn save_gate(&self, copy: Copy, durable: bool) {
+        self.write_state("persist the approval gate", move |state| state.save(copy, durable)).await;
+    }
+
+    /// Reads and changes the schedule's memory, and persists it.
+    pub(crate) async fn with_schedule<T>(&self, f: impl FnOnce(&mut Schedule) -> T) -> T {
+        let (out, copy) = {
+            let mut schedule = lock(&self.schedule);
+            let out = f(&mut schedule);
+            (out, self.state.schedule_copy(&schedule))
+        };
+        self.write_state("persist the agent's schedule", move |state| state.save(copy, false)).await;
         out
     }
 
     /// Records a musing posted at `now`.
-    pub(crate) fn mused(&self, now: u64) {
+    pub(crate) async fn mused(&self, now: u64) {
         let gap = self.config.session_gap;
         self.with_schedule(|s| {
             s.active(now, gap, false);
             s.mused_at = now;
-        });
+        })
+        .await;
     }
 
     /// The entry points due at `now` (musing, reflection), by the schedule.
@@ -132,10 +161,10 @@ impl Agent {
         lock(&self.limit).allow(author, now_ms())
     }
 
-    pub(crate) fn mark_handled(&self, n: &Notification) {
-        if let Err(error) = self.state.mark_handled(&id(n), now_ms()) {
-            tracing::error!(%error, "could not record a handled notification");
-        }
+    /// Records that `n` was handled, synced before this returns.
+    pub(crate) async fn mark_handled(&self, n: &Notification) {
+        let (handled, now) = (id(n), now_ms());
+        self.write_state("record a handled notification", move |state| state.mark_handled(&handled, now)).await;
         lock(&self.status).handled += 1;
     }
 }

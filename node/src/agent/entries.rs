@@ -213,7 +213,7 @@ impl Run {
         let facets = self.agent.facets_for(&a.text, "").await;
         let post = self.agent.bsky.post(&a.text, facets).await.map_err(|e| format!("error: the post failed: {e}"))?;
         Metrics::count(&self.agent.metrics.actions, "post");
-        self.agent.mused(now_ms());
+        self.agent.mused(now_ms()).await;
         tracing::info!(uri = %post.uri, "the agent mused: an original post");
         self.outcome.post = Some(post.uri.clone());
         Ok(format!("ok: posted as {}", post.uri))
@@ -390,10 +390,12 @@ impl Agent {
     async fn muse(self: &Arc<Self>) -> RunReport {
         let now = now_ms();
         let gap = self.config.session_gap;
-        let allowed = self.with_schedule(|s| {
-            s.musing_tried_at = now;
-            s.may_muse(now, gap)
-        });
+        let allowed = self
+            .with_schedule(|s| {
+                s.musing_tried_at = now;
+                s.may_muse(now, gap)
+            })
+            .await;
         if let Err(why) = allowed {
             return RunReport::new(Entry::Musing, "skipped", why.sentence());
         }
@@ -423,7 +425,7 @@ impl Agent {
 
     async fn reflect(self: &Arc<Self>) -> RunReport {
         let now = now_ms();
-        if self.with_schedule(|s| s.reflected_today(now)) {
+        if self.with_schedule(|s| s.reflected_today(now)).await {
             return RunReport::new(Entry::Reflection, "skipped", "the reflection of today is done: once per day");
         }
         let since = day(now) * DAY_MS;
@@ -455,7 +457,7 @@ impl Agent {
         run.sources = today.iter().map(|c| c.id).collect();
         match self.go(Entry::Reflection, system, user, &mut run).await {
             Ok(()) => {
-                self.with_schedule(|s| s.reflected_day = day(now) + 1);
+                self.with_schedule(|s| s.reflected_day = day(now) + 1).await;
                 let mut outcome = run.outcome;
                 outcome.detail = match outcome.crystals.first() {
                     Some(id) => format!("{} memories became the summary crystal {id}", today.len()),
@@ -465,7 +467,7 @@ impl Agent {
             }
             // Not marked done: tried again after a pause.
             Err(e) => {
-                self.with_schedule(|s| s.reflection_failed_at = now);
+                self.with_schedule(|s| s.reflection_failed_at = now).await;
                 RunReport::new(Entry::Reflection, "failed", e)
             }
         }

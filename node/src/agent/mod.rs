@@ -22,7 +22,7 @@ pub mod rules;
 mod run;
 pub mod schedule;
 mod secret;
-mod state;
+pub(crate) mod state;
 mod tools;
 
 pub use core::AgentStatus;
@@ -158,8 +158,15 @@ async fn connect(
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("agent.bluesky.owner: the handle {} does not resolve", config.bluesky.owner))?;
-    let state = state::State::open(node.store().db()).map_err(|e| e.to_string())?;
-    let pruned = state.prune(now_ms());
+    let db = node.store().database().clone();
+    let (state, pruned) = crate::task::blocking(move || -> Result<_, fjall::Error> {
+        let state = state::AgentState::open(&db)?;
+        let pruned = state.prune(now_ms())?;
+        Ok((state, pruned))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
     tracing::info!(handle = bsky.handle(), did = bsky.did(), session = ?origin, pruned, "the agent is on Bluesky");
     let how = match origin {
         bluesky::SessionOrigin::Reused => "reused",

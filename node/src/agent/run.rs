@@ -57,21 +57,21 @@ impl Agent {
             match n.reason.as_str() {
                 "like" => {
                     self.on_like(&n).await;
-                    self.mark_handled(&n);
+                    self.mark_handled(&n).await;
                 }
                 // A reply that also @-mentions the agent arrives as `mention`: both are for it.
                 "mention" | "reply" | "quote" => {
-                    self.consent_from(&n);
+                    self.consent_from(&n).await;
                     let root = n.root.as_ref().map_or_else(|| n.uri.clone(), |r| r.uri.clone());
                     // The same post can come as a mention and a reply: answer it once.
                     let thread = threads.entry(root).or_default();
                     if thread.iter().any(|o| o.uri == n.uri) {
-                        self.mark_handled(&n);
+                        self.mark_handled(&n).await;
                     } else {
                         thread.push(n);
                     }
                 }
-                _ => self.mark_handled(&n),
+                _ => self.mark_handled(&n).await,
             }
         }
         let batches: Vec<Vec<Notification>> = threads.into_values().collect();
@@ -87,34 +87,37 @@ impl Agent {
         {
             tracing::warn!(%error, "could not mark notifications seen");
         }
-        let mut gate = lock(&self.gate);
-        gate.expire(now_ms());
-        let _ = self.state.save_gate(&gate);
+        let copy = {
+            let mut gate = lock(&self.gate);
+            gate.expire(now_ms());
+            self.state.gate_copy(&gate)
+        };
+        self.save_gate(copy, false).await;
         Ok(())
     }
 
     /// A user opts in to being tagged by saying "tag me", and out by "don't tag me".
-    fn consent_from(&self, n: &Notification) {
+    async fn consent_from(&self, n: &Notification) {
         let text = n.text.to_lowercase();
         let no = text.contains("don't tag me") || text.contains("do not tag me") || text.contains("dont tag me");
-        if (no || text.contains("tag me"))
-            && let Err(error) = self.state.set_consent(&n.author_did, !no)
-        {
-            tracing::error!(%error, "could not store a tagging consent");
+        if no || text.contains("tag me") {
+            let did = n.author_did.clone();
+            self.write_state("store a tagging consent", move |state| state.set_consent(&did, !no)).await;
         }
     }
 
     /// An owner's like of a pending request post approves that request's action, once.
     async fn on_like(self: &Arc<Self>, n: &Notification) {
         let Some(subject) = n.subject.as_deref() else { return };
-        let outcome = {
+        let (outcome, copy) = {
             let mut gate = lock(&self.gate);
             let pending = gate.pending().any(|r| r.post == subject);
             let outcome = gate.like(subject, &n.author_did, &self.owner_did, now_ms());
-            let _ = self.state.save_gate(&gate);
             // A stranger's like of an ordinary post is no gate event at all.
-            (pending || n.author_did == self.owner_did).then_some(outcome)
+            ((pending || n.author_did == self.owner_did).then_some(outcome), self.state.gate_copy(&gate))
         };
+        // Synced before the approved action runs: a restart never approves it again.
+        self.save_gate(copy, true).await;
         match outcome {
             Some(Ok(action)) => {
                 self.metrics.gate_approvals.inc();
@@ -173,7 +176,8 @@ impl Agent {
         // The agent reports its own executions of the skill: those that made it a skill now,
         // each later one as it happens (see `crystallize`).
         if let Some(sequence) = self.state.pattern(crystal) {
-            let _ = self.state.set_published(&sequence, &id.to_string());
+            let (published, listing) = (sequence.clone(), id.to_string());
+            self.write_state("record a published skill", move |state| state.set_published(&published, &listing)).await;
             let done = self.state.count_of(&sequence);
             for _ in 0..done.min(100) {
                 self.report_execution(id).await;
@@ -208,9 +212,12 @@ impl Agent {
         super::llm::truncate(&mut text, 290);
         let facets = self.facets_for(&text, "").await;
         let post = self.bsky.post(&text, facets).await.map_err(|e| e.to_string())?;
-        let mut gate = lock(&self.gate);
-        gate.open(post.uri.clone(), action, now_ms(), self.config.approval_ttl);
-        let _ = self.state.save_gate(&gate);
+        let copy = {
+            let mut gate = lock(&self.gate);
+            gate.open(post.uri.clone(), action, now_ms(), self.config.approval_ttl);
+            self.state.gate_copy(&gate)
+        };
+        self.save_gate(copy, false).await;
         self.metrics.gate_requests.inc();
         Ok(format!("ok: asked the owner for approval in {}", post.uri))
     }
@@ -308,7 +315,7 @@ impl Agent {
             } else {
                 self.metrics.refuse("rate_limit");
                 tracing::info!(author = %n.author_handle, "over the per-author limit: no reply");
-                self.mark_handled(&n);
+                self.mark_handled(&n).await;
             }
         }
         if allowed.is_empty() {
@@ -335,9 +342,9 @@ impl Agent {
             Ok(run) => {
                 super::metrics::Metrics::count(&self.metrics.batches, if run.exhausted { "step_limit" } else { "ok" });
                 let gap = self.config.session_gap;
-                self.with_schedule(|s| s.active(now_ms(), gap, true));
+                self.with_schedule(|s| s.active(now_ms(), gap, true)).await;
                 for n in &allowed {
-                    self.mark_handled(n);
+                    self.mark_handled(n).await;
                     lock(&self.failing).remove(&id(n));
                 }
                 let replied = handler.replied.clone();
@@ -352,17 +359,22 @@ impl Agent {
                 let pause = self.config.poll_interval.as_millis() as u64;
                 for n in &left {
                     let now = now_ms();
-                    let mut failing = lock(&self.failing);
-                    if failing.len() >= MAX_FAILING && !failing.contains_key(&id(n)) {
-                        failing.retain(|_, f| now.saturating_sub(f.since) < GIVE_UP_AFTER_MS);
-                    }
-                    let f = failing.entry(id(n)).or_insert(Failing { since: now, tries: 0, next: now });
-                    f.tries += 1;
-                    f.next = now + pause.saturating_mul(1 << f.tries.min(16)).min(MAX_RETRY_PAUSE_MS);
-                    if now.saturating_sub(f.since) >= GIVE_UP_AFTER_MS {
-                        failing.remove(&id(n));
-                        drop(failing);
-                        self.mark_handled(n);
+                    let give_up = {
+                        let mut failing = lock(&self.failing);
+                        if failing.len() >= MAX_FAILING && !failing.contains_key(&id(n)) {
+                            failing.retain(|_, f| now.saturating_sub(f.since) < GIVE_UP_AFTER_MS);
+                        }
+                        let f = failing.entry(id(n)).or_insert(Failing { since: now, tries: 0, next: now });
+                        f.tries += 1;
+                        f.next = now + pause.saturating_mul(1 << f.tries.min(16)).min(MAX_RETRY_PAUSE_MS);
+                        let give_up = now.saturating_sub(f.since) >= GIVE_UP_AFTER_MS;
+                        if give_up {
+                            failing.remove(&id(n));
+                        }
+                        give_up
+                    };
+                    if give_up {
+                        self.mark_handled(n).await;
                         given_up += 1;
                     }
                 }
@@ -494,7 +506,11 @@ impl Agent {
     /// Seed 004: a tool sequence that succeeded `crystallize_after` times becomes a
     /// `task_pattern` crystal.
     async fn crystallize(&self, sequence: &str) {
-        let Ok(count) = self.state.count_sequence(sequence) else { return };
+        let counted = sequence.to_owned();
+        let Some(count) = self.write_state("count a tool sequence", move |state| state.count_sequence(&counted)).await
+        else {
+            return;
+        };
         if let Some(id) = self.state.published(sequence).and_then(|id| id.parse().ok()) {
             self.report_execution(id).await;
             return;
@@ -509,7 +525,8 @@ impl Agent {
         new.decay_class = DecayClass::Never;
         match self.store(new).await {
             Ok(id) => {
-                let _ = self.state.set_pattern(id, sequence);
+                let pattern = sequence.to_owned();
+                self.write_state("record a task pattern", move |state| state.set_pattern(id, &pattern)).await;
                 tracing::info!(crystal = id, sequence, "a tool sequence became a task-pattern crystal");
             }
             Err(error) => tracing::warn!(%error, "could not store a task pattern"),

@@ -162,7 +162,7 @@ impl Batch {
         match self.agent.bsky.reply(&a.text, &parent, &root, facets).await {
             Ok(post) => {
                 self.agent.metrics.replies.inc();
-                self.agent.mark_handled(&note);
+                self.agent.mark_handled(&note).await;
                 self.replied.push(Replied { to: note, text: a.text });
                 Ok(format!("ok: replied as {}", post.uri))
             }

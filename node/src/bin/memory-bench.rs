@@ -463,7 +463,7 @@ impl Drop for Scratch {
 }
 
 fn open(dir: &Path, embedder: Arc<dyn Embedder>, now: u64) -> anyhow::Result<Memory> {
-    let db = druse_node::store::open_keyspace(&dir.join("db"), 64 << 20).context("store")?;
+    let db = druse_node::store::open_database(&dir.join("db"), 64 << 20).context("store")?;
     Ok(Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now)?)
 }
 

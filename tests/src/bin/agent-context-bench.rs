@@ -64,7 +64,7 @@ fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let embedder = druse_memory::embed::from_config(&Config::default().memory.embed)?;
     let now = druse_protocol::now_ms();
-    let db = druse_node::store::open_keyspace(&dir.path().join("db"), 64 << 20)?;
+    let db = druse_node::store::open_database(&dir.path().join("db"), 64 << 20)?;
     let memory = Memory::open(&db, &dir.path().join("index"), EngineConfig::default(), embedder, now)?;
     let mut rng = StdRng::seed_from_u64(11);
     let mut batch = Vec::new();

@@ -19,29 +19,29 @@ impl Memory {
 
     /// A batch of writes to the engine's partition, to fill with [`Memory::put`] and
     /// [`Memory::delete`] and commit with [`Memory::apply`].
-    pub(super) fn batch(&self) -> fjall::Batch {
-        self.keyspace.batch()
+    pub(super) fn batch(&self) -> fjall::OwnedWriteBatch {
+        self.db.batch()
     }
 
-    pub(super) fn put(&self, batch: &mut fjall::Batch, key: &[u8], value: Vec<u8>) {
+    pub(super) fn put(&self, batch: &mut fjall::OwnedWriteBatch, key: &[u8], value: Vec<u8>) {
         batch.insert(&self.tree, key, value);
     }
 
-    pub(super) fn delete(&self, batch: &mut fjall::Batch, key: &[u8]) {
+    pub(super) fn delete(&self, batch: &mut fjall::OwnedWriteBatch, key: &[u8]) {
         batch.remove(&self.tree, key);
     }
 
     /// Commits a batch, all of it or none; it reaches the operating system before this
     /// returns, so it survives the process being killed ([`Memory::sync`] makes it survive a
     /// power cut).
-    pub(super) fn apply(&self, batch: fjall::Batch) -> Result<(), Error> {
+    pub(super) fn apply(&self, batch: fjall::OwnedWriteBatch) -> Result<(), Error> {
         batch.durability(Some(fjall::PersistMode::Buffer)).commit()?;
         Ok(())
     }
 
     /// Makes every committed batch durable.
     pub(super) fn sync(&self) -> Result<(), Error> {
-        self.keyspace.persist(fjall::PersistMode::SyncAll)?;
+        self.db.persist(fjall::PersistMode::SyncAll)?;
         Ok(())
     }
 
@@ -59,7 +59,7 @@ impl Memory {
     }
 
     /// Adds a set of changes to a batch.
-    pub(super) fn add_to_batch(&self, changes: &Changes, batch: &mut fjall::Batch) -> Result<(), Error> {
+    pub(super) fn add_to_batch(&self, changes: &Changes, batch: &mut fjall::OwnedWriteBatch) -> Result<(), Error> {
         for (crystal, bytes) in changes.crystals.iter().zip(encode_crystals(&changes.crystals)?) {
             self.put(batch, &key(CRYSTAL, crystal.id), bytes);
         }

@@ -227,7 +227,7 @@ async fn start(cli: &Cli) -> anyhow::Result<(Target, String)> {
         Via::Engine => {
             let embedder = bench_embedder(cli)?;
             let name = embedder.name().to_owned();
-            let db = druse_node::store::open_keyspace(&dir.join("db"), 64 << 20)?;
+            let db = druse_node::store::open_database(&dir.join("db"), 64 << 20)?;
             let memory = Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now())?;
             Ok((Target::Engine { memory: Arc::new(memory) }, name))
         }

@@ -36,8 +36,8 @@ impl Embedder for Counting {
 }
 
 /// The store in `dir`.
-fn db(dir: &Path) -> fjall::Keyspace {
-    crate::testing::keyspace(&dir.join("db"))
+fn db(dir: &Path) -> fjall::Database {
+    crate::testing::database(&dir.join("db"))
 }
 
 fn open(dir: &Path, embedder: Arc<dyn Embedder>) -> Memory {
@@ -96,7 +96,7 @@ fn a_store_that_never_recorded_its_embedder_is_re_embedded_once() {
     stored(dir.path());
     {
         let db = db(dir.path());
-        crate::open_partition(&db).unwrap().remove(EMBEDDER).unwrap();
+        crate::open_keyspace(&db).unwrap().remove(EMBEDDER).unwrap();
         db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
     let embedder = Counting::new(384);
