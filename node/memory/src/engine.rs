@@ -1,5 +1,5 @@
 //! The memory engine: one place that stores, indexes, reconciles, recalls and consolidates
-//! crystals. The store's `memory` partition is the source of truth (crystals, embeddings and
+//! crystals. The store's `memory` keyspace is the source of truth (crystals, embeddings and
 //! the audit log share it, so a change and its audit entry commit in one batch); the vector and
 //! text indexes are derived from it and rebuilt at start-up.
 

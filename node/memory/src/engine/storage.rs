@@ -1,4 +1,4 @@
-//! Writing the engine's partition: batches of changes, made durable, and the ids the engine
+//! Writing the engine's keyspace: batches of changes, made durable, and the ids the engine
 //! hands out.
 
 use super::codec::encode_vector;
@@ -17,7 +17,7 @@ impl Memory {
         self.apply(batch)
     }
 
-    /// A batch of writes to the engine's partition, to fill with [`Memory::put`] and
+    /// A batch of writes to the engine's keyspace, to fill with [`Memory::put`] and
     /// [`Memory::delete`] and commit with [`Memory::apply`].
     pub(super) fn batch(&self) -> fjall::OwnedWriteBatch {
         self.db.batch()
