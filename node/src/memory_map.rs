@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::node::Node;
 use druse_memory::Memory;
-use druse_memory::crystal::{Crystal, CrystalId, Lifecycle, MemoryKind, Status};
+use druse_memory::crystal::{Crystal, CrystalId, Lifecycle, MemoryKind, Origin, Status};
 use druse_memory::decay::DecayClass;
 use druse_memory::governance::Caller;
 use druse_protocol::now_ms;
@@ -77,6 +77,8 @@ pub struct Point {
     pub namespace: String,
     pub kind: MemoryKind,
     pub semantic_type: SemanticType,
+    /// How it came to be: `skill` for the agent's own skills, `peer` for the swarm's.
+    pub origin: Origin,
     pub lifecycle: Lifecycle,
     pub status: Status,
     pub importance: f64,
@@ -192,6 +194,7 @@ fn point(c: &Crystal, x: f32, y: f32, now: UnixMillis) -> Point {
         namespace: c.namespace.as_string(),
         kind: c.kind,
         semantic_type: c.semantic_type,
+        origin: c.origin,
         lifecycle: c.lifecycle,
         status: c.status,
         importance: c.importance,

@@ -25,6 +25,10 @@ pub struct AgentSetup {
     pub llm: String,
     /// Extra lines for the `[agent]` table (e.g. `per_author_replies = 3`).
     pub extra: String,
+    /// Peers to dial at start (`[p2p] bootstrap`).
+    pub bootstrap: Vec<String>,
+    /// The management keys' trust list (`[trust] trust_list`), if any.
+    pub trust_list: Option<PathBuf>,
 }
 
 /// A running node with its agent.
@@ -41,13 +45,16 @@ pub struct AgentNode {
 /// The config file of a scenario's node: every listener on a port the OS picks.
 pub fn config(setup: &AgentSetup, data_dir: &Path) -> String {
     let (api, metrics) = ("127.0.0.1:0", "127.0.0.1:0");
+    let trust = setup.trust_list.as_ref().map(|p| format!("[trust]\ntrust_list = {:?}\n", p.display().to_string()));
     format!(
-        "[store]\ndata_dir = {data:?}\n[p2p]\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nmdns = false\nheartbeat = \"100ms\"\n\
-         [api]\nlisten = {api:?}\n[metrics]\nlisten = {metrics:?}\n\
+        "[store]\ndata_dir = {data:?}\n{trust}[p2p]\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nmdns = false\nheartbeat = \"100ms\"\n\
+         bootstrap = {bootstrap:?}\n[api]\nlisten = {api:?}\n[metrics]\nlisten = {metrics:?}\n\
          [agent]\nenabled = true\npoll_interval = \"300ms\"\n{extra}\n\
          [agent.bluesky]\nservice = {pds:?}\nhandle = {handle:?}\npassword_env = {PASSWORD_ENV:?}\nowner = {owner:?}\n\
          [agent.llm]\nbase_url = {llm:?}\nmodel = \"scripted\"\ntimeout = \"5s\"\nmax_retries = 2\nretry_backoff = \"50ms\"\n",
         data = data_dir.display().to_string(),
+        trust = trust.unwrap_or_default(),
+        bootstrap = setup.bootstrap,
         extra = setup.extra,
         pds = setup.pds,
         handle = setup.handle,

@@ -225,6 +225,8 @@ pub struct Notification {
     pub text: String,
     /// The thread's root, when the post is a reply.
     pub root: Option<PostRef>,
+    /// The post it answers, when it is a reply.
+    pub parent: Option<PostRef>,
     pub indexed_at: String,
 }
 
@@ -504,6 +506,21 @@ impl Bluesky {
         }
     }
 
+    /// Whether the account `did` blocks the agent (its profile as the agent sees it says so).
+    pub async fn blocks_me(&self, did: &str) -> Result<bool, Error> {
+        let actor = AtIdentifier::from_str(did).map_err(|e| Error::Invalid(format!("{did}: {e}")))?;
+        let profile = self
+            .agent
+            .api
+            .app
+            .bsky
+            .actor
+            .get_profile(bsky::actor::get_profile::ParametersData { actor }.into())
+            .await
+            .map_err(xrpc)?;
+        Ok(profile.data.viewer.as_ref().and_then(|v| v.blocked_by).unwrap_or(false))
+    }
+
     /// Mention facets for the `@handle`s in `text` that `may_tag` allows, each resolved
     /// through the agent's PDS; a handle that does not resolve gets none.
     pub async fn facets(&self, text: &str, may_tag: impl Fn(&str, &str) -> bool) -> Result<Vec<Facet>, Error> {
@@ -549,11 +566,13 @@ fn capped(mut text: String) -> String {
 
 fn notification(n: bsky::notification::list_notifications::NotificationData) -> Notification {
     let record = serde_json::to_value(&n.record).unwrap_or(Value::Null);
-    let root = record.get("reply").and_then(|r| r.get("root")).and_then(|root| {
-        let uri = root.get("uri")?.as_str()?.to_owned();
-        let cid = root.get("cid")?.as_str()?.to_owned();
+    let reference = |which: &str| {
+        let post = record.get("reply")?.get(which)?;
+        let uri = post.get("uri")?.as_str()?.to_owned();
+        let cid = post.get("cid")?.as_str()?.to_owned();
         Some(PostRef { uri, cid })
-    });
+    };
+    let (root, parent) = (reference("root"), reference("parent"));
     Notification {
         uri: n.uri,
         cid: n.cid.as_ref().to_string(),
@@ -563,6 +582,7 @@ fn notification(n: bsky::notification::list_notifications::NotificationData) -> 
         subject: n.reason_subject,
         text: capped(str_at(&record, &["text"])),
         root,
+        parent,
         indexed_at: n.indexed_at.as_str().to_owned(),
     }
 }

@@ -37,9 +37,16 @@ const WIDE: usize = 100;
 /// One swarm skill as the skills block shows it.
 #[derive(Debug, Clone)]
 pub struct SkillLine {
+    /// The listing's content id: what `use_skill` takes.
+    pub id: String,
     pub name: String,
     pub verified: bool,
-    pub computed_price: f64,
+    /// What adopting it costs this node, in micro-USDC (0 below the quality gate).
+    pub price_micros: u64,
+    /// The publisher's reputation from signed evidence.
+    pub reputation: f64,
+    /// This node adopted it already.
+    pub adopted: bool,
     pub summary: String,
 }
 
@@ -168,16 +175,22 @@ pub fn episodic_block(memory: &Memory, query: &str, budgets: &Budgets, now: Unix
 pub fn skills_block(skills: &[SkillLine], budgets: &Budgets) -> String {
     block(
         "SWARM SKILLS",
-        "low unless verified",
+        "low unless verified; use_skill with a skill id adopts one and returns its procedure",
         skills
             .iter()
             .map(|s| {
                 format!(
-                    "- {} ({}, computed price {:.4} USDC): {}",
+                    "- skill {}: {} ({}, {}, publisher reputation {:.2}): {}",
+                    s.id,
                     quote(&s.name, 80),
                     if s.verified { "verified by management" } else { "unverified" },
-                    s.computed_price,
-                    quote(&s.summary, 200)
+                    if s.adopted {
+                        "adopted".to_owned()
+                    } else {
+                        format!("price {} micro-USDC", s.price_micros)
+                    },
+                    s.reputation,
+                    quote(&s.summary, 300)
                 )
             })
             .collect(),

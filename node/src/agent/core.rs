@@ -37,6 +37,9 @@ pub struct AgentStatus {
     pub handled: u64,
     pub replies: u64,
     pub approvals: u64,
+    /// Micro-USDC spent on the swarm's skills today (UTC), and what the owner allows per day.
+    pub skills_spent_today: u64,
+    pub skill_budget_per_day: u64,
     pub last_error: Option<String>,
 }
 
@@ -63,6 +66,8 @@ pub(crate) struct Agent {
     pub(crate) gate: Mutex<Gate>,
     pub(crate) failing: Mutex<HashMap<String, Failing>>,
     pub(crate) schedule: Mutex<Schedule>,
+    /// Held by a distill pass: one at a time.
+    pub(crate) distilling: tokio::sync::Mutex<()>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -92,6 +97,7 @@ impl Agent {
             limit: Mutex::new(RateLimit::new(config.per_author_replies, config.per_author_window)),
             gate: Mutex::new(gate),
             failing: Mutex::new(HashMap::new()),
+            distilling: tokio::sync::Mutex::new(()),
             node,
             config,
             llm,

@@ -222,7 +222,7 @@ impl Run {
     async fn remember(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: TextArg = args(call)?;
         let new = memory(a.text, Namespace::Episodic, MemoryKind::Observation, SemanticType::Episode);
-        self.agent.store(new).await.map(|id| format!("ok: remembered as crystal {id}"))
+        self.agent.store(new).await.map(|id| format!("ok: remembered as crystal {id}")).map_err(|e| format!("error: {e}"))
     }
 
     async fn summary(&mut self, call: &ToolCall) -> Result<String, String> {
@@ -240,7 +240,7 @@ impl Run {
         );
         new.metadata =
             Some(json!({"reflection_of": self.sources, "day": date}).as_object().cloned().unwrap_or_default());
-        let id = self.agent.store(new).await?;
+        let id = self.agent.store(new).await.map_err(|e| format!("error: {e}"))?;
         self.outcome.crystals.push(id);
         Ok(format!("ok: the summary is crystal {id}"))
     }

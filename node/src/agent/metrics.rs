@@ -47,6 +47,18 @@ pub struct Metrics {
     pub sessions: Family<Label, Counter>,
     /// Access tokens refreshed with the refresh token.
     pub session_refreshes: Gauge,
+    /// Skills the distill pass wrote, by `new` or `new_version`.
+    pub skills_distilled: Family<Label, Counter>,
+    /// Skills kept from the swarm, by reason (`privacy`).
+    pub skills_refused: Family<Label, Counter>,
+    /// Skills whose procedure a run used, by origin (`own`, `swarm`).
+    pub skills_used: Family<Label, Counter>,
+    /// Swarm skills the agent adopted (paid for).
+    pub skills_adopted: Counter,
+    /// Execution reports signed for swarm skills from a run's reward, by `success`/`failure`.
+    pub rewards_reported: Family<Label, Counter>,
+    /// Runs closed, by outcome (`good`, `bad`, `neutral`, `silent`).
+    pub runs_closed: Family<Label, Counter>,
 }
 
 fn histogram() -> Histogram {
@@ -72,6 +84,12 @@ impl Default for Metrics {
             reconciled: Family::default(),
             sessions: Family::default(),
             session_refreshes: Gauge::default(),
+            skills_distilled: Family::default(),
+            skills_refused: Family::default(),
+            skills_used: Family::default(),
+            skills_adopted: Counter::default(),
+            rewards_reported: Family::default(),
+            runs_closed: Family::default(),
         }
     }
 }
@@ -96,6 +114,12 @@ impl Metrics {
         r.register("reconciled", "Observations reconciled, by decision or by the rules", m.reconciled.clone());
         r.register("sessions", "Bluesky sessions started, by how", m.sessions.clone());
         r.register("session_refreshes", "Access tokens refreshed with the refresh token", m.session_refreshes.clone());
+        r.register("skills_distilled", "Skills distilled from episodes that went well, by kind", m.skills_distilled.clone());
+        r.register("skills_refused", "Distilled skills kept from the swarm, by reason", m.skills_refused.clone());
+        r.register("skills_used", "Skills whose procedure a run used, by origin", m.skills_used.clone());
+        r.register("skills_adopted", "Swarm skills the agent adopted", m.skills_adopted.clone());
+        r.register("rewards_reported", "Execution reports signed from a run's reward, by outcome", m.rewards_reported.clone());
+        r.register("runs_closed", "Runs closed with their outcome, by outcome", m.runs_closed.clone());
         m
     }
 

@@ -13,16 +13,19 @@
 pub mod bluesky;
 pub mod context;
 mod core;
+mod distill;
 mod entries;
 pub mod facets;
 pub mod llm;
 pub mod metrics;
+pub mod outcome;
 pub mod reconcile;
 pub mod rules;
 mod run;
 pub mod schedule;
 mod secret;
 pub(crate) mod state;
+mod swarm;
 mod tools;
 
 pub use core::AgentStatus;
@@ -128,6 +131,7 @@ pub fn start(node: &Node, metrics: metrics::Metrics, secrets: Secrets) -> Handle
         handle: config.bluesky.handle.clone(),
         owner: config.bluesky.owner.clone(),
         model: config.llm.model.clone(),
+        skill_budget_per_day: config.skill_budget_per_day,
         ..AgentStatus::default()
     }));
     let (runs, requests) = mpsc::channel(MAX_WAITING_RUNS);
@@ -174,10 +178,12 @@ async fn connect(
     };
     metrics::Metrics::count(&metrics.sessions, how);
     metrics.session_refreshes.set(bsky.refreshes() as i64);
+    let spent_today = state.spent(now_ms() / 86_400_000);
     set(status, |s| {
         s.state = "running";
         s.did = Some(bsky.did().to_owned());
         s.session = Some(origin);
+        s.skills_spent_today = spent_today;
     });
     Ok(Arc::new(core::Agent::new(node.clone(), llm, bsky, owner_did, state, metrics.clone(), Arc::clone(status))))
 }

@@ -89,6 +89,8 @@ pub enum Gated {
         #[serde(default)]
         handle: String,
     },
+    /// Adopt a swarm skill whose price is above what the agent may spend alone.
+    AdoptSkill { skill: String, name: String, price: u64 },
 }
 
 impl Gated {
@@ -99,6 +101,9 @@ impl Gated {
             Gated::Post { text } => format!("post: \"{text}\""),
             Gated::Follow { did, handle } if !handle.is_empty() => format!("follow {handle} ({did})"),
             Gated::Follow { did, .. } => format!("follow {did}"),
+            Gated::AdoptSkill { name, price, .. } => {
+                format!("adopt the swarm skill \"{name}\" for {price} micro-USDC")
+            }
         }
     }
 }

@@ -15,12 +15,41 @@ use super::bluesky::{Facet, Notification};
 use super::context;
 use super::core::{Agent, Failing, id, lock, memory};
 use super::llm::Message;
+use super::outcome::{self, Answered, Run, Signal};
 use super::rules::{BatchScope, Gated};
+use super::state::Good;
 use super::tools::{self, Batch};
-use druse_memory::crystal::{CrystalId, MemoryKind, Namespace, Origin};
+use druse_memory::crystal::{CrystalId, MemoryKind, Namespace};
 use druse_memory::decay::DecayClass;
 use druse_memory::engine::NewMemory;
 use druse_protocol::now_ms;
+
+/// Why an action the agent took (or the owner approved) failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ActionError {
+    #[error(transparent)]
+    Bluesky(#[from] super::bluesky::Error),
+    #[error("there is no crystal {0}")]
+    NoCrystal(CrystalId),
+    #[error("crystal {0} is not a skill the agent distilled")]
+    NotASkill(CrystalId),
+    #[error("skill {0} may not leave the node: {1}")]
+    Private(CrystalId, String),
+    #[error("skill {0} is replaced by a newer version")]
+    Superseded(CrystalId),
+    #[error("the skill may not be published: {0}")]
+    Refused(#[from] druse_memory::governance::Refusal),
+    #[error(transparent)]
+    Node(#[from] crate::node::Error),
+    #[error("memory: {0}")]
+    Memory(String),
+    #[error(transparent)]
+    Skill(#[from] super::swarm::UseError),
+}
+
+/// Runs closed in one poll, at most (each may ask the AppView whether the person blocked the
+/// agent); the rest close at the next.
+const CLOSED_PER_POLL: usize = 32;
 
 /// A notification whose batch keeps failing (the model down, or answering garbage) is tried
 /// again at later polls with a growing pause, and given up only after this long, with a log
@@ -57,11 +86,17 @@ impl Agent {
             match n.reason.as_str() {
                 "like" => {
                     self.on_like(&n).await;
+                    if let Some(subject) = &n.subject {
+                        self.signal(subject, &n.author_did, Signal::Liked).await;
+                    }
                     self.mark_handled(&n).await;
                 }
                 // A reply that also @-mentions the agent arrives as `mention`: both are for it.
                 "mention" | "reply" | "quote" => {
                     self.consent_from(&n).await;
+                    if let Some(parent) = &n.parent {
+                        self.signal(&parent.uri, &n.author_did, outcome::classify(&n.text)).await;
+                    }
                     let root = n.root.as_ref().map_or_else(|| n.uri.clone(), |r| r.uri.clone());
                     // The same post can come as a mention and a reply: answer it once.
                     let thread = threads.entry(root).or_default();
@@ -93,7 +128,82 @@ impl Agent {
             self.state.gate_copy(&gate)
         };
         self.save_gate(copy, false).await;
+        self.close_runs().await;
         Ok(())
+    }
+
+    /// Notes a reaction to one of the agent's replies on the run that posted it.
+    async fn signal(&self, reply: &str, person: &str, signal: Signal) {
+        let Some(mut run) = self.state.run_of_reply(reply) else { return };
+        if run.note(reply, person, signal, now_ms()) {
+            tracing::info!(run = %run.id, signal = signal.as_str(), "a reaction to a run's reply");
+            self.write_state("record a run's signal", move |state| state.put_run(&run)).await;
+        }
+    }
+
+    /// Closes the runs whose outcome is known (quiet after a signal) or whose window ended:
+    /// reports the reward of the swarm skill a run used, and hands episodes that went well to
+    /// the distill pass. A run with no signal closes unreported.
+    pub(crate) async fn close_runs(self: &Arc<Self>) {
+        let now = now_ms();
+        let window = self.config.outcome_window.as_millis() as u64;
+        let quiet = self.config.outcome_quiet.as_millis() as u64;
+        let due: Vec<Run> = self.state.runs().into_iter().filter(|r| r.closes(now, window, quiet)).collect();
+        let mut distill = Vec::new();
+        for mut run in due.into_iter().take(CLOSED_PER_POLL) {
+            // A block is seen on the person's profile, not in the notifications.
+            let people: std::collections::BTreeSet<String> = run.answered.iter().map(|a| a.person.clone()).collect();
+            for person in people {
+                match self.bsky.blocks_me(&person).await {
+                    Ok(true) => {
+                        if let Some(reply) = run.answered.iter().find(|a| a.person == person).map(|a| a.reply.clone()) {
+                            run.note(&reply, &person, Signal::Blocked, now);
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(error) => tracing::debug!(%error, "could not read whether a person blocks the agent"),
+                }
+            }
+            let reward = outcome::reward(&run.signals);
+            let label = match reward {
+                None => "silent",
+                Some(r) if r >= self.config.good_reward => "good",
+                Some(r) if r > 0.0 => "neutral",
+                Some(_) => "bad",
+            };
+            super::metrics::Metrics::count(&self.metrics.runs_closed, label);
+            let closed = run.clone();
+            if self.write_state("close a run", move |state| state.close_run(&closed)).await.is_none() {
+                continue;
+            }
+            let Some(reward) = reward else {
+                tracing::info!(run = %run.id, "a run closed without any reaction: nothing to report");
+                continue;
+            };
+            tracing::info!(run = %run.id, reward, signals = ?run.signals, "a run closed");
+            if let Some(skill) = &run.skill {
+                self.report_reward(skill, reward).await;
+            }
+            if reward >= self.config.good_reward {
+                for episode in run.episodes.clone() {
+                    let good = Good { reward, at: now };
+                    if self.write_state("record a good episode", move |s| s.add_good(episode, &good)).await.is_some() {
+                        distill.push(episode);
+                    }
+                }
+            }
+        }
+        if !distill.is_empty() {
+            // The distill pass calls the model: it runs beside the polls, one pass at a time,
+            // so a slow model never holds a reply.
+            let agent = Arc::clone(self);
+            tokio::spawn(async move {
+                let _one_at_a_time = agent.distilling.lock().await;
+                for episode in distill {
+                    agent.distill_around(episode).await;
+                }
+            });
+        }
     }
 
     /// A user opts in to being tagged by saying "tag me", and out by "don't tag me".
@@ -136,72 +246,78 @@ impl Agent {
     }
 
     /// Carries out an approved action.
-    async fn execute(&self, action: Gated) -> Result<(), String> {
+    async fn execute(&self, action: Gated) -> Result<(), ActionError> {
         match action {
             Gated::Post { text } => {
                 let facets = self.facets_for(&text, "").await;
-                self.bsky.post(&text, facets).await.map_err(|e| e.to_string())?;
+                self.bsky.post(&text, facets).await?;
                 super::metrics::Metrics::count(&self.metrics.actions, "post");
                 Ok(())
             }
             Gated::Follow { did, .. } => {
-                let follow = self.bsky.follow(&did).await.map_err(|e| e.to_string())?;
+                let follow = self.bsky.follow(&did).await?;
                 super::metrics::Metrics::count(&self.metrics.actions, "follow");
                 tracing::info!(%did, record = %follow.uri, "followed an account the owner approved");
                 Ok(())
             }
             Gated::PublishSkill { crystal, .. } => self.publish_skill(crystal).await,
+            Gated::AdoptSkill { skill, price, .. } => {
+                let id = skill.parse().map_err(|_| super::swarm::UseError::BadId(skill.clone()))?;
+                let paid = self.adopt(id, price, true).await?;
+                tracing::info!(%skill, paid, "adopted a swarm skill the owner approved");
+                Ok(())
+            }
         }
     }
 
-    async fn publish_skill(&self, crystal: CrystalId) -> Result<(), String> {
-        let c = self.node.memory().get(crystal).ok_or_else(|| format!("no crystal {crystal}"))?;
+    /// Whether distilled skill `crystal` may be published: it exists, is the newest version
+    /// and passed the privacy check (made again, in case the rules changed).
+    pub(crate) fn publishable(&self, crystal: CrystalId) -> Result<(druse_memory::crystal::Crystal, super::state::OwnSkill), ActionError> {
+        let c = self.node.memory().get(crystal).ok_or(ActionError::NoCrystal(crystal))?;
+        let skill = self.state.skill(crystal).ok_or(ActionError::NotASkill(crystal))?;
+        if skill.superseded {
+            return Err(ActionError::Superseded(crystal));
+        }
+        if let Some(why) = &skill.private {
+            super::metrics::Metrics::count(&self.metrics.skills_refused, "privacy");
+            return Err(ActionError::Private(crystal, why.clone()));
+        }
+        if let Some(why) = super::distill::leaks(&c.text, &Default::default()) {
+            super::metrics::Metrics::count(&self.metrics.skills_refused, "privacy");
+            return Err(ActionError::Private(crystal, why));
+        }
+        Ok((c, skill))
+    }
+
+    async fn publish_skill(&self, crystal: CrystalId) -> Result<(), ActionError> {
+        let (c, skill) = self.publishable(crystal)?;
+        // The version it replaces, once published, is the listing this one follows.
+        let previous = skill.replaces.and_then(|old| self.state.skill(old)).and_then(|s| s.published);
         let request = crate::skill::PublishSkill {
-            name: c.text.chars().take(80).collect(),
+            name: skill.name.clone(),
             text: c.text.clone(),
             semantic_type: SemanticType::TaskPattern,
-            tags: vec!["agent".into()],
+            tags: vec!["agent".into(), "bluesky".into()],
             category: Some("agent".into()),
-            skill_id: None,
-            version: 1,
-            previous_version: None,
+            skill_id: Some(skill.skill_id.clone()),
+            version: skill.version,
+            previous_version: previous.and_then(|p| p.parse().ok()),
             stats: None,
-            asking_price: 0,
+            asking_price: self.config.skill_asking_price,
             scope: druse_memory::governance::Scope::Shared,
             sensitivity: druse_memory::governance::Sensitivity::Normal,
         };
-        let listing = request.into_listing(now_ms()).map_err(|e| e.to_string())?;
-        let id = self.node.publish(&druse_protocol::body::Body::Crystal(listing)).await.map_err(|e| e.to_string())?;
-        tracing::info!(%id, crystal, "published an earned skill to the swarm");
-        // The agent reports its own executions of the skill: those that made it a skill now,
-        // each later one as it happens (see `crystallize`).
-        if let Some(sequence) = self.state.pattern(crystal) {
-            let (published, listing) = (sequence.clone(), id.to_string());
-            self.write_state("record a published skill", move |state| state.set_published(&published, &listing)).await;
-            let done = self.state.count_of(&sequence);
-            for _ in 0..done.min(100) {
-                self.report_execution(id).await;
-            }
-        }
+        let listing = request.into_listing(now_ms())?;
+        let id = self.node.publish(&druse_protocol::body::Body::Crystal(listing)).await?;
+        tracing::info!(%id, crystal, version = skill.version, "published a distilled skill to the swarm");
+        let published = super::state::OwnSkill { published: Some(id.to_string()), ..skill };
+        self.write_state("record a published skill", move |state| state.put_skill(crystal, &published)).await;
         Ok(())
-    }
-
-    async fn report_execution(&self, id: druse_protocol::ContentId) {
-        // A report is identified by its content, its time in milliseconds included: two in
-        // the same millisecond would be one duplicate.
-        let started = now_ms();
-        while now_ms() == started {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        let event = druse_protocol::body::ReportEvent::Execution { success: true, reward: 1.0 };
-        if let Err(error) = self.node.report(id, event).await {
-            tracing::warn!(%error, %id, "could not report an execution of an earned skill");
-        }
     }
 
     /// Posts an approval request that tags the owner; only the owner's like of that exact
     /// post approves `action`.
-    pub(crate) async fn request_approval(&self, action: Gated) -> Result<String, String> {
+    pub(crate) async fn request_approval(&self, action: Gated) -> Result<String, ActionError> {
         let owner = &self.config.bluesky.owner;
         let text = format!(
             "@{} approval request: may I {}? Like this post to approve.",
@@ -211,7 +327,7 @@ impl Agent {
         let mut text = text;
         super::llm::truncate(&mut text, 290);
         let facets = self.facets_for(&text, "").await;
-        let post = self.bsky.post(&text, facets).await.map_err(|e| e.to_string())?;
+        let post = self.bsky.post(&text, facets).await?;
         let copy = {
             let mut gate = lock(&self.gate);
             gate.open(post.uri.clone(), action, now_ms(), self.config.approval_ttl);
@@ -244,60 +360,38 @@ impl Agent {
     }
 
     /// Stores a memory through the node's engine.
-    pub(crate) async fn store(&self, new: NewMemory) -> Result<CrystalId, String> {
+    pub(crate) async fn store(&self, new: NewMemory) -> Result<CrystalId, ActionError> {
         let memory = Arc::clone(self.node.memory());
         crate::task::blocking(move || memory.add(new, "agent", now_ms()))
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| ActionError::Memory(e.to_string()))?
             .map(|added| added.crystal.id)
-            .map_err(|e| e.to_string())
+            .map_err(|e| ActionError::Memory(e.to_string()))
     }
 
-    /// Skills from the swarm that match `query`, with verification and computed price.
-    pub(crate) async fn skills(&self, query: &str, max: usize, peer_only: bool) -> Vec<context::SkillLine> {
-        let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
-        let Ok(listings) = self.node.listings(500).await else { return Vec::new() };
-        listings
+    /// The skills the agent distilled, by crystal id (seed 002: the identifier in the block).
+    fn own_skills(&self) -> String {
+        let lines: Vec<String> = self
+            .state
+            .skills()
             .into_iter()
-            .filter(|l| !peer_only || l.skill.origin == crate::skill::Provenance::Peer)
-            .filter(|l| {
-                let hay = format!("{} {}", l.skill.listing.name, l.skill.listing.text).to_lowercase();
-                words.is_empty() || words.iter().any(|w| hay.contains(w.as_str()))
+            .filter(|(_, s)| !s.superseded)
+            .rev()
+            .take(10)
+            .map(|(crystal, s)| {
+                let state = match (&s.private, &s.published) {
+                    (Some(_), _) => "private: it names people, so it stays on this node".to_owned(),
+                    (None, Some(id)) => format!("published as {id}"),
+                    (None, None) => "not published".to_owned(),
+                };
+                format!("- crystal {crystal}: {} (version {}, {state})", context::quote(&s.name, 80), s.version)
             })
-            .take(max)
-            .map(|l| context::SkillLine {
-                name: l.skill.listing.name.clone(),
-                verified: l.skill.is_verified,
-                computed_price: l.computed_price.usdc,
-                summary: l.skill.listing.text.clone(),
-            })
-            .collect()
-    }
-
-    /// The task patterns the agent earned, by crystal id (seed 002: the identifier in the block).
-    async fn own_skills(&self) -> String {
-        let memory = Arc::clone(self.node.memory());
-        let found = crate::task::blocking(move || {
-            let query = druse_memory::engine::Query {
-                q: "task pattern".into(),
-                k: 10,
-                namespace: Some(Namespace::Episodic),
-                semantic_type: Some(SemanticType::TaskPattern),
-                ..Default::default()
-            };
-            memory.peek(&query, druse_memory::governance::Caller::LocalAgent, now_ms()).unwrap_or_default()
-        })
-        .await
-        .unwrap_or_default();
-        if found.is_empty() {
+            .collect();
+        if lines.is_empty() {
             return String::new();
         }
-        let lines: Vec<String> = found
-            .iter()
-            .map(|h| format!("- crystal {}: {}", h.crystal.id, context::quote(&h.crystal.text, 200)))
-            .collect();
         format!(
-            "[YOUR SKILLS] (trust: high; your own task patterns, publishable with publish_skill)\n{}\n",
+            "[YOUR SKILLS] (trust: high; procedures you distilled, publishable with publish_skill)\n{}\n",
             lines.join("\n")
         )
     }
@@ -336,6 +430,7 @@ impl Agent {
             replied: Vec::new(),
             liked: Vec::new(),
             failures: 0,
+            used_skill: None,
         };
         let tools = tools::definitions();
         match self.llm.run(messages, &tools, self.config.max_tool_steps, &mut handler).await {
@@ -349,7 +444,7 @@ impl Agent {
                 }
                 let replied = handler.replied.clone();
                 lock(&self.status).replies += replied.len() as u64;
-                self.after(&replied, &run.calls).await;
+                self.after(&replied, handler.used_skill.clone()).await;
             }
             Err(error) => {
                 super::metrics::Metrics::count(&self.metrics.batches, "llm_failed");
@@ -386,7 +481,7 @@ impl Agent {
                     "the LLM gave no usable answer; the batch's notifications are kept for the next poll"
                 );
                 let replied = handler.replied.clone();
-                self.after(&replied, &[]).await;
+                self.after(&replied, handler.used_skill.clone()).await;
             }
         }
     }
@@ -410,8 +505,9 @@ impl Agent {
         })
         .await
         .map_err(|e| e.to_string())??;
-        let skills = context::skills_block(&self.skills(&query, 5, true).await, &context::Budgets::default());
-        let own = self.own_skills().await;
+        let skills =
+            context::skills_block(&self.swarm_skills(&query, self.config.swarm_skills).await, &context::Budgets::default());
+        let own = self.own_skills();
         let last = notes.last().map(|n| n.uri.clone()).unwrap_or_default();
         let thread = match self.bsky.thread(&last, THREAD_POSTS).await {
             Ok(posts) => posts
@@ -456,17 +552,19 @@ impl Agent {
     }
 
     /// After an interaction: the verbatim exchange (high trust), extraction into
-    /// observations with subject, attribute and decay class, and the tool sequence counted
-    /// toward a task-pattern crystal.
-    async fn after(&self, replied: &[tools::Replied], calls: &[String]) {
+    /// observations with subject, attribute and decay class, and the run kept waiting for
+    /// what follows its replies (its reward; see [`outcome`]).
+    async fn after(&self, replied: &[tools::Replied], used_skill: Option<String>) {
+        let mut episodes = Vec::new();
         for r in replied {
             let ns = Namespace::User(r.to.author_handle.clone());
             let exchange = format!("@{}: {}\n@{}: {}", r.to.author_handle, r.to.text, self.bsky.handle(), r.text);
             let mut new = memory(exchange, ns.clone(), MemoryKind::Interaction, SemanticType::Episode);
             new.session = Some(r.to.root.as_ref().map_or_else(|| r.to.uri.clone(), |x| x.uri.clone()));
             new.turn_at = Some(now_ms());
-            if let Err(error) = self.store(new).await {
-                tracing::error!(%error, "could not store an exchange");
+            match self.store(new).await {
+                Ok(id) => episodes.push(id),
+                Err(error) => tracing::error!(%error, "could not store an exchange"),
             }
             match self.extract(&r.to, &r.text).await {
                 Ok(observations) => {
@@ -497,40 +595,20 @@ impl Agent {
                 }
             }
         }
-        let sequence: Vec<&str> = calls.iter().map(String::as_str).filter(|c| *c != "do_nothing").collect();
-        if !replied.is_empty() && !sequence.is_empty() {
-            self.crystallize(&sequence.join(" > ")).await;
-        }
-    }
-
-    /// Seed 004: a tool sequence that succeeded `crystallize_after` times becomes a
-    /// `task_pattern` crystal.
-    async fn crystallize(&self, sequence: &str) {
-        let counted = sequence.to_owned();
-        let Some(count) = self.write_state("count a tool sequence", move |state| state.count_sequence(&counted)).await
-        else {
+        if replied.is_empty() {
             return;
+        }
+        let at = now_ms();
+        let run = Run {
+            id: format!("{at}-{}", replied[0].post.rsplit('/').next().unwrap_or_default()),
+            at,
+            answered: replied.iter().map(|r| Answered { reply: r.post.clone(), person: r.to.author_did.clone() }).collect(),
+            episodes,
+            skill: used_skill,
+            signals: Vec::new(),
+            last_signal_at: None,
         };
-        if let Some(id) = self.state.published(sequence).and_then(|id| id.parse().ok()) {
-            self.report_execution(id).await;
-            return;
-        }
-        if count != u64::from(self.config.crystallize_after) {
-            return;
-        }
-        let text =
-            format!("Task pattern for answering a mention on Bluesky: call {sequence} (succeeded {count} times)");
-        let mut new = memory(text, Namespace::Episodic, MemoryKind::Observation, SemanticType::TaskPattern);
-        new.origin = Origin::Skill;
-        new.decay_class = DecayClass::Never;
-        match self.store(new).await {
-            Ok(id) => {
-                let pattern = sequence.to_owned();
-                self.write_state("record a task pattern", move |state| state.set_pattern(id, &pattern)).await;
-                tracing::info!(crystal = id, sequence, "a tool sequence became a task-pattern crystal");
-            }
-            Err(error) => tracing::warn!(%error, "could not store a task pattern"),
-        }
+        self.write_state("keep a run for its outcome", move |state| state.put_run(&run)).await;
     }
 
     /// Asks the model for the durable facts a user's message states (seed 000: blind to

@@ -1,7 +1,8 @@
 //! What the agent keeps across restarts, in the store's database (keyspace `agent`): the
 //! notifications it has handled (so none is answered twice), who consented to be tagged,
-//! the pending approval requests, what its schedule remembers, and how often each tool
-//! sequence succeeded.
+//! the pending approval requests, what its schedule remembers, the runs waiting for their
+//! outcome, the episodes that went well, the skills it distilled, and what it spent on the
+//! swarm's skills each day.
 //!
 //! Every write is one fjall batch (a prune of many records lands whole or not at all) and
 //! blocks on the journal, so the agent runs them off the async threads. A write is in the
@@ -18,9 +19,59 @@ use std::sync::{Arc, Mutex};
 
 use druse_protocol::UnixMillis;
 use fjall::{Database, Keyspace, PersistMode};
+use serde::{Deserialize, Serialize};
 
+use super::outcome::Run;
 use super::rules::Gate;
 use super::schedule::Schedule;
+
+/// An episode whose run went well.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Good {
+    pub(crate) reward: f64,
+    pub(crate) at: UnixMillis,
+}
+
+/// A skill the agent distilled from episodes that went well.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct OwnSkill {
+    /// The stable id its versions share in the swarm.
+    pub(crate) skill_id: String,
+    pub(crate) version: u32,
+    pub(crate) name: String,
+    /// The episodes it was distilled from.
+    pub(crate) episodes: Vec<u64>,
+    /// The crystal of the version it replaces.
+    #[serde(default)]
+    pub(crate) replaces: Option<u64>,
+    /// Why it may not leave the node (it failed the privacy scan), if so.
+    #[serde(default)]
+    pub(crate) private: Option<String>,
+    /// Its listing's content id, once published.
+    #[serde(default)]
+    pub(crate) published: Option<String>,
+    /// A later distill replaced it.
+    #[serde(default)]
+    pub(crate) superseded: bool,
+}
+
+fn json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<T> {
+    serde_json::from_slice(bytes).ok()
+}
+
+fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn crystal_key(prefix: &[u8], crystal: u64) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&crystal.to_be_bytes());
+    k
+}
+
+fn crystal_of(k: &[u8], prefix: &[u8]) -> Option<u64> {
+    k.strip_prefix(prefix).and_then(count)
+}
 
 /// The agent's keyspace in the store's database (and the name of its sled tree in the
 /// versions that kept it there).
@@ -28,11 +79,23 @@ pub(crate) const KEYSPACE: &str = "agent";
 
 const HANDLED: &[u8] = b"h/";
 const CONSENT: &[u8] = b"c/";
-const SEQUENCE: &[u8] = b"s/";
 const GATE: &[u8] = b"gate";
-const PATTERN: &[u8] = b"p/";
-const PUBLISHED: &[u8] = b"u/";
 const SCHEDULE: &[u8] = b"schedule";
+/// Runs waiting for their outcome, by run id.
+const RUN: &[u8] = b"r/";
+/// The run of each reply the agent posted, by the reply's URI.
+const REPLY: &[u8] = b"y/";
+/// Episodes (exchange crystals) whose run went well, by crystal id.
+const GOOD: &[u8] = b"g/";
+/// The skills the agent distilled, by crystal id.
+const SKILL: &[u8] = b"k/";
+/// Micro-USDC spent on the swarm's skills, by UTC day.
+const SPENT: &[u8] = b"b/";
+
+/// Runs kept waiting for their outcome at most; the oldest closes unreported past it.
+pub(crate) const MAX_RUNS: usize = 10_000;
+/// Episodes that went well kept at most (the oldest are forgotten first).
+pub(crate) const MAX_GOOD: usize = 10_000;
 
 /// Handled notifications are forgotten after this long (they are long out of the feed).
 const HANDLED_KEEP_MS: u64 = 14 * 24 * 3600 * 1000;
@@ -93,13 +156,6 @@ impl AgentState {
     /// A batch of this state's writes: in the journal when it commits, not yet synced.
     fn batch(&self) -> fjall::OwnedWriteBatch {
         self.db.batch().durability(Some(PersistMode::Buffer))
-    }
-
-    fn put(&self, k: &[u8], value: &[u8]) -> Result<(), fjall::Error> {
-        let _writing = self.lock();
-        let mut batch = self.batch();
-        batch.insert(&self.tree, k, value);
-        batch.commit()
     }
 
     /// Syncs every write so far (of the whole database: the journal is one log).
@@ -193,48 +249,146 @@ impl AgentState {
         Ok(())
     }
 
-    /// Counts one more success of a tool sequence; returns the new count; blocks.
-    pub(crate) fn count_sequence(&self, sequence: &str) -> Result<u64, fjall::Error> {
+    /// Keeps a run waiting for its outcome, with the index of its replies; past
+    /// [`MAX_RUNS`] the oldest is dropped. Blocks.
+    pub(crate) fn put_run(&self, run: &Run) -> Result<(), fjall::Error> {
         let _writing = self.lock();
-        let k = key(SEQUENCE, sequence);
-        let next = self.tree.get(&k)?.and_then(|v| count(&v)).unwrap_or(0) + 1;
         let mut batch = self.batch();
-        batch.insert(&self.tree, k, next.to_be_bytes());
+        if !self.tree.contains_key(key(RUN, &run.id))? && self.tree.prefix(RUN).count() >= MAX_RUNS {
+            let oldest = self.tree.prefix(RUN).filter_map(|e| e.into_inner().ok()).filter_map(|(_, v)| json::<Run>(&v));
+            if let Some(old) = oldest.min_by_key(|r| r.at) {
+                tracing::info!(run = %old.id, "too many runs wait for their outcome; the oldest closes unreported");
+                self.drop_run(&mut batch, &old);
+            }
+        }
+        batch.insert(&self.tree, key(RUN, &run.id), to_json(run));
+        for a in &run.answered {
+            batch.insert(&self.tree, key(REPLY, &a.reply), run.id.as_bytes());
+        }
+        batch.commit()
+    }
+
+    fn drop_run(&self, batch: &mut fjall::OwnedWriteBatch, run: &Run) {
+        batch.remove(&self.tree, key(RUN, &run.id));
+        for a in &run.answered {
+            batch.remove(&self.tree, key(REPLY, &a.reply));
+        }
+    }
+
+    /// The run that posted reply `uri`, if it still waits.
+    pub(crate) fn run_of_reply(&self, uri: &str) -> Option<Run> {
+        let id = self.tree.get(key(REPLY, uri)).ok()??;
+        json(&self.tree.get(key(RUN, std::str::from_utf8(&id).ok()?)).ok()??)
+    }
+
+    /// Every run waiting for its outcome.
+    pub(crate) fn runs(&self) -> Vec<Run> {
+        self.tree.prefix(RUN).filter_map(|e| e.into_inner().ok()).filter_map(|(_, v)| json(&v)).collect()
+    }
+
+    /// Closes a run: it no longer waits, and its replies lead nowhere. Blocks.
+    pub(crate) fn close_run(&self, run: &Run) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let mut batch = self.batch();
+        self.drop_run(&mut batch, run);
+        batch.commit()
+    }
+
+    /// Records that `episode` went well; past [`MAX_GOOD`] the oldest is forgotten. Blocks.
+    pub(crate) fn add_good(&self, episode: u64, good: &Good) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let mut batch = self.batch();
+        if self.tree.prefix(GOOD).count() >= MAX_GOOD
+            && let Some(Ok((k, _))) = self.tree.prefix(GOOD).next().map(|e| e.into_inner())
+        {
+            batch.remove(&self.tree, k);
+        }
+        batch.insert(&self.tree, crystal_key(GOOD, episode), to_json(good));
+        batch.commit()
+    }
+
+    /// The episodes that went well, with how.
+    pub(crate) fn good(&self) -> Vec<(u64, Good)> {
+        self.tree
+            .prefix(GOOD)
+            .filter_map(|e| e.into_inner().ok())
+            .filter_map(|(k, v)| Some((crystal_of(&k, GOOD)?, json(&v)?)))
+            .collect()
+    }
+
+    /// Records a distilled skill (and marks the version it replaces superseded), in one
+    /// batch. Blocks.
+    pub(crate) fn put_skill(&self, crystal: u64, skill: &OwnSkill) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let mut batch = self.batch();
+        if let Some(old) = skill.replaces
+            && let Some(mut replaced) = self.skill(old)
+        {
+            replaced.superseded = true;
+            batch.insert(&self.tree, crystal_key(SKILL, old), to_json(&replaced));
+        }
+        batch.insert(&self.tree, crystal_key(SKILL, crystal), to_json(skill));
+        batch.commit()
+    }
+
+    /// A distilled skill, by its crystal.
+    pub(crate) fn skill(&self, crystal: u64) -> Option<OwnSkill> {
+        json(&self.tree.get(crystal_key(SKILL, crystal)).ok()??)
+    }
+
+    /// Every distilled skill, by crystal, oldest first.
+    pub(crate) fn skills(&self) -> Vec<(u64, OwnSkill)> {
+        self.tree
+            .prefix(SKILL)
+            .filter_map(|e| e.into_inner().ok())
+            .filter_map(|(k, v)| Some((crystal_of(&k, SKILL)?, json(&v)?)))
+            .collect()
+    }
+
+    /// What was spent on the swarm's skills on UTC day `day`, in micro-USDC.
+    pub(crate) fn spent(&self, day: u64) -> u64 {
+        self.tree.get(crystal_key(SPENT, day)).ok().flatten().and_then(|v| count(&v)).unwrap_or(0)
+    }
+
+    /// Adds `amount` to day `day`'s spending if it stays within `budget`; returns whether it
+    /// did. Read and written as one step. Blocks.
+    pub(crate) fn spend(&self, day: u64, amount: u64, budget: u64) -> Result<bool, fjall::Error> {
+        let _writing = self.lock();
+        let k = crystal_key(SPENT, day);
+        let spent = self.tree.get(&k)?.and_then(|v| count(&v)).unwrap_or(0);
+        let Some(total) = spent.checked_add(amount).filter(|t| *t <= budget) else { return Ok(false) };
+        let mut batch = self.batch();
+        batch.insert(&self.tree, k, total.to_be_bytes());
         batch.commit()?;
-        Ok(next)
+        Ok(true)
     }
 
-    /// How often a tool sequence succeeded so far.
-    pub(crate) fn count_of(&self, sequence: &str) -> u64 {
-        self.tree.get(key(SEQUENCE, sequence)).ok().flatten().and_then(|v| count(&v)).unwrap_or(0)
-    }
-
-    /// Records that the task-pattern crystal `crystal` stands for `sequence`; blocks.
-    pub(crate) fn set_pattern(&self, crystal: u64, sequence: &str) -> Result<(), fjall::Error> {
-        self.put(&key(PATTERN, &crystal.to_string()), sequence.as_bytes())
-    }
-
-    /// The tool sequence a task-pattern crystal stands for.
-    pub(crate) fn pattern(&self, crystal: u64) -> Option<String> {
-        let v = self.tree.get(key(PATTERN, &crystal.to_string())).ok()??;
-        String::from_utf8(v.to_vec()).ok()
-    }
-
-    /// Records the swarm listing of a tool sequence's skill; blocks.
-    pub(crate) fn set_published(&self, sequence: &str, content_id: &str) -> Result<(), fjall::Error> {
-        self.put(&key(PUBLISHED, sequence), content_id.as_bytes())
-    }
-
-    /// The swarm listing of a tool sequence's skill, once published.
-    pub(crate) fn published(&self, sequence: &str) -> Option<String> {
-        let v = self.tree.get(key(PUBLISHED, sequence)).ok()??;
-        String::from_utf8(v.to_vec()).ok()
+    /// Gives back `amount` of day `day`'s spending (an adoption that failed). Blocks.
+    pub(crate) fn refund(&self, day: u64, amount: u64) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let k = crystal_key(SPENT, day);
+        let spent = self.tree.get(&k)?.and_then(|v| count(&v)).unwrap_or(0);
+        let mut batch = self.batch();
+        batch.insert(&self.tree, k, spent.saturating_sub(amount).to_be_bytes());
+        batch.commit()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(id: &str, at: u64, reply: &str) -> Run {
+        Run {
+            id: id.into(),
+            at,
+            answered: vec![super::super::outcome::Answered { reply: reply.into(), person: "did:plc:p".into() }],
+            episodes: vec![],
+            skill: None,
+            signals: vec![],
+            last_signal_at: None,
+        }
+    }
 
     fn open(dir: &std::path::Path) -> (Database, AgentState) {
         let db = crate::store::open_database(dir, 4 << 20).unwrap();
@@ -251,20 +405,40 @@ mod tests {
             state.set_consent("did:plc:x", true).unwrap();
             state.set_consent("did:plc:z", true).unwrap();
             state.set_consent("did:plc:z", false).unwrap();
-            assert_eq!(state.count_sequence("reply").unwrap(), 1);
-            assert_eq!(state.count_sequence("reply").unwrap(), 2);
-            state.set_pattern(7, "reply").unwrap();
-            state.set_published("reply", "skill-id").unwrap();
+            state.put_run(&run("r1", 5, "at://agent/1")).unwrap();
+            state.put_run(&run("r2", 6, "at://agent/2")).unwrap();
+            state.add_good(7, &Good { reward: 1.0, at: 5 }).unwrap();
+            let skill = OwnSkill {
+                skill_id: "s".into(),
+                version: 1,
+                name: "n".into(),
+                episodes: vec![7],
+                replaces: None,
+                private: None,
+                published: None,
+                superseded: false,
+            };
+            state.put_skill(40, &skill).unwrap();
+            state.put_skill(41, &OwnSkill { version: 2, replaces: Some(40), ..skill }).unwrap();
+            assert!(state.spend(20_000, 600, 1_000).unwrap());
+            assert!(!state.spend(20_000, 600, 1_000).unwrap(), "over the day's budget");
             // The last write, synced: it takes every earlier one with it.
             state.mark_handled("at://a#mention", 1_000).unwrap();
         }
         let (_db, state) = open(dir.path());
         assert!(state.handled("at://a#mention"));
         assert!(state.consented("did:plc:x") && !state.consented("did:plc:y") && !state.consented("did:plc:z"));
-        assert_eq!(state.count_of("reply"), 2);
-        assert_eq!(state.count_sequence("reply").unwrap(), 3);
-        assert_eq!(state.pattern(7).as_deref(), Some("reply"));
-        assert_eq!(state.published("reply").as_deref(), Some("skill-id"));
+        assert_eq!(state.run_of_reply("at://agent/2").map(|r| r.id), Some("r2".into()));
+        let r1 = state.run_of_reply("at://agent/1").unwrap();
+        state.close_run(&r1).unwrap();
+        assert_eq!(state.run_of_reply("at://agent/1"), None);
+        assert_eq!(state.runs().len(), 1);
+        assert_eq!(state.good().len(), 1);
+        assert!(state.skill(40).unwrap().superseded, "v2 replaced it");
+        assert_eq!(state.skills().len(), 2);
+        assert_eq!(state.spent(20_000), 600);
+        state.refund(20_000, 600).unwrap();
+        assert_eq!(state.spent(20_000), 0);
         state.mark_handled("at://b#reply", 2_000).unwrap();
         assert_eq!(state.prune(1_000 + HANDLED_KEEP_MS).unwrap(), 0);
         assert_eq!(state.prune(1_001 + HANDLED_KEEP_MS).unwrap(), 1);

@@ -46,12 +46,18 @@ pub(crate) fn definitions() -> Vec<Tool> {
         ),
         Tool::new(
             "search_skills",
-            "Search the swarm's skill market: each skill with its verification state and computed price.",
+            "Search the swarm's skill market by meaning: each skill with its id, verification, price and publisher reputation.",
             json!({"type": "object", "properties": {"query": text}, "required": ["query"]}),
         ),
         Tool::new(
+            "use_skill",
+            "Use a skill, by the id the skills blocks show (a swarm skill's id, or your own skill's crystal id): adopts a swarm skill (paying its price from the node's ledger, \
+             within the owner's daily budget; above a price the owner approves first) and returns its procedure.",
+            json!({"type": "object", "properties": {"skill": text}, "required": ["skill"]}),
+        ),
+        Tool::new(
             "publish_skill",
-            "Propose publishing one of your task-pattern skills to the swarm, by its crystal id. The owner must approve.",
+            "Propose publishing one of your distilled skills to the swarm, by its crystal id. The owner must approve.",
             json!({"type": "object", "properties": {"crystal": {"type": "integer"}}, "required": ["crystal"]}),
         ),
         Tool::new(
@@ -72,6 +78,8 @@ pub(crate) fn definitions() -> Vec<Tool> {
 pub(crate) struct Replied {
     pub to: Notification,
     pub text: String,
+    /// The reply post's URI.
+    pub post: String,
 }
 
 /// The tool handler of one batch.
@@ -84,6 +92,12 @@ pub(crate) struct Batch {
     pub liked: Vec<String>,
     /// Set when a tool failed in a way the run should report.
     pub failures: usize,
+    /// The swarm skill whose procedure the run took (its content id).
+    pub used_skill: Option<String>,
+}
+#[derive(Deserialize)]
+struct SkillArg {
+    skill: String,
 }
 
 #[derive(Deserialize)]
@@ -128,6 +142,7 @@ impl Tools for Batch {
             "search_memory" => self.search_memory(call).await,
             "remember" => self.remember(call).await,
             "search_skills" => self.search_skills(call).await,
+            "use_skill" => self.use_skill(call).await,
             "publish_skill" => self.publish_skill(call).await,
             "follow" => self.follow(call).await,
             "do_nothing" => Ok("ok: nothing done".to_owned()),
@@ -163,7 +178,7 @@ impl Batch {
             Ok(post) => {
                 self.agent.metrics.replies.inc();
                 self.agent.mark_handled(&note).await;
-                self.replied.push(Replied { to: note, text: a.text });
+                self.replied.push(Replied { to: note, text: a.text, post: post.uri.clone() });
                 Ok(format!("ok: replied as {}", post.uri))
             }
             Err(e) => {
@@ -215,13 +230,8 @@ impl Batch {
 
     async fn publish_skill(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: CrystalArg = args(call)?;
-        let Some(crystal) = self.agent.node.memory().get(a.crystal) else {
-            return Err(format!("error: there is no crystal {}", a.crystal));
-        };
-        if crystal.semantic_type != druse_protocol::body::SemanticType::TaskPattern {
-            return Err("refused: only task-pattern skills the agent earned may be published".into());
-        }
-        let name = crystal.text.chars().take(80).collect();
+        let (_, skill) = self.agent.publishable(a.crystal).map_err(|e| format!("refused: {e}"))?;
+        let name = skill.name;
         self.agent
             .request_approval(Gated::PublishSkill { crystal: a.crystal, name })
             .await
@@ -275,9 +285,28 @@ impl Batch {
             .map_err(|e| format!("error: {e}"))
     }
 
+    async fn use_skill(&mut self, call: &ToolCall) -> Result<String, String> {
+        let a: SkillArg = args(call)?;
+        match self.agent.use_skill(&a.skill).await {
+            Ok(super::swarm::Used::Procedure { listing, paid }) => {
+                if listing.skill.origin == crate::skill::Provenance::Peer {
+                    self.used_skill = Some(listing.skill.id.to_string());
+                }
+                Ok(super::swarm::procedure(&listing, paid))
+            }
+            Ok(super::swarm::Used::Own { crystal, text }) => {
+                Ok(super::swarm::framed(&format!("your own skill, crystal {crystal}"), &text))
+            }
+            Ok(super::swarm::Used::AskedOwner(asked)) => Ok(format!(
+                "{asked}. Its price is above what you may spend alone; answer without it for now."
+            )),
+            Err(e) => Err(format!("refused: {e}")),
+        }
+    }
+
     async fn search_skills(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: QueryArg = args(call)?;
-        let lines = self.agent.skills(&a.query, 10, false).await;
+        let lines = self.agent.swarm_skills(&a.query, 10).await;
         Ok(if lines.is_empty() {
             "no skill matches".into()
         } else {

@@ -38,8 +38,30 @@ pub struct Agent {
     /// How long an approval request waits for the owner's like.
     #[serde(with = "humantime_serde")]
     pub approval_ttl: Duration,
-    /// Successes of one tool sequence before it becomes a `task_pattern` crystal (seed 004).
-    pub crystallize_after: u32,
+    /// Similar situations handled well before the distill pass writes their procedure as a
+    /// skill (seed 004's crystallization); as many more make its next version.
+    #[serde(alias = "crystallize_after")]
+    pub distill_after: u32,
+    /// Cosine similarity (of the memory engine's vectors) at which two episodes count as the
+    /// same kind of situation.
+    pub distill_similarity: f32,
+    /// A run's reward at or above which its episode counts as handled well.
+    pub good_reward: f64,
+    /// How long after a run reactions to its replies count toward its reward.
+    #[serde(with = "humantime_serde")]
+    pub outcome_window: Duration,
+    /// A run with a reaction closes once no other came for this long (or at the window's end).
+    #[serde(with = "humantime_serde")]
+    pub outcome_quiet: Duration,
+    /// What the agent may spend adopting the swarm's skills per UTC day, in micro-USDC.
+    pub skill_budget_per_day: u64,
+    /// Above this price (micro-USDC) an adoption waits for the owner's approval.
+    pub skill_approval_above: u64,
+    /// The asking price of the skills the agent publishes, in micro-USDC: a buyer pays it only
+    /// where its own computed price supports it, and its computed price otherwise.
+    pub skill_asking_price: u64,
+    /// Swarm skills shown in each batch's context, at most.
+    pub swarm_skills: usize,
     pub bluesky: AgentBluesky,
     pub llm: AgentLlm,
 }
@@ -59,7 +81,15 @@ impl Default for Agent {
             session_gap: Duration::from_secs(30 * 60),
             reflection_hour: Some(23),
             approval_ttl: Duration::from_secs(3600),
-            crystallize_after: 3,
+            distill_after: 3,
+            distill_similarity: 0.5,
+            good_reward: 0.5,
+            outcome_window: Duration::from_secs(24 * 3600),
+            outcome_quiet: Duration::from_secs(3600),
+            skill_budget_per_day: 100_000,
+            skill_approval_above: 20_000,
+            skill_asking_price: 50_000,
+            swarm_skills: 3,
             bluesky: AgentBluesky::default(),
             llm: AgentLlm::default(),
         }
@@ -166,8 +196,23 @@ impl Agent {
         if self.approval_ttl.is_zero() {
             return bad("approval_ttl", "must be positive");
         }
-        if self.crystallize_after == 0 {
-            return bad("crystallize_after", "must be positive");
+        if !(1..=100).contains(&self.distill_after) {
+            return bad("distill_after", "must be between 1 and 100");
+        }
+        if !(0.0..=1.0).contains(&self.distill_similarity) {
+            return bad("distill_similarity", "must be a cosine between 0 and 1");
+        }
+        if !(-1.0..=1.0).contains(&self.good_reward) {
+            return bad("good_reward", "must be between -1 and 1");
+        }
+        if self.outcome_window < Duration::from_secs(1) || self.outcome_window > Duration::from_secs(30 * 24 * 3600) {
+            return bad("outcome_window", "must be between 1s and 30 days");
+        }
+        if self.outcome_quiet.is_zero() || self.outcome_quiet > self.outcome_window {
+            return bad("outcome_quiet", "must be positive and at most outcome_window");
+        }
+        if self.swarm_skills > 20 {
+            return bad("swarm_skills", "must be at most 20");
         }
         let b = &self.bluesky;
         if !http(&b.service) {

@@ -151,9 +151,6 @@ fn check_moved(dir: &Path, store: &Store, old: &Old) {
     assert!(agent.consented("did:plc:x"));
     assert_eq!(agent.gate().pending().map(|r| r.post.as_str()).collect::<Vec<_>>(), ["at://owner/request"]);
     assert_eq!(agent.schedule().mused_at, NOW - 5);
-    assert_eq!(agent.count_of("search > reply"), 3);
-    assert_eq!(agent.pattern(12).as_deref(), Some("search > reply"));
-    assert_eq!(agent.published("search > reply").as_deref(), Some("bafy-skill"));
     // Through the memory engine, whose ids go on above the bound it kept.
     let memory =
         Memory::open(db, &dir.join("index"), MemoryConfig::default(), Arc::new(Hashing::new(384)), NOW).unwrap();
@@ -235,7 +232,7 @@ fn old_data_a_crash_left_beside_a_finished_move_is_removed_not_moved_again() {
     check_switched(dir.path());
     assert_eq!(store.state::<u64>("weather").unwrap(), Some(8));
     let agent = AgentState::open(store.database()).unwrap();
-    assert_eq!(agent.count_of("search > reply"), 3);
+    assert!(agent.handled("at://a#mention"));
     drop(old);
 }
 
