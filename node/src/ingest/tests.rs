@@ -232,8 +232,12 @@ fn attest(f: &mut Fixture, peer: &Keypair, level: TrustLevel, seq: u64) {
 #[test]
 fn only_vouched_adopters_reports_move_the_publishers_reputation() {
     let mut f = fixture();
-    let (author, fresh, trusted, late) =
-        (Keypair::from_seed([2; 32]), Keypair::from_seed([3; 32]), Keypair::from_seed([4; 32]), Keypair::from_seed([5; 32]));
+    let (author, fresh, trusted, late) = (
+        Keypair::from_seed([2; 32]),
+        Keypair::from_seed([3; 32]),
+        Keypair::from_seed([4; 32]),
+        Keypair::from_seed([5; 32]),
+    );
     let body = listing("a", "retry with backoff");
     let id = ContentId::of(&body.encode().unwrap());
     assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
