@@ -60,23 +60,29 @@ impl Config {
         if self.weather_reannounce.is_zero() {
             return Err(Error::Invalid("management.weather_reannounce must be positive".into()));
         }
+        let weight = self.endorsement.min_independent_reporters;
+        if !(weight.is_finite() && weight >= 0.0) {
+            return Err(Error::Invalid("management.endorsement.min_independent_reporters must be a weight ≥ 0".into()));
+        }
         self.anomaly.check()
     }
 }
 
 /// When the management node endorses by itself: off by default (endorsement is manual); when
-/// on, a skill is endorsed once it passes the quality gate on the reports of at least
-/// `min_independent_reporters` reporters other than its publisher.
+/// on, a skill is endorsed once it passes the quality gate on the reports of vouched reporters
+/// other than its publisher that adopted it, whose weights add up to at least
+/// `min_independent_reporters` (3.0: three verified reporters, or four trusted ones; see
+/// `druse_node::market::Weights`). The name is kept from when it counted reporters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EndorsementPolicy {
     pub auto: bool,
-    pub min_independent_reporters: u64,
+    pub min_independent_reporters: f64,
 }
 
 impl Default for EndorsementPolicy {
     fn default() -> Self {
-        Self { auto: false, min_independent_reporters: 3 }
+        Self { auto: false, min_independent_reporters: 3.0 }
     }
 }
 
@@ -156,7 +162,7 @@ mod tests {
         let config = parse("[api]\nlisten = \"127.0.0.1:7710\"\n").unwrap();
         assert_eq!(config.weather_reannounce, Duration::from_secs(30));
         assert!(config.anomaly.enabled && !config.endorsement.auto);
-        assert_eq!(config.endorsement.min_independent_reporters, 3);
+        assert_eq!(config.endorsement.min_independent_reporters, 3.0);
     }
 
     #[test]
@@ -179,6 +185,10 @@ mod tests {
         assert!(err.to_string().contains("threshold"), "{err}");
         let err = parse("[management]\nweather = \"30s\"\n").unwrap_err();
         assert!(err.to_string().contains("weather"), "{err}");
+        let err = parse("[management.endorsement]\nmin_independent_reporters = -1\n").unwrap_err();
+        assert!(err.to_string().contains("min_independent_reporters"), "{err}");
+        let config = parse("[management.endorsement]\nmin_independent_reporters = 1.5\n").unwrap();
+        assert_eq!(config.endorsement.min_independent_reporters, 1.5, "a weight may be fractional");
         let err = parse("[management.endorsement]\nauto = \"yes\"\n").unwrap_err();
         assert!(err.to_string().contains("auto") || err.to_string().contains("bool"), "{err}");
     }
@@ -190,7 +200,7 @@ mod tests {
         let node = NodeConfig::parse_over("[management.endorsement]\nauto = true\n", &base).unwrap();
         let config = Config::from_node(&node).unwrap();
         assert!(config.endorsement.auto);
-        assert_eq!(config.endorsement.min_independent_reporters, 3, "a key the file does not name keeps its default");
+        assert_eq!(config.endorsement.min_independent_reporters, 3.0, "a key the file does not name keeps its default");
         assert_eq!(config.weather_reannounce, Config::default().weather_reannounce);
         assert_eq!(node.api.listen, base.api.listen);
     }

@@ -1,5 +1,7 @@
 //! The automatic endorsement policy (DESIGN §7, off by default): endorse a skill once it
-//! passes the quality gate on the reports of at least N reporters other than its publisher.
+//! passes the quality gate on the reports of vouched reporters other than its publisher that
+//! adopted it, weighing at least `min_independent_reporters` together (a verified reporter
+//! weighs 1, a trusted one 0.75; see `druse_node::market`). Fresh keys never count toward it.
 //! It looks at a skill when its evidence changes, not on a timer.
 //! A skill this node has already ruled on (endorsed, or revoked by hand) is left alone, and so
 //! is a deprecated version.
@@ -34,16 +36,18 @@ impl Management {
                 continue;
             }
             let stats = self.node().stats(&id)?;
-            let summary = stats.summary(&skill.author);
+            let summary = self.node().summary(&skill, &stats);
             if !summary.passes_independently(&gate, policy.min_independent_reporters) {
                 continue;
             }
-            let (reporters, executions) = (summary.independent_reporters, summary.independent_executions);
+            let (reporters, weight, executions) =
+                (summary.counted_reporters, summary.vouched_weight, summary.vouched_executions);
             let note = format!(
-                "auto: passed the quality gate with {executions} executions from {reporters} independent reporters"
+                "auto: passed the quality gate with {executions:.2} weighted executions from {reporters} \
+                 independent reporters of weight {weight:.2}"
             );
             self.sign_endorsement(id, EndorsementVerdict::Endorse, note, "auto").await?;
-            tracing::info!(skill = %id, reporters, executions, "auto-endorsed");
+            tracing::info!(skill = %id, reporters, weight, executions, "auto-endorsed");
             endorsed.push(id);
         }
         Ok(endorsed)

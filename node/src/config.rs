@@ -193,6 +193,9 @@ pub struct Market {
     pub min_executions: u64,
     /// Success rate a skill needs before it may be listed.
     pub min_success_rate: f64,
+    /// Weight of vouched reporters a skill needs before it may be listed (1.0: one verified
+    /// reporter or two trusted ones; see `market::Weights`).
+    pub min_reporter_weight: f64,
     /// Executions one reporter can contribute to one skill's stats.
     pub reports_per_reporter: u64,
     /// Fraction of a bounty's words a skill must contain to match it without a shared tag.
@@ -215,6 +218,7 @@ impl Default for Market {
             similar_cosine: d.similar_cosine,
             min_executions: d.gate.min_executions,
             min_success_rate: d.gate.min_success_rate,
+            min_reporter_weight: d.gate.min_reporter_weight,
             reports_per_reporter: d.reports_per_reporter,
             bounty_text_overlap: d.bounty_text_overlap,
             bounty_curiosity_boost: d.bounty_curiosity_boost,
@@ -239,6 +243,7 @@ impl Market {
             gate: druse_protocol::pricing::QualityGate {
                 min_executions: self.min_executions,
                 min_success_rate: self.min_success_rate,
+                min_reporter_weight: self.min_reporter_weight,
             },
             reports_per_reporter: self.reports_per_reporter,
             similar_cosine: self.similar_cosine,
@@ -382,6 +387,9 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.market.min_success_rate) {
             return Err(Error::Invalid("market.min_success_rate must be in [0, 1]".into()));
+        }
+        if !(self.market.min_reporter_weight.is_finite() && self.market.min_reporter_weight >= 0.0) {
+            return Err(Error::Invalid("market.min_reporter_weight must be a weight ≥ 0".into()));
         }
         if !(self.market.base_price_usdc.is_finite() && self.market.base_price_usdc >= 0.0) {
             return Err(Error::Invalid("market.base_price_usdc must be a non-negative number".into()));

@@ -4,14 +4,29 @@
 //!
 //! Every input to a price except scarcity comes from signed messages every node receives, so
 //! nodes that saw the same messages compute the same quality and demand:
-//! - **quality** counts at most `reports_per_reporter` executions from each reporter, so no one
-//!   peer can carry a skill's success rate;
-//! - **demand** counts distinct adopters and distinct bounties, never repeated messages;
+//! - **quality** counts only the reports of reporters other than the publisher that adopted
+//!   the skill, at most `reports_per_reporter` executions each, every reporter weighed by
+//!   what vouches for its key ([`Weights`]): a management key, an unexpired management
+//!   attestation, or skills of its that management endorsed. A key nothing vouches for (a
+//!   fresh key costs nothing) has a small base weight, and all such keys together weigh at
+//!   most [`Weights::unvouched_cap`], however many there are. Quality is the weighted mean of
+//!   each reporter's success rate × average reward;
+//! - **the gate** looks at vouched reporters only: their weight, their weighted executions
+//!   and their weighted success rate, so unvouched keys never lift a skill over it;
+//! - **demand** counts distinct bounties, and distinct adopters that paid something, each by
+//!   its weight with the same cap on unvouched keys (an adoption at 0 is no evidence of
+//!   demand; what an adopter says it paid is self-declared);
 //! - **reputation** is the publisher's reputation from signed evidence only (its endorsed skills
-//!   and the execution reports of others on its skills). The live reputation that drives
-//!   gossip trust also counts messages this node happened to receive and how long it has known
-//!   the peer, which differ between nodes; a price built on it would differ too;
+//!   and the execution reports of vouched adopters on its skills, each by its vouched weight;
+//!   see `ingest::trade`). The live reputation that drives gossip trust also counts messages
+//!   this node happened to receive and how long it has known the peer, which differ between
+//!   nodes; a price built on it would differ too;
 //! - **scarcity** comes from this node's vector index (how many similar skills it holds).
+//!
+//! Weights are computed when a price is, from the attestations and endorsements the node holds
+//! then, so nodes with the same messages agree whatever order they came in. The publisher's
+//! report evidence is the exception: it is counted as each report arrives, with the weight
+//! its reporter has then (see `ingest::trade`).
 //!
 //! A node never takes a listing's asking price on trust. When it adopts a skill whose asking
 //! price its own computation does not support, it pays its computed price instead, says so in
@@ -19,7 +34,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use druse_protocol::body::{Bounty, CrystalListing};
+use druse_protocol::body::{Bounty, CrystalListing, TrustLevel};
 use druse_protocol::pricing::{self, Price, PriceConfig, PriceInputs, QualityGate};
 use druse_protocol::reputation::{self, Evidence};
 use druse_protocol::{ContentId, PublicKey, UnixMillis};
@@ -49,6 +64,87 @@ pub struct Config {
     pub starting_credits: u64,
     /// Ledger entries kept (the totals keep counting past it).
     pub max_ledger_entries: usize,
+    /// How much each reporter's and adopter's word counts.
+    pub weights: Weights,
+}
+
+/// How much a key's reports and adoptions count, from what every node can check: management
+/// keys, management attestations and management endorsements of the key's skills (all signed
+/// messages). An operator's local pins do not count: other nodes do not know them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Weights {
+    /// A management key (1.0).
+    pub management: f64,
+    /// An unexpired attestation at `verified` (1.0), `trusted` (0.75) or `provisional`
+    /// (0.25); `untrusted` and a ban weigh 0.
+    pub verified: f64,
+    pub trusted: f64,
+    pub provisional: f64,
+    /// A key with no attestation: the base weight (0.05), which is *unvouched*…
+    pub unvouched: f64,
+    /// …plus this much per skill of the key's that management endorsed (0.1), which is vouched…
+    pub per_endorsed_skill: f64,
+    /// …up to this much (0.45), so such a key weighs at most 0.5, below a trusted attestation.
+    pub max_endorsed: f64,
+    /// The most every unvouched weight on one skill adds up to (0.2, a fifth of a verified
+    /// reporter), however many keys: past it each is scaled down.
+    pub unvouched_cap: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Self {
+            management: 1.0,
+            verified: 1.0,
+            trusted: 0.75,
+            provisional: 0.25,
+            unvouched: 0.05,
+            per_endorsed_skill: 0.1,
+            max_endorsed: 0.45,
+            unvouched_cap: 0.2,
+        }
+    }
+}
+
+impl Weights {
+    /// A management key's weight.
+    pub fn of_management(&self) -> Weight {
+        Weight { vouched: self.management, unvouched: 0.0 }
+    }
+
+    /// The weight an unexpired attestation at `level` gives.
+    pub fn of_attested(&self, level: TrustLevel) -> Weight {
+        let vouched = match level {
+            TrustLevel::Verified => self.verified,
+            TrustLevel::Trusted => self.trusted,
+            TrustLevel::Provisional => self.provisional,
+            TrustLevel::Untrusted | TrustLevel::Banned => 0.0,
+        };
+        Weight { vouched, unvouched: 0.0 }
+    }
+
+    /// The weight of a key with no attestation and `endorsed_skills` endorsed skills.
+    pub fn of_unattested(&self, endorsed_skills: u64) -> Weight {
+        let endorsed = (endorsed_skills as f64 * self.per_endorsed_skill).min(self.max_endorsed);
+        Weight { vouched: endorsed.max(0.0), unvouched: self.unvouched }
+    }
+}
+
+/// One key's weight: the vouched part counts in full, the unvouched part is pooled with every
+/// other key's and capped ([`Weights::unvouched_cap`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Weight {
+    pub vouched: f64,
+    pub unvouched: f64,
+}
+
+impl Weight {
+    /// No weight at all.
+    pub const ZERO: Self = Self { vouched: 0.0, unvouched: 0.0 };
+
+    fn total(&self) -> f64 {
+        self.vouched + self.unvouched
+    }
 }
 
 impl Default for Config {
@@ -64,6 +160,7 @@ impl Default for Config {
             max_bounties: 1024,
             starting_credits: 1_000_000,
             max_ledger_entries: 10_000,
+            weights: Weights::default(),
         }
     }
 }
@@ -159,8 +256,9 @@ impl Stats {
         Counted::Yes
     }
 
-    /// The figures a price and the endorsement policy need; `author` is the skill's publisher.
-    pub fn summary(&self, author: &PublicKey) -> Summary {
+    /// The figures a price and the endorsement policy need; `author` is the skill's publisher
+    /// and `weight` says how much a key (as its string form in the stats) counts.
+    pub fn summary(&self, config: &Config, author: &PublicKey, weight: impl Fn(&str) -> Weight) -> Summary {
         let author = author.to_string();
         let mut s = Summary::default();
         let mut reward_sum = 0.0;
@@ -181,13 +279,93 @@ impl Stats {
         s.unique_adopters = self.adopters.keys().filter(|a| *a != &author).count() as u64;
         s.bounty_matches = self.bounty_matches.len() as u64;
         s.claims = self.claims.len() as u64;
+
+        // Reporters: others than the publisher that adopted the skill, by weight.
+        let counted: Vec<(&Executions, Weight)> = self
+            .executions
+            .iter()
+            .filter(|(reporter, e)| e.total() > 0 && *reporter != &author && self.adopters.contains_key(*reporter))
+            .map(|(reporter, e)| (e, sane(weight(reporter))))
+            .filter(|(_, w)| w.total() > 0.0)
+            .collect();
+        let scale = pool_scale(counted.iter().map(|(_, w)| w.unvouched), config.weights.unvouched_cap);
+        let (mut all, mut vouched) = (Weighed::default(), Weighed::default());
+        for (e, w) in &counted {
+            all.add(e, w.vouched + w.unvouched * scale);
+            vouched.add(e, w.vouched);
+        }
+        s.counted_reporters = counted.len() as u64;
+        s.reporter_weight = all.weight;
+        s.vouched_weight = vouched.weight;
+        s.unvouched_weight = all.weight - vouched.weight;
+        s.counted_executions = all.executions;
+        s.success_rate = all.mean(all.rate);
+        s.quality = all.mean(all.quality);
+        s.vouched_executions = vouched.executions;
+        s.vouched_success_rate = vouched.mean(vouched.rate);
+
+        // Demand: adopters other than the publisher that paid something, by weight.
+        let paid: Vec<Weight> = self
+            .adopters
+            .iter()
+            .filter(|(adopter, paid)| **paid > 0 && *adopter != &author)
+            .map(|(adopter, _)| sane(weight(adopter)))
+            .collect();
+        let scale = pool_scale(paid.iter().map(|w| w.unvouched), config.weights.unvouched_cap);
+        s.paid_adopters = paid.len() as u64;
+        s.adopter_weight = paid.iter().map(|w| w.vouched + w.unvouched * scale).sum();
         s
     }
 }
 
-/// A skill's stats, summed.
+/// A weight with anything negative or not finite taken as 0.
+fn sane(w: Weight) -> Weight {
+    let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+    Weight { vouched: sane(w.vouched), unvouched: sane(w.unvouched) }
+}
+
+/// What each unvouched weight is multiplied by so that together they reach at most `cap`.
+fn pool_scale(unvouched: impl Iterator<Item = f64>, cap: f64) -> f64 {
+    let total: f64 = unvouched.sum();
+    if total > cap { cap.max(0.0) / total } else { 1.0 }
+}
+
+/// Reporters' executions summed by weight.
+#[derive(Default)]
+struct Weighed {
+    weight: f64,
+    /// Σ weight × executions.
+    executions: f64,
+    /// Σ weight × the reporter's success rate.
+    rate: f64,
+    /// Σ weight × the reporter's success rate × average reward (seed 004's quality).
+    quality: f64,
+}
+
+impl Weighed {
+    fn add(&mut self, e: &Executions, weight: f64) {
+        if weight <= 0.0 {
+            return;
+        }
+        let total = e.total() as f64;
+        let rate = e.successes as f64 / total;
+        self.weight += weight;
+        self.executions += weight * total;
+        self.rate += weight * rate;
+        self.quality += weight * pricing::quality(rate, e.reward_sum / total);
+    }
+
+    /// The weighted mean of a sum this gathered; 0 with no weight.
+    fn mean(&self, sum: f64) -> f64 {
+        if self.weight > 0.0 { sum / self.weight } else { 0.0 }
+    }
+}
+
+/// A skill's stats, summed: the raw counts of every report, and the weighed figures the price
+/// and the gate use (see the module notes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// Every execution reported, the publisher's included (raw).
     pub executions: u64,
     pub successes: u64,
     pub avg_reward: f64,
@@ -201,18 +379,54 @@ pub struct Summary {
     pub unique_adopters: u64,
     pub bounty_matches: u64,
     pub claims: u64,
+    /// Reporters whose executions count: not the publisher, adopted the skill, some weight.
+    #[serde(default)]
+    pub counted_reporters: u64,
+    /// Their total weight, the unvouched keys' capped share included.
+    #[serde(default)]
+    pub reporter_weight: f64,
+    /// The part of it from vouched weight (what the gate looks at).
+    #[serde(default)]
+    pub vouched_weight: f64,
+    /// The part of it from unvouched keys, at most the cap.
+    #[serde(default)]
+    pub unvouched_weight: f64,
+    /// Σ reporter weight × its executions.
+    #[serde(default)]
+    pub counted_executions: f64,
+    /// The reporter-weighted mean of each counted reporter's success rate.
+    #[serde(default)]
+    pub success_rate: f64,
+    /// The reporter-weighted mean of each counted reporter's success rate × average reward:
+    /// the price's quality.
+    #[serde(default)]
+    pub quality: f64,
+    /// Σ vouched weight × executions, for the gate.
+    #[serde(default)]
+    pub vouched_executions: f64,
+    /// The vouched-weighted mean success rate, for the gate.
+    #[serde(default)]
+    pub vouched_success_rate: f64,
+    /// Adopters other than the publisher that paid something.
+    #[serde(default)]
+    pub paid_adopters: u64,
+    /// Their total weight (unvouched keys capped): the price's adopters.
+    #[serde(default)]
+    pub adopter_weight: f64,
 }
 
 impl Summary {
-    /// Whether the skill passes the quality gate (every reporter's executions count).
+    /// Whether the skill passes the quality gate on its vouched reporters' evidence: weighted
+    /// executions, weighted success rate and at least `gate.min_reporter_weight` of them.
     pub fn passes(&self, gate: &QualityGate) -> bool {
-        gate.passes(self.executions, self.successes)
+        gate.passes_weighted(self.vouched_executions, self.vouched_success_rate, self.vouched_weight)
     }
 
-    /// Whether it passes the gate on reports from at least `reporters` reporters other than
-    /// the publisher, counting only their executions.
-    pub fn passes_independently(&self, gate: &QualityGate, reporters: u64) -> bool {
-        self.independent_reporters >= reporters && gate.passes(self.independent_executions, self.independent_successes)
+    /// Whether it passes the gate with at least `reporter_weight` of vouched reporters (and
+    /// never less than the gate's own minimum).
+    pub fn passes_independently(&self, gate: &QualityGate, reporter_weight: f64) -> bool {
+        let gate = QualityGate { min_reporter_weight: gate.min_reporter_weight.max(reporter_weight), ..*gate };
+        self.passes(&gate)
     }
 }
 
@@ -230,10 +444,8 @@ pub fn price(config: &Config, summary: &Summary, reputation: f64, similar_skills
     pricing::price(
         &config.price,
         &PriceInputs {
-            executions: summary.executions,
-            successes: summary.successes,
-            avg_reward: summary.avg_reward,
-            unique_adopters: summary.unique_adopters,
+            quality: summary.quality,
+            adopters: summary.adopter_weight,
             bounty_matches: summary.bounty_matches,
             reputation,
             similar_skills,
@@ -503,6 +715,23 @@ mod tests {
         }
     }
 
+    /// Weights as a book would give them: `vouched` keys at their weight, any other key fresh.
+    fn weights(vouched: &[(PublicKey, f64)]) -> impl Fn(&str) -> Weight + '_ {
+        move |k: &str| {
+            vouched
+                .iter()
+                .find(|(key, _)| key.to_string() == k)
+                .map_or(Weights::default().of_unattested(0), |(_, w)| Weight { vouched: *w, unvouched: 0.0 })
+        }
+    }
+
+    /// `n` executions by `reporter`, `successes` of them successful with `reward`.
+    fn runs(stats: &mut Stats, config: &Config, reporter: &PublicKey, n: u64, successes: u64, reward: f64) {
+        for i in 0..n {
+            stats.execution(config, reporter, i < successes, reward);
+        }
+    }
+
     #[test]
     fn one_reporter_contributes_at_most_its_cap() {
         let config = Config { reports_per_reporter: 3, ..Config::default() };
@@ -512,45 +741,171 @@ mod tests {
             assert_eq!(stats.execution(&config, &spammer, true, 1.0), Counted::Yes);
         }
         assert_eq!(stats.execution(&config, &spammer, true, 1.0), Counted::OverCap);
-        let s = stats.summary(&key(1));
+        stats.adoption(&config, &spammer, 0);
+        let s = stats.summary(&config, &key(1), weights(&[(spammer, 1.0)]));
         assert_eq!((s.executions, s.successes, s.reporters), (3, 3, 1));
+        assert_eq!((s.counted_executions, s.vouched_executions), (3.0, 3.0));
     }
 
     #[test]
-    fn the_publishers_reports_count_but_never_as_independent() {
+    fn the_publishers_reports_never_count() {
         let config = Config::default();
         let author = key(1);
         let mut stats = Stats::default();
-        for _ in 0..5 {
-            stats.execution(&config, &author, true, 0.9);
-        }
-        let s = stats.summary(&author);
-        assert!(s.passes(&config.gate), "own executions count toward the gate");
+        runs(&mut stats, &config, &author, 10, 10, 1.0);
+        stats.adoption(&config, &author, 0);
+        let s = stats.summary(&config, &author, weights(&[(author, 1.0)]));
+        assert_eq!((s.executions, s.counted_reporters, s.reporter_weight, s.quality), (10, 0, 0.0, 0.0));
+        assert!(!s.passes(&config.gate), "own executions do not pass the gate, even from a verified key");
+        assert_eq!(price(&config, &s, 1.0, 0).usdc, 0.0, "nor give a price");
         assert_eq!(s.independent_reporters, 0);
-        assert!(!s.passes_independently(&config.gate, 3));
-        for n in 2..5 {
-            stats.execution(&config, &key(n), true, 0.8);
+
+        let others = [(key(2), 1.0), (key(3), 1.0), (key(4), 1.0)];
+        for (k, _) in &others {
+            stats.adoption(&config, k, 0);
+            stats.execution(&config, k, true, 0.8);
         }
-        let s = stats.summary(&author);
-        assert_eq!(s.independent_reporters, 3);
-        assert!(s.passes_independently(&config.gate, 3));
-        assert!(!s.passes_independently(&config.gate, 4));
+        let s = stats.summary(&config, &author, weights(&others));
+        assert_eq!((s.counted_reporters, s.vouched_weight, s.vouched_executions), (3, 3.0, 3.0));
+        assert!((s.quality - 0.8).abs() < 1e-12, "the author's 10 at reward 1 are not in it: {s:?}");
+        assert!(s.passes(&config.gate));
+        assert!(s.passes_independently(&config.gate, 3.0));
+        assert!(!s.passes_independently(&config.gate, 3.5));
     }
 
     #[test]
-    fn independent_gate_counts_only_others_successes() {
+    fn reporters_that_did_not_adopt_do_not_count() {
+        let config = Config::default();
+        let (author, reporter) = (key(1), key(2));
+        let mut stats = Stats::default();
+        runs(&mut stats, &config, &reporter, 5, 5, 1.0);
+        let vouched = [(reporter, 1.0)];
+        let s = stats.summary(&config, &author, weights(&vouched));
+        assert_eq!((s.independent_reporters, s.counted_reporters, s.reporter_weight), (1, 0, 0.0));
+        assert!(!s.passes(&config.gate));
+        stats.adoption(&config, &reporter, 0);
+        let s = stats.summary(&config, &author, weights(&vouched));
+        assert_eq!((s.counted_reporters, s.reporter_weight, s.quality), (1, 1.0, 1.0));
+        assert!(s.passes(&config.gate), "its adoption, whenever it arrives, makes its reports count");
+    }
+
+    #[test]
+    fn the_gate_needs_vouched_reporter_weight() {
         let config = Config::default();
         let author = key(1);
+        let trusted = [(key(2), 0.75), (key(3), 0.75)];
         let mut stats = Stats::default();
-        for _ in 0..10 {
-            stats.execution(&config, &author, true, 1.0);
+        for (k, _) in &trusted[..1] {
+            stats.adoption(&config, k, 0);
+            runs(&mut stats, &config, k, 10, 10, 1.0);
         }
-        for n in 2..5 {
-            stats.execution(&config, &key(n), false, -1.0);
+        let s = stats.summary(&config, &author, weights(&trusted));
+        assert_eq!((s.vouched_weight, s.vouched_executions), (0.75, 7.5));
+        assert!(!s.passes(&config.gate), "one trusted reporter is not enough, however many runs");
+        stats.adoption(&config, &trusted[1].0, 0);
+        runs(&mut stats, &config, &trusted[1].0, 1, 0, 0.0);
+        let s = stats.summary(&config, &author, weights(&trusted));
+        assert_eq!(s.vouched_weight, 1.5);
+        assert!((s.vouched_success_rate - 0.5).abs() < 1e-12, "each reporter's rate weighs by its reporter");
+        assert!(!s.passes(&config.gate), "half of the weight says it fails");
+        runs(&mut stats, &config, &trusted[1].0, 2, 2, 1.0);
+        let s = stats.summary(&config, &author, weights(&trusted));
+        assert!((s.vouched_success_rate - (1.0 + 2.0 / 3.0) / 2.0).abs() < 1e-12);
+        assert!(s.passes(&config.gate));
+
+        // An attestation at `untrusted` weighs nothing.
+        let s = stats.summary(&config, &author, weights(&[(key(2), 0.0), (key(3), 0.0)]));
+        assert_eq!((s.counted_reporters, s.vouched_weight), (0, 0.0));
+    }
+
+    /// `n` fresh keys that each adopt the skill, paying `paid`, and report 10 perfect runs.
+    fn fresh_keys(stats: &mut Stats, config: &Config, n: u32, paid: u64) {
+        for i in 0..n {
+            let mut seed = [0xfe; 32];
+            seed[..4].copy_from_slice(&i.to_le_bytes());
+            let k = Keypair::from_seed(seed).public();
+            stats.adoption(config, &k, paid);
+            runs(stats, config, &k, 10, 10, 1.0);
         }
-        let s = stats.summary(&author);
-        assert!(s.passes(&config.gate), "10 of 13 overall");
-        assert!(!s.passes_independently(&config.gate, 3), "0 of 3 from others");
+    }
+
+    #[test]
+    fn fresh_keys_alone_never_pass_the_gate_nor_price_a_skill_past_the_bound() {
+        let config = Config { max_reporters: 4096, ..Config::default() };
+        let author = key(1);
+        let mut effects = Vec::new();
+        for n in [1, 4, 20, 2_000] {
+            let mut stats = Stats::default();
+            fresh_keys(&mut stats, &config, n, 1_000);
+            let s = stats.summary(&config, &author, weights(&[]));
+            assert_eq!(s.counted_reporters, u64::from(n));
+            assert!(s.unvouched_weight <= 0.2 + 1e-12 && s.vouched_weight == 0.0, "{n}: {s:?}");
+            assert!(!s.passes(&config.gate), "{n} fresh keys passed the gate");
+            assert!(s.adopter_weight <= 0.2 + 1e-12);
+            effects.push((s.unvouched_weight, s.adopter_weight));
+        }
+        assert!((effects[0].0 - 0.05).abs() < 1e-12, "one fresh key weighs 0.05");
+        for effect in &effects[1..] {
+            assert!((effect.0 - 0.2).abs() < 1e-12 && (effect.1 - 0.2).abs() < 1e-12, "{effects:?}");
+        }
+    }
+
+    #[test]
+    fn twenty_or_two_thousand_fresh_keys_move_a_listed_skill_by_the_same_bounded_amount() {
+        let config = Config { max_reporters: 4096, ..Config::default() };
+        let author = key(1);
+        let verified = [(key(2), 1.0)];
+        let mut honest = Stats::default();
+        honest.adoption(&config, &verified[0].0, 0);
+        runs(&mut honest, &config, &verified[0].0, 4, 3, 0.5);
+        let before = honest.summary(&config, &author, weights(&verified));
+        assert!(before.passes(&config.gate));
+        assert!((before.quality - 0.75 * 0.5).abs() < 1e-12, "{before:?}");
+        let price_before = price(&config, &before, 0.5, 0);
+
+        let cap = config.weights.unvouched_cap;
+        let mut prices = Vec::new();
+        for n in [20, 2_000] {
+            let mut attacked = honest.clone();
+            fresh_keys(&mut attacked, &config, n, 1_000);
+            let s = attacked.summary(&config, &author, weights(&verified));
+            assert_eq!((s.vouched_weight, s.vouched_executions), (before.vouched_weight, before.vouched_executions));
+            // Quality is a weighted mean of per-reporter qualities in [0, 1]: a pool of weight
+            // at most `cap` beside a vouched weight V moves it by at most cap / (V + cap).
+            let bound = cap / (before.vouched_weight + cap);
+            assert!(s.quality - before.quality <= bound * (1.0 - before.quality) + 1e-12, "{n}: {s:?}");
+            assert!((s.quality - (before.quality + cap) / (1.0 + cap)).abs() < 1e-12);
+            let p = price(&config, &s, 0.5, 0);
+            assert!((p.demand - (1.0 + (1.0 + cap).ln() * 0.1)).abs() < 1e-12, "demand from paid fresh adopters");
+            prices.push(p.micros());
+        }
+        assert_eq!(prices[0], prices[1], "twenty keys or two thousand, the same price");
+        assert!(prices[0] > price_before.micros(), "{prices:?} vs {}", price_before.micros());
+        // The bound: quality closes at most cap / (V + cap) of its gap to 1, demand gains at
+        // most demand_weight × ln(1 + cap).
+        let bound = cap / (before.vouched_weight + cap);
+        let quality = before.quality + bound * (1.0 - before.quality);
+        let demand = price_before.demand + (1.0 + cap).ln() * 0.1;
+        let most = 0.01 * quality * demand * 0.5 * 1.5 * 1e6;
+        assert!((prices[0] as f64) <= most + 1.0, "{prices:?} vs at most {most}");
+        assert_eq!((price_before.micros(), prices[0]), (2_812, 3_659), "the figures the README quotes");
+    }
+
+    #[test]
+    fn adoptions_that_paid_nothing_are_no_demand() {
+        let config = Config::default();
+        let author = key(1);
+        let vouched = [(key(2), 1.0), (key(3), 0.75)];
+        let mut stats = Stats::default();
+        stats.adoption(&config, &key(2), 0);
+        stats.adoption(&config, &author, 500);
+        let s = stats.summary(&config, &author, weights(&vouched));
+        assert_eq!((s.unique_adopters, s.paid_adopters, s.adopter_weight), (1, 0, 0.0));
+        assert_eq!(price(&config, &s, 1.0, 0).demand, 1.0);
+        stats.adoption(&config, &key(3), 10);
+        let s = stats.summary(&config, &author, weights(&vouched));
+        assert_eq!((s.unique_adopters, s.paid_adopters, s.adopter_weight), (2, 1, 0.75));
+        assert!((price(&config, &s, 1.0, 0).demand - (1.0 + 1.75f64.ln() * 0.1)).abs() < 1e-12);
     }
 
     #[test]
@@ -561,7 +916,8 @@ mod tests {
         assert_eq!(stats.adoption(&config, &key(2), 10), Counted::Yes);
         assert_eq!(stats.adoption(&config, &key(2), 10), Counted::OverCap);
         assert_eq!(stats.adoption(&config, &author, 10), Counted::Yes);
-        assert_eq!(stats.summary(&author).unique_adopters, 1);
+        let s = stats.summary(&config, &author, weights(&[(key(2), 1.0), (author, 1.0)]));
+        assert_eq!((s.unique_adopters, s.adopter_weight), (1, 1.0));
     }
 
     #[test]
@@ -585,18 +941,21 @@ mod tests {
     fn price_follows_reports_adopters_and_bounties() {
         let config = Config::default();
         let author = key(1);
+        let vouched = [(key(2), 1.0), (key(3), 1.0), (key(4), 1.0)];
         let mut stats = Stats::default();
-        let before = price(&config, &stats.summary(&author), 0.5, 0);
+        let before = price(&config, &stats.summary(&config, &author, weights(&vouched)), 0.5, 0);
         assert_eq!(before.usdc, 0.0, "no executions, no quality");
-        for n in 2..5 {
-            stats.execution(&config, &key(n), true, 1.0);
+        for (k, _) in &vouched {
+            stats.adoption(&config, k, 0);
+            stats.execution(&config, k, true, 1.0);
         }
-        let reported = price(&config, &stats.summary(&author), 0.5, 0);
+        let reported = price(&config, &stats.summary(&config, &author, weights(&vouched)), 0.5, 0);
         assert!((reported.usdc - 0.01 * 1.0 * 1.0 * 0.5 * 1.5).abs() < 1e-12, "{reported:?}");
-        stats.adoption(&config, &key(2), 0);
+        stats.adoption(&config, &key(5), 0);
+        stats.adoption(&config, &key(6), 7);
         stats.bounty_matches.insert("b".into());
-        let demanded = price(&config, &stats.summary(&author), 0.5, 0);
-        assert!((demanded.demand - (1.0 + 3f64.ln() * 0.1)).abs() < 1e-12);
+        let demanded = price(&config, &stats.summary(&config, &author, weights(&vouched)), 0.5, 0);
+        assert!((demanded.demand - (1.0 + 2.05f64.ln() * 0.1)).abs() < 1e-12, "a paid fresh adopter and a bounty");
         assert!(demanded.usdc > reported.usdc);
     }
 

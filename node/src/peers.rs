@@ -10,6 +10,8 @@ use druse_protocol::trust::TrustList;
 use druse_protocol::{PublicKey, UnixMillis};
 use serde::{Deserialize, Serialize};
 
+use crate::market::{Weight, Weights};
+
 const DAY_MS: f64 = 86_400_000.0;
 
 /// A level set by management until it expires.
@@ -26,8 +28,10 @@ pub struct Record {
     pub accepted: u64,
     pub rejected: u64,
     pub endorsed_skills: u64,
-    pub report_successes: u64,
-    pub report_failures: u64,
+    /// Execution reports on the peer's skills from vouched adopters, each by its reporter's
+    /// vouched weight when it arrived (see `ingest::trade`).
+    pub report_successes: f64,
+    pub report_failures: f64,
     /// The latest management attestation or ban.
     pub ruling: Option<Ruling>,
 }
@@ -116,6 +120,27 @@ impl Book {
         crate::market::signed_reputation(evidence, self.is_management(peer))
     }
 
+    /// How much the reports and adoptions of the key written `key` (as market stats keep it)
+    /// count at `now`, from signed evidence only: management keys, then an unexpired
+    /// attestation or ban, then the key's endorsed skills. Operator pins play no part: no
+    /// other node knows them.
+    pub fn weight(&self, key: &str, now: UnixMillis, weights: &Weights) -> Weight {
+        let Ok(key) = key.parse::<PublicKey>() else { return Weight::ZERO };
+        self.weight_of(&key.peer_id(), now, weights)
+    }
+
+    /// [`Book::weight`] by PeerId.
+    pub fn weight_of(&self, peer: &PeerId, now: UnixMillis, weights: &Weights) -> Weight {
+        if self.is_management(peer) {
+            return weights.of_management();
+        }
+        let record = self.records.get(peer);
+        match record.and_then(|r| r.ruling).filter(|r| now < r.expires_at) {
+            Some(ruling) => weights.of_attested(ruling.level),
+            None => weights.of_unattested(record.map_or(0, |r| r.endorsed_skills)),
+        }
+    }
+
     fn is_management(&self, peer: &PeerId) -> bool {
         self.management_peers.contains(peer)
     }
@@ -190,6 +215,35 @@ mod tests {
         book.entry(peer(2), 0).rejected = 40;
         assert_eq!(book.level(&peer(2), 0), TrustLevel::Untrusted);
         assert!(book.application_score(&peer(2), 0) < 0.0);
+    }
+
+    #[test]
+    fn weights_come_from_management_attestations_and_endorsements_only() {
+        let mgmt = Keypair::from_seed([1; 32]);
+        let pins = HashMap::from([(peer(5), TrustLevel::Verified)]);
+        let mut book = Book::new(TrustList::new([mgmt.public()]), pins, 16);
+        let w = Weights::default();
+        let weight = |book: &Book, n: u8, now| book.weight(&Keypair::from_seed([n; 32]).public().to_string(), now, &w);
+        assert_eq!(weight(&book, 1, 0), Weight { vouched: 1.0, unvouched: 0.0 }, "management");
+        assert_eq!(weight(&book, 2, 0), Weight { vouched: 0.0, unvouched: 0.05 }, "a fresh key");
+        assert_eq!(weight(&book, 5, 0), Weight { vouched: 0.0, unvouched: 0.05 }, "a local pin is not evidence");
+        book.entry(peer(2), 0).endorsed_skills = 2;
+        assert_eq!(weight(&book, 2, 0).unvouched, 0.05);
+        assert!((weight(&book, 2, 0).vouched - 0.2).abs() < 1e-12, "two endorsed skills");
+        book.entry(peer(2), 0).endorsed_skills = 40;
+        assert_eq!(weight(&book, 2, 0).vouched, 0.45, "endorsements weigh less than a trusted attestation");
+        for (level, vouched) in [
+            (TrustLevel::Verified, 1.0),
+            (TrustLevel::Trusted, 0.75),
+            (TrustLevel::Provisional, 0.25),
+            (TrustLevel::Untrusted, 0.0),
+            (TrustLevel::Banned, 0.0),
+        ] {
+            book.entry(peer(3), 0).ruling = Some(Ruling { level, expires_at: 1000 });
+            assert_eq!(weight(&book, 3, 999), Weight { vouched, unvouched: 0.0 }, "{level:?}");
+            assert_eq!(weight(&book, 3, 1000), Weight { vouched: 0.0, unvouched: 0.05 }, "expired {level:?}");
+        }
+        assert_eq!(book.weight("not a key", 0, &w), Weight::ZERO);
     }
 
     #[test]

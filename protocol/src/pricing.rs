@@ -35,13 +35,16 @@ impl Default for PriceConfig {
 }
 
 /// What a node has seen of one skill, from signed reports and its own index.
+///
+/// Quality and adopters arrive already weighed: the node decides how much each reporter's and
+/// adopter's word counts (`druse_node::market` weighs them by what vouches for their keys), and
+/// passes the results here.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PriceInputs {
-    pub executions: u64,
-    pub successes: u64,
-    /// Mean reward of the executions, in [-1, 1].
-    pub avg_reward: f64,
-    pub unique_adopters: u64,
+    /// Success rate × average reward of the counted executions, in [0, 1] (see [`quality`]).
+    pub quality: f64,
+    /// Adopters that paid for the skill, each counted by the weight of its key.
+    pub adopters: f64,
     pub bounty_matches: u64,
     /// The publisher's reputation, in [0, 1].
     pub reputation: f64,
@@ -49,11 +52,10 @@ pub struct PriceInputs {
     pub similar_skills: usize,
 }
 
-impl PriceInputs {
-    /// Successes over executions; 0 with no executions.
-    pub fn success_rate(&self) -> f64 {
-        if self.executions == 0 { 0.0 } else { self.successes.min(self.executions) as f64 / self.executions as f64 }
-    }
+/// Seed 004's quality of a run of executions: success rate × average reward, in [0, 1]. A
+/// negative average reward counts as 0, so a price is never negative.
+pub fn quality(success_rate: f64, avg_reward: f64) -> f64 {
+    clamp_unit(success_rate) * clamp_unit(avg_reward)
 }
 
 /// The factors of a price, shown beside it so an operator can see why it is what it is.
@@ -74,13 +76,15 @@ impl Price {
     }
 }
 
-/// `base × quality × demand × reputation × scarcity`, each factor as seed 004 gives it.
+/// `base × quality × demand × reputation × scarcity`, each factor as seed 004 gives it, with
+/// demand = 1 + ln(adopters + bounty matches + 1) × `demand_weight`.
 ///
-/// Quality is success rate × average reward; a negative average reward counts as 0, so a
-/// price is never negative. Reputation is clamped to [0, 1].
+/// Quality and reputation are clamped to [0, 1], and a negative (or not finite) adopter
+/// weight counts as 0, so a price is never negative.
 pub fn price(config: &PriceConfig, inputs: &PriceInputs) -> Price {
-    let quality = inputs.success_rate() * clamp_unit(inputs.avg_reward);
-    let demand = 1.0 + ((inputs.unique_adopters + inputs.bounty_matches + 1) as f64).ln() * config.demand_weight;
+    let quality = clamp_unit(inputs.quality);
+    let adopters = if inputs.adopters.is_finite() { inputs.adopters.max(0.0) } else { 0.0 };
+    let demand = 1.0 + (adopters + inputs.bounty_matches as f64 + 1.0).ln() * config.demand_weight;
     let reputation = clamp_unit(inputs.reputation);
     let scarcity = if inputs.similar_skills <= config.rare_max_similar {
         config.rare
@@ -97,21 +101,29 @@ fn clamp_unit(x: f64) -> f64 {
     if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
 }
 
-/// The quality gate before listing (seed 004): at least 3 executions and 60% success.
+/// The quality gate before listing (seed 004): at least 3 executions and 60% success, and
+/// (druse's addition against fake reporters) reports from keys worth at least one verified
+/// reporter. The node decides what counts; see `druse_node::market`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QualityGate {
     pub min_executions: u64,
     pub min_success_rate: f64,
+    /// Total weight of the reporters whose executions count (1.0: one verified reporter, or
+    /// two trusted ones).
+    pub min_reporter_weight: f64,
 }
 
 impl Default for QualityGate {
     fn default() -> Self {
-        Self { min_executions: 3, min_success_rate: 0.6 }
+        Self { min_executions: 3, min_success_rate: 0.6, min_reporter_weight: 1.0 }
     }
 }
 
+/// Slack for sums of weights (0.75 + 0.25 must reach 1.0).
+const EPSILON: f64 = 1e-9;
+
 impl QualityGate {
-    /// Whether a skill with these stats may be listed.
+    /// Whether a skill with these stats may be listed, counting executions one by one.
     pub fn passes(&self, executions: u64, successes: u64) -> bool {
         if executions < self.min_executions || executions == 0 {
             return false;
@@ -119,6 +131,17 @@ impl QualityGate {
         // Compare in integers so 3 of 5 is exactly 60%.
         let needed = (self.min_success_rate * executions as f64 - 1e-9).ceil().max(0.0) as u64;
         successes.min(executions) >= needed
+    }
+
+    /// Whether a skill may be listed on weighed evidence: `executions` is the reporters'
+    /// executions each multiplied by its reporter's weight, `success_rate` their weighted
+    /// success rate and `reporter_weight` the reporters' total weight.
+    pub fn passes_weighted(&self, executions: f64, success_rate: f64, reporter_weight: f64) -> bool {
+        let at_least = |x: f64, min: f64| x.is_finite() && x >= min - EPSILON;
+        executions > 0.0
+            && at_least(executions, self.min_executions as f64)
+            && at_least(success_rate, self.min_success_rate)
+            && at_least(reporter_weight, self.min_reporter_weight)
     }
 }
 
@@ -128,12 +151,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn inputs() -> impl Strategy<Value = PriceInputs> {
-        (0u64..1000, 0.0f64..=1.0, -1.0f64..=1.0, 0u64..1000, 0u64..100, 0.0f64..=1.0, 0usize..20).prop_map(
-            |(executions, rate, avg_reward, unique_adopters, bounty_matches, reputation, similar_skills)| PriceInputs {
-                executions,
-                successes: (executions as f64 * rate).floor() as u64,
-                avg_reward,
-                unique_adopters,
+        (0.0f64..=1.0, 0.0f64..1000.0, 0u64..100, 0.0f64..=1.0, 0usize..20).prop_map(
+            |(quality, adopters, bounty_matches, reputation, similar_skills)| PriceInputs {
+                quality,
+                adopters,
                 bounty_matches,
                 reputation,
                 similar_skills,
@@ -144,10 +165,8 @@ mod tests {
     #[test]
     fn price_matches_seed_formula_for_a_known_skill() {
         let inputs = PriceInputs {
-            executions: 10,
-            successes: 8,
-            avg_reward: 0.5,
-            unique_adopters: 3,
+            quality: quality(0.8, 0.5),
+            adopters: 3.0,
             bounty_matches: 1,
             reputation: 0.8,
             similar_skills: 2,
@@ -156,6 +175,38 @@ mod tests {
         let expected = 0.01 * (0.8 * 0.5) * (1.0 + (5.0f64).ln() * 0.1) * 0.8 * 1.2;
         assert!((p.usdc - expected).abs() < 1e-12, "{} vs {expected}", p.usdc);
         assert_eq!(p.scarcity, 1.2);
+    }
+
+    #[test]
+    fn quality_is_rate_times_reward_and_never_negative() {
+        assert_eq!(quality(0.5, 0.5), 0.25);
+        assert_eq!(quality(1.0, -0.5), 0.0);
+        assert_eq!(quality(f64::NAN, 1.0), 0.0);
+        assert_eq!(quality(2.0, 2.0), 1.0);
+    }
+
+    #[test]
+    fn a_fraction_of_an_adopter_is_a_fraction_of_demand() {
+        let cfg = PriceConfig::default();
+        let at = |adopters| price(&cfg, &PriceInputs { adopters, ..Default::default() }).demand;
+        assert_eq!(at(0.0), 1.0);
+        assert!((at(0.2) - (1.0 + 1.2f64.ln() * 0.1)).abs() < 1e-12);
+        assert_eq!(at(-5.0), 1.0, "negative weight is no demand");
+        assert_eq!(at(f64::NAN), 1.0);
+    }
+
+    #[test]
+    fn weighted_gate_needs_executions_success_and_reporter_weight() {
+        let gate = QualityGate::default();
+        assert!(gate.passes_weighted(3.0, 0.6, 1.0));
+        assert!(gate.passes_weighted(0.75 * 2.0 + 0.25 * 6.0, 1.0, 0.75 + 0.25), "sums reach the bounds");
+        assert!(!gate.passes_weighted(2.9, 1.0, 1.0), "too few executions");
+        assert!(!gate.passes_weighted(3.0, 0.59, 1.0), "too little success");
+        assert!(!gate.passes_weighted(30.0, 1.0, 0.99), "too little reporter weight");
+        assert!(!gate.passes_weighted(f64::NAN, 1.0, 1.0));
+        assert!(!gate.passes_weighted(0.0, 1.0, 1.0));
+        let lax = QualityGate { min_executions: 0, min_success_rate: 0.0, min_reporter_weight: 0.0 };
+        assert!(!lax.passes_weighted(0.0, 0.0, 0.0), "no executions never pass");
     }
 
     #[test]
@@ -183,17 +234,32 @@ mod tests {
         }
 
         #[test]
-        fn price_rises_with_success_reward_demand_and_reputation(i in inputs(), bump in 1u64..50, r in 0.0f64..0.5) {
+        fn price_rises_with_quality_demand_and_reputation(i in inputs(), bump in 1u64..50, r in 0.0f64..0.5) {
             let cfg = PriceConfig::default();
             let base = price(&cfg, &i).usdc;
-            let more_success = PriceInputs { successes: (i.successes + bump).min(i.executions), ..i };
-            let more_reward = PriceInputs { avg_reward: (i.avg_reward + r).min(1.0), ..i };
-            let more_adopters = PriceInputs { unique_adopters: i.unique_adopters + bump, ..i };
+            let more_quality = PriceInputs { quality: (i.quality + r).min(1.0), ..i };
+            let more_adopters = PriceInputs { adopters: i.adopters + r, ..i };
             let more_bounties = PriceInputs { bounty_matches: i.bounty_matches + bump, ..i };
             let more_rep = PriceInputs { reputation: (i.reputation + r).min(1.0), ..i };
-            for bigger in [more_success, more_reward, more_adopters, more_bounties, more_rep] {
+            for bigger in [more_quality, more_adopters, more_bounties, more_rep] {
                 prop_assert!(price(&cfg, &bigger).usdc >= base);
             }
+        }
+
+        #[test]
+        fn extra_adopter_weight_moves_demand_by_at_most_its_log(i in inputs(), extra in 0.0f64..=0.2) {
+            let cfg = PriceConfig::default();
+            let more = PriceInputs { adopters: i.adopters + extra, ..i };
+            let (before, after) = (price(&cfg, &i).demand, price(&cfg, &more).demand);
+            prop_assert!(after >= before && after - before <= (1.0 + extra).ln() * cfg.demand_weight + 1e-12);
+        }
+
+        #[test]
+        fn weighted_gate_agrees_with_the_integer_gate_at_weight_one(executions in 0u64..500, successes in 0u64..500) {
+            let successes = successes.min(executions);
+            let gate = QualityGate::default();
+            let rate = if executions == 0 { 0.0 } else { successes as f64 / executions as f64 };
+            prop_assert_eq!(gate.passes_weighted(executions as f64, rate, 1.0), gate.passes(executions, successes));
         }
 
         #[test]

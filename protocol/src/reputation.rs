@@ -44,10 +44,11 @@ pub struct Evidence {
     pub rejected: u64,
     /// The peer's skills a management node endorsed.
     pub endorsed_skills: u64,
-    /// Execution reports about the peer's skills, from others, that succeeded.
-    pub report_successes: u64,
-    /// Execution reports about the peer's skills, from others, that failed.
-    pub report_failures: u64,
+    /// Execution reports about the peer's skills, from others, that succeeded, each counted by
+    /// the weight the node gives its reporter (so a fraction of a report is possible).
+    pub report_successes: f64,
+    /// Execution reports about the peer's skills, from others, that failed, weighed the same.
+    pub report_failures: f64,
     /// How long this node has known the peer, in days.
     pub age_days: f64,
 }
@@ -65,7 +66,8 @@ pub struct Evidence {
 pub fn score(e: &Evidence) -> f64 {
     let messages = 0.15 * (e.accepted as f64 / 50.0).tanh() - 0.5 * (1.0 - (-(e.rejected as f64) / 10.0).exp());
     let endorsements = 0.2 * (1.0 - (-(e.endorsed_skills as f64) / 2.0).exp());
-    let reports = 0.15 * ((e.report_successes as f64 - e.report_failures as f64) / 10.0).tanh();
+    let reports = (e.report_successes - e.report_failures) / 10.0;
+    let reports = if reports.is_finite() { 0.15 * reports.tanh() } else { 0.0 };
     let age = 0.05 * (1.0 - (-e.age_days.max(0.0) / 30.0).exp());
     (INITIAL + messages + endorsements + reports + age).clamp(0.0, 1.0)
 }
@@ -101,13 +103,13 @@ mod tests {
 
     #[test]
     fn endorsed_skills_and_good_reports_make_a_peer_trusted() {
-        let e = Evidence { accepted: 40, endorsed_skills: 2, report_successes: 10, ..Default::default() };
+        let e = Evidence { accepted: 40, endorsed_skills: 2, report_successes: 10.0, ..Default::default() };
         assert!(Thresholds::default().level(score(&e)) >= TrustLevel::Trusted, "{}", score(&e));
     }
 
     proptest! {
         #[test]
-        fn score_stays_in_unit_interval(a in 0u64..10_000, r in 0u64..10_000, en in 0u64..100, s in 0u64..1000, f in 0u64..1000, d in 0.0f64..1000.0) {
+        fn score_stays_in_unit_interval(a in 0u64..10_000, r in 0u64..10_000, en in 0u64..100, s in 0.0f64..1000.0, f in 0.0f64..1000.0, d in 0.0f64..1000.0) {
             let e = Evidence { accepted: a, rejected: r, endorsed_skills: en, report_successes: s, report_failures: f, age_days: d };
             let x = score(&e);
             prop_assert!((0.0..=1.0).contains(&x));

@@ -1,7 +1,10 @@
 //! The marketplace on real swarms: signed reports and adoptions price a skill the same way on
-//! every node, the management node endorses by policy only on independent evidence, bounties
-//! are matched and claimed, a new version deprecates the old everywhere, and an adoption never
-//! pays an asking price the adopter's own computation does not support.
+//! every node, only the reports of vouched adopters lift a skill over the gate (its publisher's
+//! own and those of any number of fresh keys never do, and fresh keys move a listed skill's
+//! price by a bounded amount at most), the management node endorses by policy only on
+//! attested evidence, bounties are matched and claimed, a new version deprecates the old
+//! everywhere, and an adoption never pays an asking price the adopter's own computation does
+//! not support.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -11,12 +14,11 @@ use druse_node::ingest::Outcome;
 use druse_node::market::{Listing, Stats};
 use druse_node::node;
 use druse_node::store::Writes;
-use druse_protocol::ContentId;
 use druse_protocol::api::Code;
-use druse_protocol::body::{Body, Bounty, CrystalListing, ReportEvent};
+use druse_protocol::body::{Body, Bounty, CrystalListing, Report, ReportEvent, TrustLevel};
 use druse_protocol::reputation::{self, Evidence};
-use druse_protocol::topic;
-use druse_tests::swarm::{Cluster, TestNode, listing, mgmt_key, seal};
+use druse_protocol::{ContentId, Keypair, topic};
+use druse_tests::swarm::{Cluster, TestNode, key, listing, mgmt_key, seal};
 use druse_tests::{WAIT, eventually, wait_for};
 
 const EDGES: [(&str, u8); 4] = [("a", 1), ("b", 2), ("c", 3), ("d", 4)];
@@ -78,8 +80,56 @@ async fn listings_when(cluster: &Cluster, id: ContentId, what: &str, check: impl
     out
 }
 
+/// Management attests each of `peers` at `level`, and waits until every node holds it.
+async fn attest(cluster: &Cluster, peers: &[&TestNode], level: TrustLevel) {
+    for peer in peers {
+        cluster.management.attest(peer.public_key(), level, "test reporter".into(), WAIT * 20).await.unwrap();
+    }
+    for node in cluster.nodes() {
+        for peer in peers {
+            eventually(WAIT, format_args!("{} to hold {}'s attestation", node.name, peer.name), async || {
+                node.trust_level(&peer.peer_id()) == level
+            })
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// Signs a report by `by` (any key, a fresh one say) and hands it to every node, as gossip
+/// would; `at` is its issue time, distinct per report.
+async fn report_as(cluster: &Cluster, by: &Keypair, id: ContentId, event: ReportEvent, at: u64) {
+    let body = Body::Report(Report { issued_at: at, reporter: by.public(), content_id: id, event });
+    let bytes = seal(by, &body).unwrap();
+    for node in cluster.nodes() {
+        let outcome = node.ingest_bytes(&bytes, &by.peer_id(), topic::REPORTS).await;
+        assert_eq!(outcome, Outcome::Accepted, "{} refused a report by {}", node.name, by.peer_id());
+    }
+}
+
+/// Twenty fresh keys (nothing vouches for them) each adopt `id` saying they paid 1 000 and
+/// report ten perfect executions.
+async fn twenty_fresh_keys(cluster: &Cluster, id: ContentId, seeds: std::ops::Range<u8>) {
+    let mut at = druse_protocol::now_ms();
+    for seed in seeds {
+        let fresh = key(seed);
+        report_as(cluster, &fresh, id, ReportEvent::Adoption { price_paid: 1_000 }, at).await;
+        for _ in 0..10 {
+            at += 1;
+            report_as(cluster, &fresh, id, ReportEvent::Execution { success: true, reward: 1.0 }, at).await;
+        }
+    }
+}
+
+/// Every node's computed price of `id`, which must be the same on all.
+fn same_price(listings: &[Listing]) -> u64 {
+    let prices: Vec<u64> = listings.iter().map(|l| l.computed_price.micros).collect();
+    assert!(prices.windows(2).all(|w| w[0] == w[1]), "prices differ between nodes: {prices:?}");
+    prices[0]
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn reports_from_three_adopters_move_the_price_identically_on_every_node() {
+async fn reports_from_attested_adopters_move_the_price_identically_on_every_node() {
     let cluster = Cluster::start(&EDGES, |_| {}).await.unwrap();
     let [a, b, c, d] = ["a", "b", "c", "d"].map(|n| cluster.edge(n));
     let id = publish_everywhere(&cluster, a, priced("retry-backoff", 1_000, &["net"])).await;
@@ -91,86 +141,171 @@ async fn reports_from_three_adopters_move_the_price_identically_on_every_node() 
         assert!(!listing.asking_supported, "an asking price with no evidence behind it is not supported");
     }
 
-    // All at once: the three reports have the same fields and, likely, the same millisecond;
-    // each names its reporter, so none is deduplicated as another.
-    let run = ReportEvent::Execution { success: true, reward: 0.8 };
-    let (x, y, z) = tokio::join!(b.report(id, run.clone()), c.report(id, run.clone()), d.report(id, run));
-    let ids = [x.unwrap(), y.unwrap(), z.unwrap()];
-    assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2], "three reports, three content ids");
-    let reported = listings_when(&cluster, id, "three executions", |l| l.stats.executions == 3).await;
-    let (x, y, z) = tokio::join!(b.adopt(id), c.adopt(id), d.adopt(id));
-    for (adopter, adoption) in [(b, x), (c, y), (d, z)] {
+    // Management vouches for the reporters; they adopt first (the skill has no price yet, so
+    // they pay nothing) and then report.
+    attest(&cluster, &[b, c], TrustLevel::Verified).await;
+    attest(&cluster, &[d], TrustLevel::Trusted).await;
+    let (x, y) = tokio::join!(b.adopt(id), c.adopt(id));
+    for adoption in [x, y] {
         let adoption = adoption.unwrap();
-        assert!(adoption.settlement.asking_supported, "{} computes {:?}", adopter.name, adoption.settlement);
-        assert_eq!(adoption.settlement.paid, 1_000, "a supported asking price is paid as asked");
+        assert_eq!((adoption.settlement.computed, adoption.settlement.paid), (0, 0), "no price, nothing paid");
     }
+    listings_when(&cluster, id, "two adopters", |l| l.stats.unique_adopters == 2).await;
+    // All at once: the reports have the same fields and, likely, the same millisecond; each
+    // names its reporter, so none is deduplicated as another.
+    let run = ReportEvent::Execution { success: true, reward: 0.8 };
+    let (x, y) = tokio::join!(b.report(id, run.clone()), c.report(id, run.clone()));
+    assert!(x.unwrap() != y.unwrap(), "two reports, two content ids");
+    // Two identical reports from one reporter in the same millisecond are one message.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    execution(b, id, true, 0.8).await;
+    execution(c, id, true, 0.8).await;
+    let reported = listings_when(&cluster, id, "four executions", |l| l.stats.executions == 4).await;
+
+    // d adopts at the asking price, which every node's computation now supports.
+    let adoption = d.adopt(id).await.unwrap();
+    assert!(adoption.settlement.asking_supported, "d computes {:?}", adoption.settlement);
+    assert_eq!(adoption.settlement.paid, 1_000, "a supported asking price is paid as asked");
     let after = listings_when(&cluster, id, "three adopters", |l| l.stats.unique_adopters == 3).await;
 
-    // Every input is signed, so every node computes the same price.
-    let reputation = reputation::score(&Evidence { report_successes: 3, ..Evidence::default() });
+    // Every input is signed, so every node computes the same price: quality 0.8 from two
+    // verified reporters, demand from the one paid adoption (a trusted key, 0.75), reputation
+    // from four reports of verified adopters.
+    let reputation = reputation::score(&Evidence { report_successes: 4.0, ..Evidence::default() });
     let expected_before = 0.01 * 0.8 * 1.0 * reputation * 1.5;
-    let expected_after = 0.01 * 0.8 * (1.0 + 4f64.ln() * 0.1) * reputation * 1.5;
+    let expected_after = 0.01 * 0.8 * (1.0 + 1.75f64.ln() * 0.1) * reputation * 1.5;
     for (node, (reported, after)) in cluster.nodes().iter().zip(reported.iter().zip(&after)) {
         assert!((reported.computed_price.usdc - expected_before).abs() < 1e-12, "{}: {:?}", node.name, reported);
         assert!((after.computed_price.usdc - expected_after).abs() < 1e-12, "{}: {:?}", node.name, after);
         assert!(after.gate_passed && after.asking_supported);
-        assert_eq!((after.stats.reporters, after.stats.independent_reporters), (3, 3));
+        let stats = &after.stats;
+        assert_eq!((stats.reporters, stats.independent_reporters, stats.counted_reporters), (2, 2, 2));
+        assert_eq!((stats.vouched_weight, stats.vouched_executions, stats.adopter_weight), (2.0, 4.0, 0.75));
+        assert_eq!((stats.unique_adopters, stats.paid_adopters), (3, 1));
         assert_eq!(
             node.metric("druse_reports_total", &[("event", "execution"), ("outcome", "success")]),
-            3.0,
+            4.0,
             "{}",
             node.name
         );
         assert_eq!(node.metric("druse_reports_total", &[("event", "adoption"), ("outcome", "none")]), 3.0);
     }
-    let prices: Vec<u64> = after.iter().map(|l| l.computed_price.micros).collect();
-    assert!(prices.windows(2).all(|w| w[0] == w[1]), "prices differ between nodes: {prices:?}");
-    assert!(after[0].computed_price.micros > reported[0].computed_price.micros, "adoptions raise demand");
+    same_price(&after);
+    assert!(after[0].computed_price.micros > reported[0].computed_price.micros, "a paid adoption raises demand");
 
-    // The ledgers: each adopter spent the asking price, the author earned it three times.
-    for adopter in [b, c, d] {
+    // The ledgers: d spent the asking price and the author earned it; b and c paid nothing.
+    for (adopter, spent) in [(b, 0), (c, 0), (d, 1_000)] {
         let ledger = adopter.ledger(10).unwrap();
-        assert_eq!((ledger.spent, ledger.earned), (1_000, 0), "{}", adopter.name);
-        assert_eq!(ledger.balance, 1_000_000 - 1_000);
+        assert_eq!((ledger.spent, ledger.earned), (spent, 0), "{}", adopter.name);
+        assert_eq!(ledger.balance, 1_000_000 - i128::from(spent));
     }
     let ledger = a.ledger(10).unwrap();
-    assert_eq!((ledger.earned, ledger.spent, ledger.entries.len()), (3_000, 0, 3));
+    assert_eq!((ledger.earned, ledger.spent, ledger.entries.len()), (1_000, 0, 3));
     cluster.stop().await;
 }
 
+/// Issue 26's attack on real swarms: a publisher's own reports, and twenty fresh keys that
+/// adopt (saying they paid) and report success, never price a skill nor pass its gate; on a
+/// skill listed on attested evidence the fresh keys move the price by the documented bound at
+/// most, the same on every node; the publisher's other skill does not gain; and attested
+/// reporters lift the gate and the automatic endorsement fires.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_authors_own_reports_never_satisfy_the_independent_reporter_rule() {
+async fn fresh_keys_and_self_reports_never_price_a_skill_and_attested_adopters_do() {
     let mut role = ManagementConfig::default();
     role.endorsement.auto = true;
+    // Twenty new keys within a minute would raise weather; this test is about prices.
+    role.anomaly.enabled = false;
     let cluster = Cluster::start_managed(&EDGES, |_| {}, role).await.unwrap();
     assert!(cluster.management.spawn_auto_endorse());
     let [a, b, c, d] = ["a", "b", "c", "d"].map(|n| cluster.edge(n));
-    let id = publish_everywhere(&cluster, a, priced("parse-dates", 1_000, &["time"])).await;
+    let target = publish_everywhere(&cluster, a, priced("parse-dates", 1_000, &["time"])).await;
+    let other = publish_everywhere(&cluster, a, priced("summarise-contracts", 1_000, &["law"])).await;
 
-    for _ in 0..5 {
-        execution(a, id, true, 1.0).await;
+    // The publisher's other skill is listed on two verified adopters' reports.
+    attest(&cluster, &[b, c, d], TrustLevel::Verified).await;
+    for reporter in [b, c] {
+        reporter.adopt(other).await.unwrap();
     }
-    let seen = listings_when(&cluster, id, "the author's five executions", |l| l.stats.executions == 5).await;
-    assert!(seen.iter().all(|l| l.gate_passed && l.stats.independent_reporters == 0));
+    listings_when(&cluster, other, "two adopters of the other skill", |l| l.stats.unique_adopters == 2).await;
+    for reporter in [b, c] {
+        execution(reporter, other, true, 0.5).await;
+        execution(reporter, other, true, 0.5).await;
+    }
+    let listed = listings_when(&cluster, other, "the other skill listed", |l| l.gate_passed).await;
+    let other_before = same_price(&listed);
+    assert!(other_before > 0);
+    let reputation = listed[0].computed_price.reputation;
+
+    // 1. The publisher's own ten successes: no price anywhere, no gate, no endorsement.
+    for _ in 0..10 {
+        execution(a, target, true, 1.0).await;
+    }
+    let seen = listings_when(&cluster, target, "the author's ten executions", |l| l.stats.executions == 10).await;
+    for listing in &seen {
+        assert_eq!((listing.computed_price.micros, listing.gate_passed), (0, false), "{:?}", listing.stats);
+        assert_eq!((listing.stats.counted_reporters, listing.stats.reporter_weight), (0, 0.0));
+    }
     assert!(cluster.management.auto_endorse_pass().await.unwrap().is_empty(), "own reports alone endorsed it");
-    // A maintenance tick hands the policy the changed evidence.
+
+    // 2. Twenty fresh keys adopt it, saying they paid, and report 200 successes: still no price.
+    twenty_fresh_keys(&cluster, target, 100..120).await;
+    let seen = listings_when(&cluster, target, "twenty fresh adopters", |l| l.stats.executions == 210).await;
+    for listing in &seen {
+        let stats = &listing.stats;
+        assert_eq!((listing.computed_price.micros, listing.gate_passed), (0, false), "{stats:?}");
+        assert_eq!((stats.counted_reporters, stats.vouched_weight), (20, 0.0));
+        assert!((stats.unvouched_weight - 0.2).abs() < 1e-12 && (stats.adopter_weight - 0.2).abs() < 1e-12);
+    }
+    assert!(cluster.management.auto_endorse_pass().await.unwrap().is_empty(), "fresh keys endorsed it");
     maintenance_ticks(&cluster.mgmt, 2).await;
-    assert!(!cluster.mgmt.stored(&id).unwrap().unwrap().is_verified);
+    assert!(!cluster.mgmt.stored(&target).unwrap().unwrap().is_verified);
+    // Nor did they raise the publisher's reputation, so its other skill's price is unchanged.
+    let unchanged = listings_when(&cluster, other, "the other skill", |_| true).await;
+    assert_eq!(same_price(&unchanged), other_before);
+    assert_eq!(unchanged[0].computed_price.reputation, reputation);
 
-    execution(b, id, true, 0.9).await;
-    execution(c, id, true, 0.9).await;
-    listings_when(&cluster, id, "two independent reporters", |l| l.stats.independent_reporters == 2).await;
-    assert!(cluster.management.auto_endorse_pass().await.unwrap().is_empty(), "two of three reporters endorsed it");
+    // 3. On the listed skill, twenty fresh keys move the price by the bound at most: quality
+    //    closes at most cap / (V + cap) of its gap to 1 (V = 2 verified reporters), demand
+    //    gains at most 0.1 × ln(1 + cap), with cap = 0.2.
+    twenty_fresh_keys(&cluster, other, 120..140).await;
+    let attacked = listings_when(&cluster, other, "twenty fresh keys on the other skill", |l| {
+        l.stats.unique_adopters == 22 && l.stats.executions == 204
+    })
+    .await;
+    let other_after = same_price(&attacked);
+    let (quality, demand) = (listed[0].computed_price.quality, listed[0].computed_price.demand);
+    assert_eq!((quality, demand), (0.5, 1.0), "two verified reporters at reward 0.5, nobody paid");
+    let bound = (quality + 0.2 / 2.2 * (1.0 - quality)) / quality * (demand + 1.2f64.ln() * 0.1) / demand;
+    let moved = attacked[0].computed_price.usdc / listed[0].computed_price.usdc;
+    assert!(moved > 1.0 && moved <= bound + 1e-9, "{other_before} → {other_after}: ×{moved}, bound ×{bound}");
+    println!("the other skill: {other_before} µUSDC → {other_after} µUSDC after twenty fresh keys (bound ×{bound:.4})");
+    for listing in &attacked {
+        assert_eq!(listing.computed_price.reputation, reputation, "fresh keys moved the publisher's reputation");
+    }
 
-    execution(d, id, true, 0.9).await;
+    // 4. Attested adopters lift the gate: two verified (weight 2) list it, a third (weight 3)
+    //    satisfies the endorsement policy.
+    for reporter in [b, c, d] {
+        reporter.adopt(target).await.unwrap();
+    }
+    listings_when(&cluster, target, "three attested adopters", |l| l.stats.unique_adopters == 23).await;
+    execution(b, target, true, 0.9).await;
+    execution(b, target, true, 0.9).await;
+    execution(c, target, true, 0.9).await;
+    let listed = listings_when(&cluster, target, "the target listed", |l| l.gate_passed).await;
+    let stats = &listed[0].stats;
+    assert_eq!((stats.vouched_weight, stats.vouched_executions), (2.0, 3.0), "{stats:?}");
+    assert!(same_price(&listed) > 0);
+    assert!(cluster.management.auto_endorse_pass().await.unwrap().is_empty(), "a weight of 2 endorsed it");
+    execution(d, target, true, 0.9).await;
     for node in cluster.nodes() {
-        eventually(WAIT, format_args!("{} to show {id} auto-endorsed", node.name), async || {
-            node.stored(&id).unwrap().is_some_and(|s| s.is_verified)
+        eventually(WAIT, format_args!("{} to show {target} auto-endorsed", node.name), async || {
+            node.stored(&target).unwrap().is_some_and(|s| s.is_verified)
         })
         .await
         .unwrap();
     }
-    let skill = a.stored(&id).unwrap().unwrap();
+    let skill = a.stored(&target).unwrap().unwrap();
     assert!(skill.endorsement.unwrap().note.starts_with("auto:"));
     // The policy counts an endorsement after publishing it, so the count may trail the gossip.
     eventually(WAIT, "the auto endorsement to be counted", async || {
@@ -351,12 +486,20 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
     let own = a.adopt(greedy).await.unwrap_err();
     assert!(matches!(own, node::Error::Market(Code::Invalid, _)), "{own}");
 
-    // A skill priced above b's credits: the adoption is refused and nothing changes.
+    // A skill priced above b's credits (listed on the reports of two verified adopters): the
+    // adoption is refused and nothing changes.
     let good = publish_everywhere(&cluster, a, priced("good", 1_000_000, &[])).await;
-    for reporter in [b, c, d] {
+    attest(&cluster, &[c, d], TrustLevel::Verified).await;
+    for reporter in [c, d] {
+        assert_eq!(reporter.adopt(good).await.unwrap().settlement.paid, 0, "no price yet");
+    }
+    listings_when(&cluster, good, "two adopters", |l| l.stats.unique_adopters == 2).await;
+    for reporter in [c, d] {
+        execution(reporter, good, true, 1.0).await;
         execution(reporter, good, true, 1.0).await;
     }
-    let seen = listings_when(&cluster, good, "three executions", |l| l.stats.executions == 3).await;
+    let seen = listings_when(&cluster, good, "four executions", |l| l.stats.executions == 4).await;
+    assert!(seen[0].gate_passed);
     assert!(seen[0].computed_price.micros > 5_000, "{:?}", seen[0].computed_price);
     let poor = b.adopt(good).await.unwrap_err();
     assert!(matches!(poor, node::Error::Market(Code::Conflict, _)), "{poor}");

@@ -209,6 +209,72 @@ fn stats(f: &Fixture, id: &ContentId) -> market::Stats {
     f.ingestor.store.market.get(id.digest()).unwrap().unwrap_or_default()
 }
 
+/// The summary of a skill's stats with every key weighed as this fixture's book weighs it.
+fn raw_summary(f: &Fixture, id: &ContentId, author: &Keypair) -> market::Summary {
+    let config = market::Config::default();
+    let book = f.ingestor.read_book();
+    stats(f, id).summary(&config, &author.public(), |k| book.weight(k, NOW, &config.weights))
+}
+
+fn attest(f: &mut Fixture, peer: &Keypair, level: TrustLevel, seq: u64) {
+    let mgmt = f.mgmt.clone();
+    let attest = Body::Attest(Attest {
+        issued_at: NOW,
+        seq,
+        peer: peer.public(),
+        level,
+        reason: "known".into(),
+        expires_at: NOW + 60_000,
+    });
+    assert_eq!(f.ingest(&mgmt, &attest), Outcome::Accepted);
+}
+
+#[test]
+fn only_vouched_adopters_reports_move_the_publishers_reputation() {
+    let mut f = fixture();
+    let (author, fresh, trusted, late) = (
+        Keypair::from_seed([2; 32]),
+        Keypair::from_seed([3; 32]),
+        Keypair::from_seed([4; 32]),
+        Keypair::from_seed([5; 32]),
+    );
+    let body = listing("a", "retry with backoff");
+    let id = ContentId::of(&body.encode().unwrap());
+    assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
+    attest(&mut f, &trusted, TrustLevel::Trusted, 1);
+    let at = |n: u64| NOW + n;
+    let mut n = 0;
+    let mut send = |f: &mut Fixture, by: &Keypair, event: ReportEvent| {
+        n += 1;
+        let body = Body::Report(Report { issued_at: at(n), reporter: by.public(), content_id: id, event });
+        assert_eq!(f.ingest(by, &body), Outcome::Accepted);
+    };
+    let run = ReportEvent::Execution { success: true, reward: 1.0 };
+    // The author's own reports, and a fresh key's even after it adopted, are no evidence.
+    send(&mut f, &author, run.clone());
+    send(&mut f, &fresh, ReportEvent::Adoption { price_paid: 0 });
+    send(&mut f, &fresh, run.clone());
+    // A trusted key's report before its adoption is not counted; after it, by its weight.
+    send(&mut f, &trusted, run.clone());
+    send(&mut f, &trusted, ReportEvent::Adoption { price_paid: 0 });
+    send(&mut f, &trusted, run.clone());
+    send(&mut f, &trusted, ReportEvent::Execution { success: false, reward: 0.0 });
+    // Attested only after it reported: those reports stay uncounted (arrival order matters here).
+    send(&mut f, &late, ReportEvent::Adoption { price_paid: 0 });
+    send(&mut f, &late, run.clone());
+    attest(&mut f, &late, TrustLevel::Verified, 2);
+    send(&mut f, &late, run);
+    f.ingestor.persist_peers();
+    let record = f.ingestor.read_book().record(&author.peer_id()).cloned().unwrap();
+    assert_eq!((record.report_successes, record.report_failures), (0.75 + 1.0, 0.75));
+
+    // Quality is weighed at price time: the late key's earlier report counts there in full.
+    let summary = raw_summary(&f, &id, &author);
+    assert_eq!(summary.counted_reporters, 3, "fresh, trusted and late");
+    assert_eq!(summary.vouched_weight, 1.75);
+    assert_eq!(summary.vouched_executions, 0.75 * 3.0 + 2.0);
+}
+
 #[test]
 fn report_that_arrives_before_its_skill_is_counted_when_the_skill_arrives() {
     let mut f = fixture();
@@ -221,9 +287,10 @@ fn report_that_arrives_before_its_skill_is_counted_when_the_skill_arrives() {
     assert_eq!(f.ingestor.pending_reports.len(), 1);
     assert!(stats(&f, &id).executions.is_empty());
     assert_eq!(f.ingest(&author, &body), Outcome::Accepted);
-    let summary = stats(&f, &id).summary(&author.public());
+    let summary = raw_summary(&f, &id, &author);
     assert_eq!((summary.executions, summary.independent_reporters), (1, 1));
-    assert_eq!(f.ingestor.read_book().record(&author.peer_id()).map(|r| r.report_successes), Some(1));
+    let successes = f.ingestor.read_book().record(&author.peer_id()).map_or(0.0, |r| r.report_successes);
+    assert_eq!(successes, 0.0, "a report by a key that did not adopt the skill is no evidence of its author");
     let effects = std::mem::take(&mut f.effects);
     assert!(effects.iter().any(|e| matches!(e, Effect::NewSkill(skill) if skill.id == id)));
 }
@@ -455,7 +522,7 @@ fn a_synced_message_of_any_age_is_applied_once_even_after_a_restore() {
     let mgmt = f.mgmt.clone();
     f.ingestor = ingestor_on(f.ingestor.store.clone(), &mgmt);
     assert_eq!(f.synced(&user, &run, a_day_later), Outcome::Protocol(Reason::Duplicate));
-    let summary = stats(&f, &id).summary(&author.public());
+    let summary = raw_summary(&f, &id, &author);
     assert_eq!(summary.executions, 1, "a report relayed twice counts once");
 }
 

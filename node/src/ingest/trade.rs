@@ -135,17 +135,26 @@ impl Ingestor {
         let mut counted = Counted::Yes;
         let (event, outcome) = match &report.event {
             ReportEvent::Execution { success, reward } => {
-                self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
+                let stats = self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
                     counted = s.execution(config, &reporter, *success, *reward);
                 })?;
-                if counted == Counted::Yes && skill.author != reporter {
-                    self.note_peer(&skill.author.peer_id(), now, |r| {
-                        if *success {
-                            r.report_successes += 1;
-                        } else {
-                            r.report_failures += 1;
-                        }
-                    });
+                // The publisher's reputation takes a report by its reporter's vouched weight
+                // (a fresh key's is 0), and only from a reporter that adopted the skill. Both
+                // are judged as the report arrives: a report that came before its reporter's
+                // adoption, attestation or endorsement never counts here, though it does count
+                // toward quality once they arrive (quality is weighed at price time).
+                let adopted = stats.adopters.contains_key(&reporter.to_string());
+                if counted == Counted::Yes && skill.author != reporter && adopted {
+                    let weight = self.read_book().weight_of(&reporter.peer_id(), now, &config.weights).vouched;
+                    if weight > 0.0 {
+                        self.note_peer(&skill.author.peer_id(), now, |r| {
+                            if *success {
+                                r.report_successes += weight;
+                            } else {
+                                r.report_failures += weight;
+                            }
+                        });
+                    }
                 }
                 ("execution", if *success { "success" } else { "failure" })
             }

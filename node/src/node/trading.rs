@@ -3,13 +3,14 @@
 
 use druse_protocol::api::Code;
 use druse_protocol::body::{Body, Report, ReportEvent, SemanticType};
-use druse_protocol::{ContentId, Kind};
+use druse_protocol::{ContentId, Kind, UnixMillis};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
 use super::{Error, Node};
 use crate::ingest::actor::{Command, Spent};
 use crate::market::{self, BountyRecord, Listing, PriceView, Settlement, Stats, Versions};
+use crate::peers::Book;
 use crate::skill::Skill;
 use crate::task::blocking;
 use druse_protocol::now_ms;
@@ -109,6 +110,13 @@ impl Node {
         Ok(ids)
     }
 
+    /// The figures of `stats` for `skill`, each reporter and adopter weighed by what vouches
+    /// for its key now (see [`market`]).
+    pub fn summary(&self, skill: &Skill, stats: &Stats) -> market::Summary {
+        let config = &self.inner.market;
+        self.inner.ingest.book(|book| weighed(book, config, skill, stats, now_ms()))
+    }
+
     /// Prices one skill (blocking: it reads the vector index).
     fn price_listing(&self, skill: Skill) -> Result<Listing, Error> {
         let stats = self.stats(&skill.id)?;
@@ -118,8 +126,9 @@ impl Node {
     /// Prices one skill whose stats are `stats`.
     fn price_with(&self, skill: Skill, stats: Stats) -> Result<Listing, Error> {
         let config = &self.inner.market;
-        let reputation = self.inner.ingest.book(|book| book.market_reputation(&skill.author.peer_id()));
-        let summary = stats.summary(&skill.author);
+        let (reputation, summary) = self.inner.ingest.book(|book| {
+            (book.market_reputation(&skill.author.peer_id()), weighed(book, config, &skill, &stats, now_ms()))
+        });
         let similar = self.similar_skills(&skill, config)?;
         let price = market::price(config, &summary, reputation, similar);
         let gate_passed = summary.passes(&config.gate);
@@ -263,7 +272,7 @@ impl Node {
                 // the similarity search behind scarcity is skipped: a burst of new listings
                 // would otherwise cost one vector search each.
                 let stats = node.stats(&id)?;
-                let price = match stats.summary(&skill.author).passes(&gate) {
+                let price = match node.summary(&skill, &stats).passes(&gate) {
                     true => node.price_with(skill, stats)?.computed_price.usdc,
                     false => 0.0,
                 };
@@ -279,6 +288,11 @@ impl Node {
             tracing::warn!(%error, "could not observe market prices");
         }
     }
+}
+
+/// `stats` summed with the weights `book` gives at `now`.
+fn weighed(book: &Book, config: &market::Config, skill: &Skill, stats: &Stats, now: UnixMillis) -> market::Summary {
+    stats.summary(config, &skill.author, |key| book.weight(key, now, &config.weights))
 }
 
 #[cfg(test)]
