@@ -90,7 +90,10 @@ fn script_a(request: &Request) -> Answer {
         if said.contains("publish your skill") {
             let text = request.text();
             let crystal = text.lines().find_map(|l| {
-                l.trim().strip_prefix("- crystal ").and_then(|r| r.split(':').next()).and_then(|id| id.parse::<u64>().ok())
+                l.trim()
+                    .strip_prefix("- crystal ")
+                    .and_then(|r| r.split(':').next())
+                    .and_then(|id| id.parse::<u64>().ok())
             });
             if let Some(id) = crystal {
                 calls.push(("publish_skill".to_owned(), json!({"crystal": id})));
@@ -123,9 +126,10 @@ fn script_b(request: &Request) -> Answer {
     if !results.is_empty() {
         return Answer::Text("done".into());
     }
-    let offered = request.text().lines().find_map(|l| {
-        l.trim().strip_prefix("- skill ").and_then(|r| r.split(':').next()).map(str::to_owned)
-    });
+    let offered = request
+        .text()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("- skill ").and_then(|r| r.split(':').next()).map(str::to_owned));
     match offered {
         Some(id) => Answer::Tools(vec![("use_skill".into(), json!({"skill": id}))]),
         None => Answer::Tools(vec![("reply".into(), json!({"uri": uri, "text": "No idea, sorry."}))]),
@@ -159,18 +163,34 @@ async fn skill_on(api: &str, id: &str) -> Option<Value> {
     body.json().await.ok()
 }
 
-/// The computed price of skill `id` on every node, once they all agree and `check` holds.
+/// The computed price of skill `id` (as the last of `apis` computes it) once `check` holds on
+/// every node and they all agree on the factors signed messages decide (quality, demand and
+/// the publisher's reputation; scarcity comes from each node's own index).
 async fn agreed_price(apis: &[(&str, String)], id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Result<u64> {
+    let agreed = agree(apis, id, what, check).await;
+    if agreed.is_err() {
+        for (name, api) in apis {
+            let listing = skill_on(api, id).await.unwrap_or(Value::Null);
+            eprintln!("{name}: {} {}", listing["computed_price"], listing["stats"]);
+        }
+    }
+    agreed
+}
+
+async fn agree(apis: &[(&str, String)], id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Result<u64> {
     wait_for(ANSWERED, format_args!("every node to agree on {what}"), async || {
-        let mut prices = Vec::new();
+        let mut factors = Vec::new();
+        let mut last = 0;
         for (_, api) in apis {
             let listing = skill_on(api, id).await?;
             if !check(&listing) {
                 return None;
             }
-            prices.push(listing["computed_price"]["micros"].as_u64()?);
+            let p = &listing["computed_price"];
+            factors.push([p["quality"].as_f64()?, p["demand"].as_f64()?, p["reputation"].as_f64()?]);
+            last = p["micros"].as_u64()?;
         }
-        prices.windows(2).all(|w| w[0] == w[1]).then(|| prices[0])
+        factors.windows(2).all(|w| w[0] == w[1]).then_some(last)
     })
     .await
 }
@@ -194,7 +214,8 @@ async fn attested_everywhere(apis: &[(&str, String)], peers: &[String], level: &
 
 /// Signs and gossips a report about `skill` by `key`.
 async fn report(sniffer: &Sniffer, key: &Keypair, skill: ContentId, event: ReportEvent) -> Result<()> {
-    let body = Body::Report(Report { issued_at: druse_protocol::now_ms(), reporter: key.public(), content_id: skill, event });
+    let body =
+        Body::Report(Report { issued_at: druse_protocol::now_ms(), reporter: key.public(), content_id: skill, event });
     sniffer.publish(topic::REPORTS, seal(key, &body)?).await?;
     // Two reports of one key in the same millisecond would be one message.
     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -214,10 +235,15 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     let trust = dir.path().join("trust.txt");
     std::fs::write(&trust, format!("{}\n", mgmt_key().public()))?;
     let mgmt_config = dir.path().join("mgmt.toml");
-    std::fs::write(&mgmt_config, "[management.endorsement]\nauto = true\nmin_independent_reporters = 2\n")?;
+    // The anomaly detector would take twenty new keys in a minute for an attack and halt them
+    // (tests/tests/anomaly.rs); here their reports must arrive, to measure what they can do.
+    std::fs::write(
+        &mgmt_config,
+        "[management.endorsement]\nauto = true\nmin_independent_reporters = 2\n[management.anomaly]\nenabled = false\n",
+    )?;
     let config_flag = mgmt_config.display().to_string();
-    let mgmt = ProcNode::start_with("druse-mgmt", &bins.mgmt, &mgmt_dir, &trust, &[], &["--config", &config_flag])
-        .await?;
+    let mgmt =
+        ProcNode::start_with("druse-mgmt", &bins.mgmt, &mgmt_dir, &trust, &[], &["--config", &config_flag]).await?;
     let mgmt_addr = mgmt.p2p_addr().await?.to_string();
 
     let (agent_a, agent_b) = (Account::create(net, &handle("ka")).await?, Account::create(net, &handle("kb")).await?);
@@ -260,14 +286,20 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
         user.like(&answer).await?;
     }
     let skill = wait_for(ANSWERED, "A's distilled skill", async || {
-        let hits =
-            a.get_auth("/v1/memories", &[("q", "sourdough bread rise"), ("semantic_type", "task_pattern")]).await.ok()?;
-        hits.as_array()?.iter().find(|h| h["crystal"]["text"].as_str().is_some_and(|t| t.starts_with("Skill:"))).cloned()
+        let hits = a
+            .get_auth("/v1/memories", &[("q", "sourdough bread rise"), ("semantic_type", "task_pattern")])
+            .await
+            .ok()?;
+        hits.as_array()?
+            .iter()
+            .find(|h| h["crystal"]["text"].as_str().is_some_and(|t| t.starts_with("Skill:")))
+            .cloned()
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
     let text = skill["crystal"]["text"].as_str().unwrap_or_default().to_owned();
-    for part in ["When: A user asks why their sourdough", "Steps:\n1. search_memory", "2. reply", "Avoid:", "Example:"] {
+    for part in ["When: A user asks why their sourdough", "Steps:\n1. search_memory", "2. reply", "Avoid:", "Example:"]
+    {
         assert!(text.contains(part), "the skill holds the procedure ({part:?}):\n{text}");
     }
     for fact in PERSONAL {
@@ -275,7 +307,8 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     }
     assert_eq!(a.metric("druse_agent_skills_distilled_total{label=\"new\"}").await?, 1.0);
     assert!(a.metric("druse_agent_runs_closed_total{label=\"good\"}").await? >= 3.0);
-    let distill = llm_a.requests().into_iter().find(|r| r.schema_name().as_deref() == Some("skill")).context("distill")?;
+    let distill =
+        llm_a.requests().into_iter().find(|r| r.schema_name().as_deref() == Some("skill")).context("distill")?;
     assert!(distill.text().contains("NO personal data"), "the distill prompt forbids personal data");
     assert!(distill.text().contains("Annika"), "the model saw the episodes themselves");
 
@@ -287,10 +320,19 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
-    owner.like(&Post { uri: request["uri"].as_str().unwrap_or_default().into(), cid: request["cid"].as_str().unwrap_or_default().into() }).await?;
+    owner
+        .like(&Post {
+            uri: request["uri"].as_str().unwrap_or_default().into(),
+            cid: request["cid"].as_str().unwrap_or_default().into(),
+        })
+        .await?;
     let listed_on_b = wait_for(ANSWERED, "A's skill on B", async || {
         let skills: Value = reqwest::get(format!("{}/v1/skills", b.api)).await.ok()?.json().await.ok()?;
-        skills.as_array()?.iter().find(|s| s["listing"]["name"] == "Diagnose sourdough bread that did not rise").cloned()
+        skills
+            .as_array()?
+            .iter()
+            .find(|s| s["listing"]["name"] == "Diagnose sourdough bread that did not rise")
+            .cloned()
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
@@ -302,7 +344,9 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     for (node, origin) in [(&a, "skill"), (&b, "peer")] {
         eventually(ANSWERED, format_args!("a {origin} skill on the memory map"), async || {
             let map = node.get_auth("/v1/memory/map", &[]).await.unwrap_or(Value::Null);
-            map["points"].as_array().is_some_and(|p| p.iter().any(|p| p["origin"] == origin && p["semantic_type"] == "task_pattern"))
+            map["points"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["origin"] == origin && p["semantic_type"] == "task_pattern"))
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
@@ -326,8 +370,11 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     let vouched = [Keypair::from_seed([91; 32]), Keypair::from_seed([92; 32])];
     for key in &vouched {
         let peer = key.peer_id().to_string();
-        mgmt.cli(&bins.mgmt, &["attest", &peer, "--level", "trusted", "--duration", "1h", "--reason", "known operator"])
-            .await?;
+        mgmt.cli(
+            &bins.mgmt,
+            &["attest", &peer, "--level", "trusted", "--duration", "1h", "--reason", "known operator"],
+        )
+        .await?;
     }
     // The attestations reach every node before the reports.
     attested_everywhere(&apis, &vouched.iter().map(|k| k.peer_id().to_string()).collect::<Vec<_>>(), "trusted")
@@ -335,7 +382,7 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
         .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
     for key in &vouched {
         report(&sniffer, key, skill_id, ReportEvent::Adoption { price_paid: 0 }).await?;
-        for _ in 0..2 {
+        for _ in 0..3 {
             report(&sniffer, key, skill_id, ReportEvent::Execution { success: true, reward: 0.8 }).await?;
         }
     }
@@ -346,8 +393,11 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
 
     // 2. On B, a user asks for the same kind of help. B is vouched for as well.
     let b_peer = b.get_auth("/v1/status", &[]).await?["peer_id"].as_str().unwrap_or_default().to_owned();
-    mgmt.cli(&bins.mgmt, &["attest", &b_peer, "--level", "verified", "--duration", "1h", "--reason", "our node"]).await?;
-    attested_everywhere(&apis, std::slice::from_ref(&b_peer), "verified").await.map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
+    mgmt.cli(&bins.mgmt, &["attest", &b_peer, "--level", "verified", "--duration", "1h", "--reason", "our node"])
+        .await?;
+    attested_everywhere(&apis, std::slice::from_ref(&b_peer), "verified")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
     let ledger_before = b.get_auth("/v1/ledger", &[]).await?;
     let dee = Account::create(net, &handle("u4")).await?;
     let asked = mention(&dee, &agent_b, "my sourdough bread did not rise, what went wrong?").await?;
@@ -372,22 +422,17 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
 
-    // 3. Every node's price reflects B's report, and auto-endorsement fires.
-    let after_b = agreed_price(&apis, &id, "B's report in the price", |l| {
-        l["stats"]["executions"].as_u64() >= Some(10 + 4 + 1)
+    // 3. Every node's price reflects B's report, and with it the vouched reporters weigh enough
+    // for the management node's automatic endorsement: every node shows the skill verified.
+    let after_b = agreed_price(&apis, &id, "B's report in the price, and the endorsement", |l| {
+        l["stats"]["executions"].as_u64() >= Some(10 + 6 + 1) && l["is_verified"] == true
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
     assert_ne!(after_b, before_b, "B's report and paid adoption move the price");
-    eventually(ANSWERED, "every node to show the skill verified", async || {
-        let mut all = true;
-        for (_, api) in &apis {
-            all &= skill_on(api, &id).await.is_some_and(|l| l["is_verified"] == true);
-        }
-        all
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
+    let listing = skill_on(&mgmt.api, &id).await.context("listing")?;
+    assert_eq!(listing["stats"]["paid_adopters"], 1, "B paid; the vouched adopters who paid nothing are no demand");
+    assert!(listing["stats"]["vouched_weight"].as_f64() >= Some(2.5), "{}", listing["stats"]);
 
     // 4. Twenty fresh keys adopt it and report success: the price moves within the bound.
     let fresh: Vec<Keypair> = (0..20u8)
@@ -402,7 +447,7 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
         report(&sniffer, key, skill_id, ReportEvent::Execution { success: true, reward: 1.0 }).await?;
     }
     let after_fresh = agreed_price(&apis, &id, "the fresh keys' reports counted", |l| {
-        l["stats"]["executions"].as_u64() >= Some(10 + 4 + 1 + 20)
+        l["stats"]["executions"].as_u64() >= Some(10 + 6 + 1 + 20)
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
@@ -433,5 +478,6 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     b.stop().await
 }
 
-/// How far twenty fresh keys may move a listed skill's price (node/README.md, the marketplace).
-const FRESH_BOUND: f64 = 0.2;
+/// How far twenty fresh keys may move the price here: the marketplace's bound (node/README.md)
+/// with 2.5 of vouched reporter weight is about +3% (quality +1%, demand +1.6%).
+const FRESH_BOUND: f64 = 0.05;

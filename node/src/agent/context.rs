@@ -184,11 +184,7 @@ pub fn skills_block(skills: &[SkillLine], budgets: &Budgets) -> String {
                     s.id,
                     quote(&s.name, 80),
                     if s.verified { "verified by management" } else { "unverified" },
-                    if s.adopted {
-                        "adopted".to_owned()
-                    } else {
-                        format!("price {} micro-USDC", s.price_micros)
-                    },
+                    if s.adopted { "adopted".to_owned() } else { format!("price {} micro-USDC", s.price_micros) },
                     s.reputation,
                     quote(&s.summary, 300)
                 )

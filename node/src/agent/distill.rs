@@ -107,13 +107,7 @@ impl Procedure {
     pub(crate) fn render(&self) -> String {
         let mut out = format!("Skill: {}\nWhen: {}\nSteps:\n", cut(&self.name, 80), cut(&self.when, 300));
         for (i, s) in self.steps.iter().take(8).enumerate() {
-            out += &format!(
-                "{}. {} ({}): {}\n",
-                i + 1,
-                cut(&s.tool, 40),
-                cut(&s.arguments, 200),
-                cut(&s.purpose, 200)
-            );
+            out += &format!("{}. {} ({}): {}\n", i + 1, cut(&s.tool, 40), cut(&s.arguments, 200), cut(&s.purpose, 200));
         }
         if !self.avoid.is_empty() {
             out += "Avoid:\n";
@@ -137,7 +131,10 @@ pub(crate) enum Plan {
     /// A first skill from these episodes.
     New(Vec<u64>),
     /// A new version of skill `old`, from its episodes and the new ones.
-    Improve { old: u64, episodes: Vec<u64> },
+    Improve {
+        old: u64,
+        episodes: Vec<u64>,
+    },
 }
 
 /// Decides: a group with `n` episodes that no live skill covers makes a new skill; a group
@@ -175,8 +172,8 @@ static DATE: LazyLock<Regex> = LazyLock::new(|| {
 
 /// Words that may start a sentence or be capitalised without naming anyone.
 const COMMON: [&str; 24] = [
-    "I", "I'm", "I've", "I'd", "I'll", "The", "A", "An", "My", "Hi", "Hello", "Hey", "Thanks", "Please", "What",
-    "How", "Why", "When", "Where", "Can", "Could", "Is", "Do", "Does",
+    "I", "I'm", "I've", "I'd", "I'll", "The", "A", "An", "My", "Hi", "Hello", "Hey", "Thanks", "Please", "What", "How",
+    "Why", "When", "Where", "Can", "Could", "Is", "Do", "Does",
 ];
 
 /// What the episodes say about their people: handles (and their first label), DIDs, and the
@@ -232,8 +229,10 @@ pub(crate) fn leaks(text: &str, terms: &BTreeSet<String>) -> Option<String> {
         return Some(format!("it holds a date ({})", m.as_str()));
     }
     let lower = text.to_lowercase();
-    let words: BTreeSet<&str> =
-        lower.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == ':' || c == '-')).map(|w| w.trim_matches('.')).collect();
+    let words: BTreeSet<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '.' || c == ':' || c == '-'))
+        .map(|w| w.trim_matches('.'))
+        .collect();
     if let Some(term) = terms.iter().find(|t| words.contains(t.as_str())) {
         return Some(format!("it names {term:?} from the episodes"));
     }
@@ -396,13 +395,13 @@ mod tests {
         assert_eq!(plan(&[3, 1, 2], &[], 3), Plan::New(vec![1, 2, 3]));
         let skills = vec![(10, skill(&[1, 2, 3], 1, false))];
         assert_eq!(plan(&[1, 2, 3, 4], &skills, 3), Plan::Nothing, "one new episode is not enough");
-        assert_eq!(
-            plan(&[1, 2, 3, 4, 5, 6], &skills, 3),
-            Plan::Improve { old: 10, episodes: vec![1, 2, 3, 4, 5, 6] }
-        );
+        assert_eq!(plan(&[1, 2, 3, 4, 5, 6], &skills, 3), Plan::Improve { old: 10, episodes: vec![1, 2, 3, 4, 5, 6] });
         // A superseded version covers nothing: its successor does.
         let skills = vec![(10, skill(&[1, 2, 3], 1, true)), (11, skill(&[1, 2, 3, 4, 5, 6], 2, false))];
-        assert_eq!(plan(&[1, 7, 8, 9], &skills, 3), Plan::Improve { old: 11, episodes: vec![1, 2, 3, 4, 5, 6, 7, 8, 9] });
+        assert_eq!(
+            plan(&[1, 7, 8, 9], &skills, 3),
+            Plan::Improve { old: 11, episodes: vec![1, 2, 3, 4, 5, 6, 7, 8, 9] }
+        );
         // Another kind of situation makes its own skill.
         assert_eq!(plan(&[20, 21, 22], &skills, 3), Plan::New(vec![20, 21, 22]));
     }
@@ -424,12 +423,27 @@ mod tests {
             memory_add(&engine, new)
         };
         let bread = [
-            episode("@ann.test: my sourdough bread did not rise overnight, why?\n@ag.test: check the starter and proofing time", "ann.test"),
-            episode("@bob.test: why did my sourdough bread not rise in the oven?\n@ag.test: check the starter and the proofing time", "bob.test"),
-            episode("@cy.test: sourdough bread did not rise again, any idea why?\n@ag.test: the starter or the proofing time", "cy.test"),
+            episode(
+                "@ann.test: my sourdough bread did not rise overnight, why?\n@ag.test: check the starter and proofing time",
+                "ann.test",
+            ),
+            episode(
+                "@bob.test: why did my sourdough bread not rise in the oven?\n@ag.test: check the starter and the proofing time",
+                "bob.test",
+            ),
+            episode(
+                "@cy.test: sourdough bread did not rise again, any idea why?\n@ag.test: the starter or the proofing time",
+                "cy.test",
+            ),
         ];
-        let taxes = episode("@dee.test: how do I file my quarterly tax return online?\n@ag.test: use the revenue portal", "dee.test");
-        let unjudged = episode("@eve.test: my sourdough bread did not rise, why?\n@ag.test: check the starter and proofing", "eve.test");
+        let taxes = episode(
+            "@dee.test: how do I file my quarterly tax return online?\n@ag.test: use the revenue portal",
+            "dee.test",
+        );
+        let unjudged = episode(
+            "@eve.test: my sourdough bread did not rise, why?\n@ag.test: check the starter and proofing",
+            "eve.test",
+        );
         assert!(engine.wait_indexed(std::time::Duration::from_secs(30)));
         let good: BTreeSet<u64> = bread.iter().copied().chain([taxes]).collect();
         let mut found = group(&engine, bread[0], &good, 0.5).unwrap();
@@ -453,7 +467,11 @@ mod tests {
                     arguments: "the baking problem in a few words".into(),
                     purpose: "recall what was said before".into(),
                 },
-                Step { tool: "reply".into(), arguments: "the post's URI and two or three causes".into(), purpose: "answer".into() },
+                Step {
+                    tool: "reply".into(),
+                    arguments: "the post's URI and two or three causes".into(),
+                    purpose: "answer".into(),
+                },
             ],
             avoid: vec!["long lectures".into()],
             example: Example { situation: example.into(), response: "Check the yeast and the proofing time.".into() },
@@ -463,7 +481,14 @@ mod tests {
     #[test]
     fn a_procedure_renders_every_part() {
         let text = procedure("A user says their loaf stayed flat").render();
-        for part in ["Skill: Answer a bread-baking question", "When: ", "Steps:\n1. search_memory (", "2. reply (", "Avoid:\n- long lectures", "Example:\n  Situation: "] {
+        for part in [
+            "Skill: Answer a bread-baking question",
+            "When: ",
+            "Steps:\n1. search_memory (",
+            "2. reply (",
+            "Avoid:\n- long lectures",
+            "Example:\n  Situation: ",
+        ] {
             assert!(text.contains(part), "{part:?} in {text}");
         }
     }
@@ -471,8 +496,10 @@ mod tests {
     #[test]
     fn personal_data_from_the_episodes_is_found_in_a_skill() {
         let episodes = vec![
-            "@ann.test: hi, I'm Ann from Lyon, my sourdough failed again on my 34th birthday\n@agent.test: sorry!".to_owned(),
-            "@bob.test: My starter from Marseille is flat. mail me at bob@example.org\n@agent.test: try this".to_owned(),
+            "@ann.test: hi, I'm Ann from Lyon, my sourdough failed again on my 34th birthday\n@agent.test: sorry!"
+                .to_owned(),
+            "@bob.test: My starter from Marseille is flat. mail me at bob@example.org\n@agent.test: try this"
+                .to_owned(),
         ];
         let terms = personal_terms(&episodes, &["ann.test".into(), "bob.test".into()]);
         for term in ["ann", "lyon", "marseille", "34th", "ann.test", "bob"] {

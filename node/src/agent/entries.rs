@@ -222,7 +222,11 @@ impl Run {
     async fn remember(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: TextArg = args(call)?;
         let new = memory(a.text, Namespace::Episodic, MemoryKind::Observation, SemanticType::Episode);
-        self.agent.store(new).await.map(|id| format!("ok: remembered as crystal {id}")).map_err(|e| format!("error: {e}"))
+        self.agent
+            .store(new)
+            .await
+            .map(|id| format!("ok: remembered as crystal {id}"))
+            .map_err(|e| format!("error: {e}"))
     }
 
     async fn summary(&mut self, call: &ToolCall) -> Result<String, String> {

@@ -114,11 +114,19 @@ impl Metrics {
         r.register("reconciled", "Observations reconciled, by decision or by the rules", m.reconciled.clone());
         r.register("sessions", "Bluesky sessions started, by how", m.sessions.clone());
         r.register("session_refreshes", "Access tokens refreshed with the refresh token", m.session_refreshes.clone());
-        r.register("skills_distilled", "Skills distilled from episodes that went well, by kind", m.skills_distilled.clone());
+        r.register(
+            "skills_distilled",
+            "Skills distilled from episodes that went well, by kind",
+            m.skills_distilled.clone(),
+        );
         r.register("skills_refused", "Distilled skills kept from the swarm, by reason", m.skills_refused.clone());
         r.register("skills_used", "Skills whose procedure a run used, by origin", m.skills_used.clone());
         r.register("skills_adopted", "Swarm skills the agent adopted", m.skills_adopted.clone());
-        r.register("rewards_reported", "Execution reports signed from a run's reward, by outcome", m.rewards_reported.clone());
+        r.register(
+            "rewards_reported",
+            "Execution reports signed from a run's reward, by outcome",
+            m.rewards_reported.clone(),
+        );
         r.register("runs_closed", "Runs closed with their outcome, by outcome", m.runs_closed.clone());
         m
     }

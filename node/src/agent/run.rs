@@ -272,7 +272,10 @@ impl Agent {
 
     /// Whether distilled skill `crystal` may be published: it exists, is the newest version
     /// and passed the privacy check (made again, in case the rules changed).
-    pub(crate) fn publishable(&self, crystal: CrystalId) -> Result<(druse_memory::crystal::Crystal, super::state::OwnSkill), ActionError> {
+    pub(crate) fn publishable(
+        &self,
+        crystal: CrystalId,
+    ) -> Result<(druse_memory::crystal::Crystal, super::state::OwnSkill), ActionError> {
         let c = self.node.memory().get(crystal).ok_or(ActionError::NoCrystal(crystal))?;
         let skill = self.state.skill(crystal).ok_or(ActionError::NotASkill(crystal))?;
         if skill.superseded {
@@ -505,8 +508,10 @@ impl Agent {
         })
         .await
         .map_err(|e| e.to_string())??;
-        let skills =
-            context::skills_block(&self.swarm_skills(&query, self.config.swarm_skills).await, &context::Budgets::default());
+        let skills = context::skills_block(
+            &self.swarm_skills(&query, self.config.swarm_skills).await,
+            &context::Budgets::default(),
+        );
         let own = self.own_skills();
         let last = notes.last().map(|n| n.uri.clone()).unwrap_or_default();
         let thread = match self.bsky.thread(&last, THREAD_POSTS).await {
@@ -602,7 +607,10 @@ impl Agent {
         let run = Run {
             id: format!("{at}-{}", replied[0].post.rsplit('/').next().unwrap_or_default()),
             at,
-            answered: replied.iter().map(|r| Answered { reply: r.post.clone(), person: r.to.author_did.clone() }).collect(),
+            answered: replied
+                .iter()
+                .map(|r| Answered { reply: r.post.clone(), person: r.to.author_did.clone() })
+                .collect(),
             episodes,
             skill: used_skill,
             signals: Vec::new(),

@@ -297,9 +297,9 @@ impl Batch {
             Ok(super::swarm::Used::Own { crystal, text }) => {
                 Ok(super::swarm::framed(&format!("your own skill, crystal {crystal}"), &text))
             }
-            Ok(super::swarm::Used::AskedOwner(asked)) => Ok(format!(
-                "{asked}. Its price is above what you may spend alone; answer without it for now."
-            )),
+            Ok(super::swarm::Used::AskedOwner(asked)) => {
+                Ok(format!("{asked}. Its price is above what you may spend alone; answer without it for now."))
+            }
             Err(e) => Err(format!("refused: {e}")),
         }
     }
