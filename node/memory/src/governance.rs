@@ -55,7 +55,8 @@ pub fn can_access(scope: Scope, sensitivity: Sensitivity, expired: bool, caller:
 }
 
 /// Builds one of the fixed patterns below.
-fn fixed(pattern: &str) -> Regex {
+/// A fixed pattern, compiled: for `LazyLock` statics whose patterns a test builds.
+pub fn fixed(pattern: &str) -> Regex {
     // Proof of impossibility: the patterns are fixed and valid (a test builds each).
     #[allow(clippy::unwrap_used)]
     Regex::new(pattern).unwrap()

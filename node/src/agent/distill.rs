@@ -22,7 +22,7 @@ use serde_json::json;
 use druse_memory::correction::Decision;
 use druse_memory::crystal::{Lifespan, MemoryKind, Namespace, Origin};
 use druse_memory::decay::DecayClass;
-use druse_memory::governance::{self, Scope, Sensitivity};
+use druse_memory::governance::{self, Scope, Sensitivity, fixed};
 use druse_protocol::body::SemanticType;
 use druse_protocol::now_ms;
 
@@ -158,16 +158,15 @@ pub(crate) fn plan(group: &[u64], skills: &[(u64, OwnSkill)], n: usize) -> Plan 
     }
 }
 
-static EMAIL: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?i)[a-z0-9._%+\-]+@[a-z0-9.\-]+\.[a-z]{2,}").unwrap());
-static HANDLE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)(?:^|[^\w])@[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+)+").unwrap());
+// The patterns are fixed; `personal_data_from_the_episodes_is_found_in_a_skill` builds each.
+static EMAIL: LazyLock<Regex> = LazyLock::new(|| fixed(r"(?i)[a-z0-9._%+\-]+@[a-z0-9.\-]+\.[a-z]{2,}"));
+static HANDLE: LazyLock<Regex> = LazyLock::new(|| fixed(r"(?i)(?:^|[^\w])@[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+)+"));
 static DATE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(concat!(
+    fixed(concat!(
         r"(?i)\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b",
         r"|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?\b",
         r"|\b\d{1,2}(?:st|nd|rd|th)? (?:of )?(?:january|february|march|april|june|july|august|september|october|november|december)\b"
     ))
-    .unwrap()
 });
 
 /// Words that may start a sentence or be capitalised without naming anyone.
