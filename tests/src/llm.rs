@@ -73,6 +73,12 @@ impl Request {
     pub fn batch_uris(&self) -> Vec<String> {
         self.text().lines().filter_map(|l| l.trim().strip_prefix("- uri: ").map(|u| u.trim().to_owned())).collect()
     }
+    /// The first crystal id the request's `[YOUR SKILLS]` block lists (`- crystal N: …`).
+    pub fn listed_crystal(&self) -> Option<u64> {
+        self.text().lines().find_map(|l| {
+            l.trim().strip_prefix("- crystal ").and_then(|r| r.split(':').next()).and_then(|id| id.parse().ok())
+        })
+    }
     /// The tool results sent back, in order.
     pub fn tool_results(&self) -> Vec<String> {
         self.messages()

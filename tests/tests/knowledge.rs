@@ -88,13 +88,7 @@ fn script_a(request: &Request) -> Answer {
     let mut calls = Vec::new();
     for (uri, said) in listed(request) {
         if said.contains("publish your skill") {
-            let text = request.text();
-            let crystal = text.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("- crystal ")
-                    .and_then(|r| r.split(':').next())
-                    .and_then(|id| id.parse::<u64>().ok())
-            });
+            let crystal = request.listed_crystal();
             if let Some(id) = crystal {
                 calls.push(("publish_skill".to_owned(), json!({"crystal": id})));
             }

@@ -64,13 +64,7 @@ pub(crate) fn script(request: &Request) -> Answer {
             let handle = rest.split_whitespace().next().unwrap_or_default();
             calls.push(("follow".to_owned(), json!({"handle": handle})));
         } else if n.text.contains("publish your skill") {
-            let text = request.text();
-            let crystal = text.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("- crystal ")
-                    .and_then(|r| r.split(':').next())
-                    .and_then(|id| id.parse::<u64>().ok())
-            });
+            let crystal = request.listed_crystal();
             match crystal {
                 Some(id) => calls.push(("publish_skill".to_owned(), json!({"crystal": id}))),
                 None => calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": "I have no skill yet"}))),
