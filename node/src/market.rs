@@ -609,8 +609,12 @@ pub fn matches(bounty: &Bounty, listing: &CrystalListing, text_overlap: f64) -> 
 pub enum Direction {
     /// This node adopted someone's skill.
     Spent,
-    /// Someone adopted this node's skill.
+    /// Someone whose key something vouches for (management, an attestation, endorsed skills)
+    /// adopted this node's skill.
     Earned,
+    /// A key nothing vouches for said it adopted this node's skill and paid: recorded, but
+    /// not credited, since the amount is only that key's word and fresh keys cost nothing.
+    Claimed,
 }
 
 /// One ledger entry.
@@ -630,6 +634,9 @@ pub struct Entry {
 pub struct Totals {
     pub earned: u64,
     pub spent: u64,
+    /// What unvouched adopters said they paid ([`Direction::Claimed`]); not in the balance.
+    #[serde(default)]
+    pub claimed: u64,
     /// Entries written so far; the next entry's key.
     pub entries: u64,
 }
@@ -653,6 +660,7 @@ pub fn record(store: &Store, writes: &mut Writes, entry: &Entry, max_entries: us
     match entry.direction {
         Direction::Earned => totals.earned = totals.earned.saturating_add(entry.amount),
         Direction::Spent => totals.spent = totals.spent.saturating_add(entry.amount),
+        Direction::Claimed => totals.claimed = totals.claimed.saturating_add(entry.amount),
     }
     writes.put(&store.state, TOTALS_KEY.as_bytes(), &totals)?;
     // Keys are 0, 1, 2, …: the entry that falls out of the window is `entries − max − 1`.

@@ -447,6 +447,19 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
     let moved = after_fresh.abs_diff(after_b) as f64 / after_b.max(1) as f64;
     assert!(moved <= FRESH_BOUND, "twenty fresh keys moved the price by {:.1}%", moved * 100.0);
+    // A's ledger credits what B, a vouched key, paid; what the fresh keys say they paid is
+    // recorded as claimed and never reaches A's balance.
+    let asking = skill_on(&a.api, &id).await.context("A's listing")?["asking_price"].as_u64().unwrap_or(0);
+    let claimed = 20 * asking.min(50_000);
+    let a_ledger = wait_for(ANSWERED, "the fresh keys' claims in A's ledger", async || {
+        let ledger = a.get_auth("/v1/ledger", &[]).await.ok()?;
+        (ledger["claimed"].as_u64() == Some(claimed)).then_some(ledger)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
+    assert_eq!(a_ledger["earned"].as_u64(), Some(spent), "A earned what B paid, no more: {a_ledger}");
+    let starting = a_ledger["starting"].as_i64().unwrap_or(0);
+    assert_eq!(a_ledger["balance"].as_i64(), Some(starting + spent as i64), "{a_ledger}");
 
     // 5. A conversation that goes badly: the user corrects B, and the quality falls everywhere.
     let eve = Account::create(net, &handle("u5")).await?;

@@ -348,6 +348,7 @@ fn adoption_of_this_nodes_skill_is_earned_at_most_at_the_asking_price() {
     let mut f = fixture();
     let me = Keypair::from_seed([9; 32]);
     let adopter = Keypair::from_seed([3; 32]);
+    attest(&mut f, &adopter, TrustLevel::Trusted, 1);
     let body = Body::Crystal(CrystalListing { asking_price: 700, ..skill_listing("mine") });
     let id = ContentId::of(&body.encode().unwrap());
     assert_eq!(f.ingest(&me, &body), Outcome::Accepted);
@@ -356,7 +357,7 @@ fn adoption_of_this_nodes_skill_is_earned_at_most_at_the_asking_price() {
         Outcome::Accepted
     );
     let totals = market::totals(&f.ingestor.store).unwrap();
-    assert_eq!((totals.earned, totals.spent, totals.entries), (700, 0, 1));
+    assert_eq!((totals.earned, totals.spent, totals.claimed, totals.entries), (700, 0, 0, 1));
     let twice = Body::Report(Report {
         issued_at: NOW + 1,
         reporter: adopter.public(),
@@ -365,6 +366,26 @@ fn adoption_of_this_nodes_skill_is_earned_at_most_at_the_asking_price() {
     });
     assert_eq!(f.ingest(&adopter, &twice), Outcome::Accepted);
     assert_eq!(market::totals(&f.ingestor.store).unwrap().earned, 700, "an adopter pays once");
+}
+
+#[test]
+fn what_fresh_keys_say_they_paid_is_recorded_as_claimed_and_never_credited() {
+    let mut f = fixture();
+    let me = Keypair::from_seed([9; 32]);
+    let body = Body::Crystal(CrystalListing { asking_price: 700, ..skill_listing("mine") });
+    let id = ContentId::of(&body.encode().unwrap());
+    assert_eq!(f.ingest(&me, &body), Outcome::Accepted);
+    for seed in 40..60u8 {
+        let fresh = Keypair::from_seed([seed; 32]);
+        let adoption = report(&fresh, id, ReportEvent::Adoption { price_paid: 50_000 });
+        assert_eq!(f.ingest(&fresh, &adoption), Outcome::Accepted);
+    }
+    let totals = market::totals(&f.ingestor.store).unwrap();
+    assert_eq!((totals.earned, totals.claimed, totals.entries), (0, 20 * 700, 20));
+    let starting = f.ingestor.me.market.starting_credits;
+    assert_eq!(totals.balance(starting), i128::from(starting), "twenty fresh keys add nothing to the balance");
+    let entries: Vec<market::Entry> = f.ingestor.store.ledger.iter::<market::Entry>().map(|e| e.unwrap().1).collect();
+    assert!(entries.iter().all(|e| e.direction == market::Direction::Claimed && e.amount == 700));
 }
 
 #[test]

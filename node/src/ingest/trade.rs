@@ -164,9 +164,12 @@ impl Ingestor {
                 })?;
                 if counted == Counted::Yes && skill.author == self.me.key && reporter != self.me.key {
                     let amount = (*price_paid).min(skill.listing.asking_price);
+                    // The amount is the adopter's word: credited only when something vouches
+                    // for its key, judged as the report arrives (like the reputation above).
+                    let vouched = self.read_book().weight_of(&reporter.peer_id(), now, &config.weights).vouched > 0.0;
                     let entry = market::Entry {
                         at: now,
-                        direction: market::Direction::Earned,
+                        direction: if vouched { market::Direction::Earned } else { market::Direction::Claimed },
                         skill: id,
                         counterparty: reporter.peer_id().to_string(),
                         amount,

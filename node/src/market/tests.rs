@@ -311,7 +311,11 @@ fn ledger_keeps_the_newest_entries_and_every_total() {
     let store = Store::open_in(dir.path()).unwrap();
     let mut writes = Writes::default();
     for n in 0..5u64 {
-        let direction = if n % 2 == 0 { Direction::Earned } else { Direction::Spent };
+        let direction = match n {
+            4 => Direction::Claimed,
+            _ if n % 2 == 0 => Direction::Earned,
+            _ => Direction::Spent,
+        };
         let entry = Entry { at: n, direction, skill: ContentId::of(b"s"), counterparty: "p".into(), amount: 10 };
         record(&store, &mut writes, &entry, 3).unwrap();
         if n == 3 {
@@ -322,12 +326,14 @@ fn ledger_keeps_the_newest_entries_and_every_total() {
     store.commit(&mut writes).unwrap();
     let kept: Vec<u64> = store.ledger.iter::<Entry>().map(|e| e.unwrap().1.at).collect();
     assert_eq!(kept, vec![2, 3, 4]);
-    assert_eq!(totals(&store).unwrap(), Totals { earned: 30, spent: 20, entries: 5 });
+    let totals = totals(&store).unwrap();
+    assert_eq!(totals, Totals { earned: 20, spent: 20, claimed: 10, entries: 5 });
+    assert_eq!(totals.balance(100), 100, "a claim is recorded, never credited");
 }
 
 #[test]
 fn ledger_balance_starts_from_the_starting_credits() {
-    let totals = Totals { earned: 30, spent: 100, entries: 2 };
+    let totals = Totals { earned: 30, spent: 100, claimed: 5_000, entries: 3 };
     assert_eq!(totals.balance(1_000), 930);
     assert_eq!(totals.balance(50), -20);
 }

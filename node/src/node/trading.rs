@@ -36,6 +36,8 @@ pub struct LedgerView {
     pub starting: u64,
     pub earned: u64,
     pub spent: u64,
+    /// What adopters nothing vouches for said they paid: recorded, not in the balance.
+    pub claimed: u64,
     /// The newest entries, newest first.
     pub entries: Vec<market::Entry>,
 }
@@ -246,6 +248,7 @@ impl Node {
             starting,
             earned: totals.earned,
             spent: totals.spent,
+            claimed: totals.claimed,
             entries: self.inner.store.ledger.last(limit)?,
         })
     }
