@@ -20,10 +20,18 @@ mod scopes;
 mod sentences;
 pub mod skills;
 mod text;
-pub mod vector;
+mod vector;
 pub mod workflow;
 
 pub use engine::Memory;
+
+/// The vector index on its own, for measuring it apart from the engine (the `memory-bench`
+/// example's `index` mode): its configuration, its statistics, and the dot product it ranks by.
+/// The engine owns the one it uses; nothing else reaches the index's segments or graphs.
+pub mod index {
+    pub use crate::vector::kernel::dot;
+    pub use crate::vector::{BuildStats, Config, Error, SegmentStats, Stats, VectorIndex};
+}
 /// Why the text index failed (inside [`engine::Error`]).
 pub use text::Error as TextError;
 

@@ -50,7 +50,7 @@ fn reduce(acc: [f32; LANES]) -> f32 {
 
 /// `v` scaled to unit length, so that a dot product is a cosine; `None` when `v` is zero or holds
 /// a non-finite value, since neither has a direction.
-pub fn normalised(v: &[f32]) -> Option<Vec<f32>> {
+pub(crate) fn normalised(v: &[f32]) -> Option<Vec<f32>> {
     if v.iter().any(|x| !x.is_finite()) {
         return None;
     }
@@ -69,7 +69,7 @@ pub fn normalised(v: &[f32]) -> Option<Vec<f32>> {
 const Q14_ONE: f32 = 16384.0;
 
 /// A unit vector in Q14 fixed point, half the bytes of f32 and as precise as a cosine needs.
-pub fn quantise(unit: &[f32]) -> Vec<i16> {
+pub(crate) fn quantise(unit: &[f32]) -> Vec<i16> {
     // `as` saturates, and the clamp keeps even a slightly long vector in range.
     unit.iter().map(|&x| (x * Q14_ONE).round().clamp(-Q14_ONE, Q14_ONE) as i16).collect()
 }
@@ -77,7 +77,7 @@ pub fn quantise(unit: &[f32]) -> Vec<i16> {
 /// Dot product of the common prefix of two [`quantise`]d vectors, as a float: the cosine
 /// similarity of the unit vectors they encode.
 #[inline]
-pub fn dot_q14(a: &[i16], b: &[i16]) -> f32 {
+pub(crate) fn dot_q14(a: &[i16], b: &[i16]) -> f32 {
     let n = a.len().min(b.len());
     let (a_chunks, a_rest) = a[..n].as_chunks::<LANES>();
     let (b_chunks, b_rest) = b[..n].as_chunks::<LANES>();

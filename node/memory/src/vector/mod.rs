@@ -25,7 +25,7 @@
 //! Queries and inserts of the wrong dimension, zero vectors and non-finite values are refused
 //! with an [`Error`]; nothing here panics on input, and no score is NaN.
 
-pub mod kernel;
+pub(crate) mod kernel;
 mod segment;
 mod topk;
 

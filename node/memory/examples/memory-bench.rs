@@ -2,7 +2,7 @@
 //! p99 ≤ 20 ms, recall@10 ≥ 0.95 against exact search) and a consolidation pass over 100k
 //! crystals (≤ 2 s), plus the HNSW segment build time and the cost of one memory add.
 //!
-//! `cargo run --release -p druse-node --bin memory-bench [-- --sizes 10000,100000 ...]`
+//! `cargo run --release -p druse-memory --example memory-bench [-- --sizes 10000,100000 ...]`
 //!
 //! Every figure goes through the real engine ([`Memory`] on the store and tantivy in a temporary
 //! directory). The vectors are synthetic but clustered like real embeddings: unit centroids plus
@@ -28,11 +28,11 @@ use druse_memory::decay::DecayClass;
 use druse_memory::embed::{self, Embedder, Hashing, MiniLm};
 use druse_memory::engine::{Config as EngineConfig, NewMemory, Query};
 use druse_memory::governance::{Caller, Scope};
-use druse_memory::vector::{self, BuildStats, VectorIndex, kernel};
+use druse_memory::index::{self as vector, BuildStats, VectorIndex};
 use druse_protocol::body::SemanticType;
 
 #[global_allocator]
-static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -463,7 +463,12 @@ impl Drop for Scratch {
 }
 
 fn open(dir: &Path, embedder: Arc<dyn Embedder>, now: u64) -> anyhow::Result<Memory> {
-    let db = druse_node::store::open_database(&dir.join("db"), 64 << 20).context("store")?;
+    // As the node opens its store: a 64 MiB cache and 512 MiB of journal.
+    let db = fjall::Database::builder(dir.join("db"))
+        .cache_size(64 << 20)
+        .max_journaling_size(512 << 20)
+        .open()
+        .context("store")?;
     Ok(Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now)?)
 }
 
@@ -656,9 +661,9 @@ fn engine(args: &EngineArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The `k` nearest of the f32 originals by brute force (`kernel::dot`), as indices into `data`.
+/// The `k` nearest of the f32 originals by brute force (`vector::dot`), as indices into `data`.
 fn exact_f32(data: &[Vec<f32>], query: &[f32], k: usize) -> Vec<usize> {
-    let mut scored: Vec<(f32, usize)> = data.iter().enumerate().map(|(i, v)| (kernel::dot(query, v), i)).collect();
+    let mut scored: Vec<(f32, usize)> = data.iter().enumerate().map(|(i, v)| (vector::dot(query, v), i)).collect();
     let k = k.min(scored.len());
     if k == 0 {
         return Vec::new();
