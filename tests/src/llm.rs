@@ -21,6 +21,9 @@ pub enum Answer {
     Text(String),
     /// Tool calls: (function name, arguments object).
     Tools(Vec<(String, Value)>),
+    /// Tool calls whose arguments are sent as written, valid JSON or not (a real model's
+    /// mess): (function name, arguments text).
+    RawTools(Vec<(String, String)>),
     /// An error status with an OpenAI-style error body.
     Status(u16, String),
     /// 429 with `Retry-After` in seconds.
@@ -188,12 +191,16 @@ fn respond(
                 Json(completion(&model, json!({"role": "assistant", "content": text}), "stop")).into_response()
             }
             Answer::Tools(calls) => {
+                let raw = calls.into_iter().map(|(name, args)| (name, args.to_string())).collect();
+                respond(Answer::RawTools(raw), request).await
+            }
+            Answer::RawTools(calls) => {
                 let calls: Vec<Value> = calls
                     .into_iter()
                     .enumerate()
                     .map(|(i, (name, args))| {
                         json!({"id": format!("call_{i}"), "type": "function",
-                               "function": {"name": name, "arguments": args.to_string()}})
+                               "function": {"name": name, "arguments": args}})
                     })
                     .collect();
                 Json(completion(

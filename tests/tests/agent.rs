@@ -17,6 +17,9 @@ const ANSWERED: Duration = Duration::from_secs(30);
 mod script;
 use script::script;
 
+#[path = "agent/safety.rs"]
+mod safety;
+
 struct World {
     net: &'static Network,
     agent: Account,
@@ -51,7 +54,12 @@ impl World {
     }
 
     async fn node(&self, extra: &str) -> anyhow::Result<AgentNode> {
-        let node = AgentNode::start(&self.setup(extra), &self.dir.path().join("node")).await?;
+        self.node_in(extra, "node").await
+    }
+
+    /// A node on the data directory `name` under the scenario's directory.
+    async fn node_in(&self, extra: &str, name: &str) -> anyhow::Result<AgentNode> {
+        let node = AgentNode::start(&self.setup(extra), &self.dir.path().join(name)).await?;
         eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))
             .await
             .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;

@@ -200,12 +200,15 @@ async fn mention_facets_count_utf8_bytes_and_resolve_through_the_pds() -> anyhow
     let (bsky, _) = connect(net, &account, &dir).await?;
     let carol = Account::create(net, &handle("ca")).await?;
     let dave = Account::create(net, &handle("da")).await?;
-    let text = format!("héllo 🌱 @{} and @{} and @nobody-here.test", carol.handle, dave.handle);
-    // Only carol may be tagged.
+    let text = format!("héllo 🌱 @{} and @{} and @nobody-here.test: https://example.com/x.", carol.handle, dave.handle);
+    // Only carol may be tagged; the link is a link facet.
     let facets = bsky.facets(&text, |_, did| did == carol.did).await?;
-    assert_eq!(facets.len(), 1, "{facets:?}");
-    let f = &facets[0];
-    assert_eq!(f.did, carol.did);
+    assert_eq!(facets.len(), 2, "{facets:?}");
+    let link = &facets[0];
+    assert_eq!(&text[link.byte_start..link.byte_end], "https://example.com/x", "{link:?}");
+    assert_eq!(link.mentioned(), None);
+    let f = &facets[1];
+    assert_eq!(f.mentioned(), Some(carol.did.as_str()));
     assert_eq!(&text.as_bytes()[f.byte_start..f.byte_end], format!("@{}", carol.handle).as_bytes());
     assert_eq!(f.byte_start, "héllo 🌱 ".len());
     assert_eq!(bsky.resolve("nobody-here.test").await?, None);

@@ -96,7 +96,31 @@ async fn an_unknown_tool_is_not_run_and_the_model_is_told() -> anyhow::Result<()
     assert!(recorder.calls.is_empty());
     let results = server.requests()[1].tool_results();
     assert!(results[0].contains("no tool named \"rm_rf\""), "{results:?}");
-    assert_eq!(metrics.tool_calls.get_or_create(&druse_node::agent::metrics::Label { label: "unknown" }).get(), 1);
+    let label = |label| druse_node::agent::metrics::Label { label };
+    assert_eq!(metrics.tool_errors.get_or_create(&label("unknown_tool")).get(), 1);
+    assert_eq!(metrics.tool_calls.get_or_create(&label("unknown")).get(), 0, "an error, not a call");
+    Ok(())
+}
+
+#[tokio::test]
+async fn arguments_that_are_no_json_object_run_nothing_and_count_as_errors() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Text("ok".into())).await?;
+    server.push([Answer::RawTools(vec![
+        ("reply".into(), "{\"uri\": \"cut".into()),
+        ("reply".into(), "[\"a list\"]".into()),
+        ("reply".into(), "{\"uri\": \"whole\"}".into()),
+    ])]);
+    let metrics = Metrics::default();
+    let llm = Llm::new(&config(&server), None, metrics.clone())?;
+    let mut recorder = Recorder::default();
+    let run = llm.run(vec![Message::user("x")], &tools(), 6, &mut recorder).await?;
+    assert_eq!(recorder.calls.len(), 1, "only the whole call ran: {:?}", recorder.calls);
+    assert_eq!((run.errors, run.calls.len()), (2, 1));
+    let results = server.requests()[1].tool_results();
+    assert!(results[0].contains("bad arguments for reply") && results[1].contains("array"), "{results:?}");
+    let label = |label| druse_node::agent::metrics::Label { label };
+    assert_eq!(metrics.tool_errors.get_or_create(&label("bad_arguments")).get(), 2);
+    assert_eq!(metrics.tool_calls.get_or_create(&label("reply")).get(), 1);
     Ok(())
 }
 

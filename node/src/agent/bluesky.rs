@@ -30,8 +30,8 @@ use super::secret::Secret;
 const MAX_BODY: usize = 4 * 1024 * 1024;
 /// Longest wait for one XRPC call.
 const TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest post text the agent sends (Bluesky's limit is 300 graphemes).
-pub const MAX_POST_BYTES: usize = 3000;
+/// Longest post text the PDS takes in bytes (beside its 300 graphemes).
+const MAX_POST_BYTES: usize = 3000;
 /// Longest text taken from another's post.
 const MAX_TEXT_IN: usize = 3000;
 
@@ -228,6 +228,8 @@ pub struct Notification {
     /// The post it answers, when it is a reply.
     pub parent: Option<PostRef>,
     pub indexed_at: String,
+    /// The account has seen it (marked by `updateSeen`, from this node or another client).
+    pub is_read: bool,
 }
 
 /// One post of a thread, oldest first.
@@ -324,6 +326,31 @@ impl Bluesky {
 
     /// Unread-or-not notifications, newest first, at most `limit` (1–100).
     pub async fn notifications(&self, limit: u8) -> Result<Vec<Notification>, Error> {
+        Ok(self.notifications_page(limit, None).await?.0)
+    }
+
+    /// The account's notifications, newest first, page after page, at most `max`.
+    pub async fn history(&self, max: usize) -> Result<Vec<Notification>, Error> {
+        let mut out = Vec::new();
+        let mut cursor = None;
+        while out.len() < max {
+            let (page, next) = self.notifications_page(100, cursor.take()).await?;
+            let full = page.len() == 100;
+            out.extend(page);
+            match next {
+                Some(next) if full => cursor = Some(next),
+                _ => break,
+            }
+        }
+        out.truncate(max);
+        Ok(out)
+    }
+
+    async fn notifications_page(
+        &self,
+        limit: u8,
+        cursor: Option<String>,
+    ) -> Result<(Vec<Notification>, Option<String>), Error> {
         let limit =
             LimitedNonZeroU8::<100>::try_from(limit.clamp(1, 100)).map_err(|e| Error::Invalid(e.to_string()))?;
         let out = self
@@ -334,7 +361,7 @@ impl Bluesky {
             .notification
             .list_notifications(
                 bsky::notification::list_notifications::ParametersData {
-                    cursor: None,
+                    cursor,
                     limit: Some(limit),
                     priority: None,
                     reasons: None,
@@ -344,12 +371,16 @@ impl Bluesky {
             )
             .await
             .map_err(xrpc)?;
-        Ok(out.data.notifications.into_iter().map(|n| notification(n.data)).collect())
+        let notes = out.data.notifications.into_iter().map(|n| notification(n.data)).collect();
+        Ok((notes, out.data.cursor))
     }
 
-    /// Marks notifications up to `seen_at` as seen.
-    pub async fn update_seen(&self, seen_at: &str) -> Result<(), Error> {
-        let seen_at = Datetime::from_str(seen_at).map_err(|e| Error::Invalid(format!("seen_at: {e:?}")))?;
+    /// Marks notifications up to `newest` (the indexing time of the newest one read) as
+    /// seen, that one included: the AppView counts a notification read only when it was
+    /// indexed before the time seen, so the time sent is a millisecond later.
+    pub async fn update_seen(&self, newest: &str) -> Result<(), Error> {
+        let newest = Datetime::from_str(newest).map_err(|e| Error::Invalid(format!("seen_at: {e:?}")))?;
+        let seen_at = Datetime::new(*newest.as_ref() + chrono::Duration::milliseconds(1));
         self.agent
             .api
             .app
@@ -425,17 +456,29 @@ impl Bluesky {
         reply: Option<bsky::feed::post::ReplyRef>,
         facets: Vec<Facet>,
     ) -> Result<PostRef, Error> {
-        if text.trim().is_empty() || text.len() > MAX_POST_BYTES {
-            return Err(Error::Invalid(format!("a post must have 1 to {MAX_POST_BYTES} bytes of text")));
+        let length = super::posts::graphemes(text);
+        if text.trim().is_empty() || length > super::posts::MAX_GRAPHEMES || text.len() > MAX_POST_BYTES {
+            return Err(Error::Invalid(format!(
+                "a post must have 1 to {} graphemes (and {MAX_POST_BYTES} bytes) of text; this one has {length} ({} bytes)",
+                super::posts::MAX_GRAPHEMES,
+                text.len()
+            )));
         }
         let facets = facets
             .into_iter()
             .map(|f| -> Result<bsky::richtext::facet::Main, Error> {
-                let did = Did::new(f.did).map_err(|e| Error::Invalid(e.to_owned()))?;
+                use bsky::richtext::facet::MainFeaturesItem;
+                let feature = match f.feature {
+                    Feature::Mention { did } => {
+                        let did = Did::new(did).map_err(|e| Error::Invalid(e.to_owned()))?;
+                        MainFeaturesItem::Mention(Box::new(bsky::richtext::facet::MentionData { did }.into()))
+                    }
+                    Feature::Link { uri } => {
+                        MainFeaturesItem::Link(Box::new(bsky::richtext::facet::LinkData { uri }.into()))
+                    }
+                };
                 Ok(bsky::richtext::facet::MainData {
-                    features: vec![Union::Refs(bsky::richtext::facet::MainFeaturesItem::Mention(Box::new(
-                        bsky::richtext::facet::MentionData { did }.into(),
-                    )))],
+                    features: vec![Union::Refs(feature)],
                     index: bsky::richtext::facet::ByteSliceData { byte_end: f.byte_end, byte_start: f.byte_start }
                         .into(),
                 }
@@ -521,26 +564,122 @@ impl Bluesky {
         Ok(profile.data.viewer.as_ref().and_then(|v| v.blocked_by).unwrap_or(false))
     }
 
-    /// Mention facets for the `@handle`s in `text` that `may_tag` allows, each resolved
-    /// through the agent's PDS; a handle that does not resolve gets none.
+    /// Link facets for the URIs in `text`, and mention facets for the `@handle`s that
+    /// `may_tag` allows, each resolved through the agent's PDS; a handle that does not resolve
+    /// gets none.
     pub async fn facets(&self, text: &str, may_tag: impl Fn(&str, &str) -> bool) -> Result<Vec<Facet>, Error> {
-        let mut out = Vec::new();
+        let mut out: Vec<Facet> = facets::links(text)
+            .into_iter()
+            .take(16)
+            .map(|l| Facet { byte_start: l.byte_start, byte_end: l.byte_end, feature: Feature::Link { uri: l.uri } })
+            .collect();
         for mention in facets::mentions(text).into_iter().take(16) {
             let Some(did) = self.resolve(&mention.handle).await? else { continue };
             if may_tag(&mention.handle, &did) {
-                out.push(Facet { byte_start: mention.byte_start, byte_end: mention.byte_end, did });
+                let feature = Feature::Mention { did };
+                out.push(Facet { byte_start: mention.byte_start, byte_end: mention.byte_end, feature });
             }
         }
         Ok(out)
     }
+
+    /// The records of `collection` in the agent's own repository, newest first, at most
+    /// `max`: each with its record key and its value.
+    pub async fn own_records(&self, collection: &str, max: usize) -> Result<Vec<(String, Value)>, Error> {
+        let repo = AtIdentifier::Did(Did::new(self.did.clone()).map_err(|e| Error::Invalid(e.to_owned()))?);
+        let collection = Nsid::new(collection.to_owned()).map_err(|e| Error::Invalid(e.to_owned()))?;
+        let mut out = Vec::new();
+        let mut cursor = None;
+        while out.len() < max {
+            let limit = LimitedNonZeroU8::<100>::try_from(100u8).map_err(|e| Error::Invalid(e.to_string()))?;
+            let page = self
+                .agent
+                .api
+                .com
+                .atproto
+                .repo
+                .list_records(
+                    atproto::repo::list_records::ParametersData {
+                        collection: collection.clone(),
+                        cursor: cursor.take(),
+                        limit: Some(limit),
+                        repo: repo.clone(),
+                        reverse: None,
+                    }
+                    .into(),
+                )
+                .await
+                .map_err(xrpc)?;
+            let records = page.data.records;
+            let full = records.len() == 100;
+            for r in records {
+                let rkey = r.uri.rsplit('/').next().unwrap_or_default().to_owned();
+                out.push((rkey, serde_json::to_value(&r.value).unwrap_or(Value::Null)));
+            }
+            match page.data.cursor {
+                Some(next) if full => cursor = Some(next),
+                _ => break,
+            }
+        }
+        out.truncate(max);
+        Ok(out)
+    }
+
+    /// Writes `record` (a JSON object with its `$type`) as `rkey` of `collection` in the
+    /// agent's repository, replacing what was there.
+    pub async fn put_record(&self, collection: &str, rkey: &str, record: Value) -> Result<(), Error> {
+        let repo = AtIdentifier::Did(Did::new(self.did.clone()).map_err(|e| Error::Invalid(e.to_owned()))?);
+        let record: atrium_api::types::Unknown =
+            serde_json::from_value(record).map_err(|e| Error::Invalid(e.to_string()))?;
+        self.agent
+            .api
+            .com
+            .atproto
+            .repo
+            .put_record(
+                atproto::repo::put_record::InputData {
+                    collection: Nsid::new(collection.to_owned()).map_err(|e| Error::Invalid(e.to_owned()))?,
+                    record,
+                    repo,
+                    rkey: rkey.parse().map_err(|e| Error::Invalid(format!("record key {rkey:?}: {e}")))?,
+                    swap_commit: None,
+                    swap_record: None,
+                    validate: Some(false),
+                }
+                .into(),
+            )
+            .await
+            .map_err(xrpc)?;
+        Ok(())
+    }
 }
 
-/// A mention facet: a byte range of the text and the DID it names.
+/// A facet: a byte range of the text and what it is.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Facet {
     pub byte_start: usize,
     pub byte_end: usize,
-    pub did: String,
+    pub feature: Feature,
+}
+
+/// What a facet marks.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// A mention of the account `did`.
+    Mention { did: String },
+    /// A link to `uri`.
+    Link { uri: String },
+}
+
+impl Facet {
+    /// The DID it mentions, if it is a mention.
+    pub fn mentioned(&self) -> Option<&str> {
+        match &self.feature {
+            Feature::Mention { did } => Some(did),
+            Feature::Link { .. } => None,
+        }
+    }
 }
 
 fn strong(post: &PostRef) -> Result<atproto::repo::strong_ref::Main, Error> {
@@ -584,6 +723,7 @@ fn notification(n: bsky::notification::list_notifications::NotificationData) -> 
         root,
         parent,
         indexed_at: n.indexed_at.as_str().to_owned(),
+        is_read: n.is_read,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The running agent's parts, shared by its loop (`run`), its tools and its scheduled entry
 //! points: the model, the account, the node, its state and metrics, and what it shows of itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use druse_memory::crystal::{MemoryKind, Namespace, Origin};
@@ -41,6 +41,9 @@ pub struct AgentStatus {
     pub skills_spent_today: u64,
     pub skill_budget_per_day: u64,
     pub last_error: Option<String>,
+    /// The approval requests waiting for the owner's like, each with its action in full
+    /// (a post's text included) and whose messages led to it.
+    pub pending: Vec<super::rules::Request>,
 }
 
 /// A notification whose batch failed: since when, how often, and when to try again.
@@ -68,6 +71,22 @@ pub(crate) struct Agent {
     pub(crate) schedule: Mutex<Schedule>,
     /// Held by a distill pass: one at a time.
     pub(crate) distilling: tokio::sync::Mutex<()>,
+    /// The threads (by root URI) whose run is under way: a poll leaves their new
+    /// notifications for a later one.
+    pub(crate) in_flight: Mutex<HashSet<String>>,
+    /// Held by a scheduled entry point's run: one at a time, beside the polls.
+    pub(crate) entries: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Whose messages led to an approval request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lead {
+    /// The owner's own message.
+    Owner,
+    /// The agent's own schedule or spending.
+    Agent,
+    /// Messages of these authors (DIDs), none of them the owner.
+    Strangers(Vec<String>),
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -92,12 +111,19 @@ impl Agent {
         let config = node.config().agent.clone();
         let gate = state.gate();
         let schedule = state.schedule();
+        let mut limit = RateLimit::new(config.per_author_replies, config.per_author_window);
+        for (author, times) in state.limits() {
+            limit.restore(author, times);
+        }
+        lock(&status).pending = gate.pending().cloned().collect();
         Self {
             schedule: Mutex::new(schedule),
-            limit: Mutex::new(RateLimit::new(config.per_author_replies, config.per_author_window)),
+            limit: Mutex::new(limit),
             gate: Mutex::new(gate),
             failing: Mutex::new(HashMap::new()),
             distilling: tokio::sync::Mutex::new(()),
+            in_flight: Mutex::new(HashSet::new()),
+            entries: Arc::new(tokio::sync::Mutex::new(())),
             node,
             config,
             llm,
@@ -162,9 +188,48 @@ impl Agent {
         lock(&self.schedule).due(&self.config, now)
     }
 
-    /// Counts a reply to `author` against the per-author limit; false when it is spent.
-    pub(crate) fn count_reply(&self, author: &str) -> bool {
-        lock(&self.limit).allow(author, now_ms())
+    /// Counts a reply to `author` against the per-author limit, and persists it (the limit
+    /// survives a restart); false when it is spent.
+    pub(crate) async fn count_reply(&self, author: &str) -> bool {
+        let now = now_ms();
+        let times = {
+            let mut limit = lock(&self.limit);
+            if !limit.allow(author, now) {
+                return false;
+            }
+            limit.times(author, now)
+        };
+        let author = author.to_owned();
+        self.write_state("persist the per-author limit", move |state| state.put_limit(&author, &times)).await;
+        true
+    }
+
+    /// Whether the owner's lists let `n`'s author be answered: never a blocked author, and
+    /// only a listed one when the allow list is not empty (the owner always).
+    pub(crate) fn may_answer(&self, n: &Notification) -> bool {
+        let named = |list: &[String]| {
+            list.iter().any(|a| {
+                let a = a.trim_start_matches('@');
+                a == n.author_did || a.eq_ignore_ascii_case(&n.author_handle)
+            })
+        };
+        if named(&self.config.block_authors) {
+            return false;
+        }
+        n.author_did == self.owner_did || self.config.allow_authors.is_empty() || named(&self.config.allow_authors)
+    }
+
+    /// Shows the pending approval requests in the status.
+    pub(crate) fn show_pending(&self, gate: &super::rules::Gate) {
+        lock(&self.status).pending = gate.pending().cloned().collect();
+    }
+
+    /// Records that the agent answered `n` (its post, whatever the reason it came by),
+    /// synced before this returns.
+    pub(crate) async fn mark_answered(&self, n: &Notification) {
+        let (uri, handled, now) = (n.uri.clone(), id(n), now_ms());
+        self.write_state("record an answered post", move |state| state.mark_answered(&uri, &handled, now)).await;
+        lock(&self.status).handled += 1;
     }
 
     /// Records that `n` was handled, synced before this returns.

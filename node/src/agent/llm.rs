@@ -35,6 +35,8 @@ pub enum Error {
     Invalid(String),
     #[error("the model's answer does not match the schema {schema}: {detail}")]
     Schema { schema: String, detail: String },
+    #[error("the thread's run passed its deadline of {0:?} (agent.batch_deadline)")]
+    Deadline(Duration),
 }
 
 impl Error {
@@ -43,7 +45,7 @@ impl Error {
         match self {
             Error::Transport(_) | Error::Timeout(_) => true,
             Error::Status { status, .. } => *status == 429 || *status >= 500,
-            Error::Invalid(_) | Error::Schema { .. } => false,
+            Error::Invalid(_) | Error::Schema { .. } | Error::Deadline(_) => false,
         }
     }
 }
@@ -160,6 +162,9 @@ pub struct Run {
     pub calls: Vec<String>,
     /// The step limit was reached while the model still wanted to call tools.
     pub exhausted: bool,
+    /// Tool calls refused before any tool ran: an unknown tool, or arguments that are no
+    /// JSON object.
+    pub errors: usize,
 }
 
 /// A client of one OpenAI-compatible server.
@@ -298,7 +303,7 @@ impl Llm {
         max_steps: usize,
         handler: &mut T,
     ) -> Result<Run, Error> {
-        let mut run = Run { summary: None, steps: 0, calls: Vec::new(), exhausted: false };
+        let mut run = Run { summary: None, steps: 0, calls: Vec::new(), exhausted: false, errors: 0 };
         while run.steps < max_steps {
             run.steps += 1;
             let answer = self.chat(&messages, tools, None).await?;
@@ -309,12 +314,27 @@ impl Llm {
             let calls = answer.tool_calls.clone();
             messages.push(Message { role: "assistant".into(), ..answer });
             for call in &calls {
+                let name: String = call.function.name.chars().take(64).collect();
                 let known = tools.iter().find(|t| t.name() == call.function.name).map(Tool::name);
-                self.metrics.tool_call(known.unwrap_or("unknown"));
-                run.calls.push(call.function.name.chars().take(64).collect());
-                let mut result = match known {
-                    Some(_) => handler.call(call).await,
-                    None => format!("error: there is no tool named {:?}", call.function.name),
+                // A call the model got wrong is an error of the model's, not a call of the tool.
+                let bad = match known {
+                    None => Some(("unknown_tool", format!("error: there is no tool named {name:?}"))),
+                    Some(_) => arguments_error(&call.function.arguments).map(|e| {
+                        ("bad_arguments", format!("error: bad arguments for {name}: {e}; send a JSON object"))
+                    }),
+                };
+                let mut result = match bad {
+                    Some((why, text)) => {
+                        Metrics::count(&self.metrics.tool_errors, why);
+                        tracing::warn!(tool = %name, why, detail = %text, "the model's tool call was refused");
+                        run.errors += 1;
+                        text
+                    }
+                    None => {
+                        self.metrics.tool_call(known.unwrap_or("unknown"));
+                        run.calls.push(name);
+                        handler.call(call).await
+                    }
                 };
                 truncate(&mut result, MAX_TOOL_RESULT);
                 messages.push(Message::tool(&call.id, result));
@@ -357,6 +377,30 @@ pub fn truncate(text: &mut String, max: usize) {
     }
 }
 
+/// Why a tool call's arguments are not a JSON object, if they are not (an empty string is
+/// taken as no arguments, as some servers send for a tool without parameters).
+fn arguments_error(arguments: &str) -> Option<String> {
+    if arguments.trim().is_empty() {
+        return None;
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(_)) => None,
+        Ok(other) => Some(format!("a JSON {} where an object was expected", kind(&other))),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
 /// Parses JSON the model wrote, past any prose or code fence around it.
 pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     let first = serde_json::from_str::<T>(text.trim()).map_err(|e| e.to_string());
@@ -387,6 +431,15 @@ mod tests {
         assert!(parse_json::<A>("no json here").is_err());
         assert!(parse_json::<A>("} {").is_err());
         assert!(parse_json::<A>("{\"b\": 1}").is_err());
+    }
+
+    #[test]
+    fn tool_arguments_must_be_a_json_object() {
+        assert_eq!(arguments_error(r#"{"uri": "at://x"}"#), None);
+        assert_eq!(arguments_error(""), None, "no arguments");
+        assert!(arguments_error(r#"{"uri": "at://x""#).is_some(), "cut off");
+        assert!(arguments_error("[1]").is_some_and(|e| e.contains("array")));
+        assert!(arguments_error("uri=at://x").is_some());
     }
 
     #[test]

@@ -31,6 +31,14 @@ pub struct Metrics {
     pub llm_tokens: Family<Label, Counter>,
     /// Tool calls by tool name.
     pub tool_calls: Family<Label, Counter>,
+    /// Tool calls the model got wrong, by why (`bad_arguments`, `unknown_tool`): not calls of
+    /// any tool.
+    pub tool_errors: Family<Label, Counter>,
+    /// Approval requests posted, by whose message led to them (`owner`, `stranger`, `agent`
+    /// for the agent's own schedule or spending).
+    pub gate_requests_led: Family<Label, Counter>,
+    /// Threads whose run passed `batch_deadline` and was dropped, to be tried again.
+    pub batch_deadlines: Counter,
     /// Actions the rules refused, by rule.
     pub refused: Family<Label, Counter>,
     /// Approval requests posted, and approvals granted.
@@ -76,6 +84,9 @@ impl Default for Metrics {
             llm_seconds: histogram(),
             llm_tokens: Family::default(),
             tool_calls: Family::default(),
+            tool_errors: Family::default(),
+            gate_requests_led: Family::default(),
+            batch_deadlines: Counter::default(),
             refused: Family::default(),
             gate_requests: Counter::default(),
             gate_approvals: Counter::default(),
@@ -106,6 +117,13 @@ impl Metrics {
         r.register("llm_duration_seconds", "Duration of one LLM call", m.llm_seconds.clone());
         r.register("llm_tokens", "LLM tokens by direction", m.llm_tokens.clone());
         r.register("tool_calls", "Tool calls by tool", m.tool_calls.clone());
+        r.register("tool_errors", "Tool calls the model got wrong, by why", m.tool_errors.clone());
+        r.register(
+            "gate_requests_led",
+            "Approval requests posted, by whose message led to them",
+            m.gate_requests_led.clone(),
+        );
+        r.register("batch_deadlines", "Thread runs dropped at batch_deadline", m.batch_deadlines.clone());
         r.register("refused", "Actions refused by a rule, by rule", m.refused.clone());
         r.register("gate_requests", "Owner approval requests posted", m.gate_requests.clone());
         r.register("gate_approvals", "Owner approvals granted", m.gate_approvals.clone());

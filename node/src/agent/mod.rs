@@ -11,6 +11,7 @@
 //! - [`reconcile`]: the LLM reconciler of new observations, with the rules as fallback.
 
 pub mod bluesky;
+pub mod consent;
 pub mod context;
 mod core;
 mod distill;
@@ -19,6 +20,7 @@ pub mod facets;
 pub mod llm;
 pub mod metrics;
 pub mod outcome;
+pub mod posts;
 pub mod reconcile;
 pub mod rules;
 mod run;
@@ -185,7 +187,10 @@ async fn connect(
         s.session = Some(origin);
         s.skills_spent_today = spent_today;
     });
-    Ok(Arc::new(core::Agent::new(node.clone(), llm, bsky, owner_did, state, metrics.clone(), Arc::clone(status))))
+    let agent =
+        Arc::new(core::Agent::new(node.clone(), llm, bsky, owner_did, state, metrics.clone(), Arc::clone(status)));
+    agent.adopt_history().await.map_err(|e| format!("reading the account's history: {e}"))?;
+    Ok(agent)
 }
 
 async fn run_agent(
@@ -214,15 +219,21 @@ async fn run_agent(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // One loop for every entry point: an operator's run waits for the batch in progress.
+        // Nothing that waits for the model runs in this loop: each thread's run, an operator's
+        // run and the scheduled entry points run beside it, so a slow model never holds a
+        // poll or an owner's approval.
         tokio::select! {
             _ = tick.tick() => {}
             Some((entry, reply)) = requests.recv() => {
-                let outcome = agent.run_entry(entry).await;
-                let _ = reply.send(outcome);
+                let agent = Arc::clone(&agent);
+                tokio::spawn(async move {
+                    let _one_at_a_time = agent.entries.lock().await;
+                    let _ = reply.send(agent.run_entry(entry).await);
+                });
                 continue;
             }
         }
-        let result = agent.poll().await;
+        let result = agent.poll(false).await;
         metrics.session_refreshes.set(agent.bsky.refreshes() as i64);
         set(&status, |s| {
             s.polls += 1;
@@ -235,8 +246,17 @@ async fn run_agent(
             tracing::warn!(%error, "polling notifications failed; trying again next tick");
         }
         // The scheduled entry points whose time has come (seed 001: checked on every tick).
-        for entry in agent.due(now_ms()) {
-            agent.run_entry(entry).await;
+        let due = agent.due(now_ms());
+        if !due.is_empty()
+            && let Ok(running) = Arc::clone(&agent.entries).try_lock_owned()
+        {
+            let agent = Arc::clone(&agent);
+            tokio::spawn(async move {
+                let _running = running;
+                for entry in due {
+                    agent.run_entry(entry).await;
+                }
+            });
         }
     }
 }

@@ -91,6 +91,14 @@ const GOOD: &[u8] = b"g/";
 const SKILL: &[u8] = b"k/";
 /// Micro-USDC spent on the swarm's skills, by UTC day.
 const SPENT: &[u8] = b"b/";
+/// Posts the agent answered (seen on the account or replied to here), by URI.
+const ANSWERED: &[u8] = b"a/";
+/// The accounts whose history was taken as handled, by DID.
+const ADOPTED: &[u8] = b"boot/";
+/// The per-author limit's reply times, by author DID.
+const LIMIT: &[u8] = b"l/";
+/// Approval requests a stranger's messages led to, by UTC day and author DID.
+const GATED: &[u8] = b"q/";
 
 /// Runs kept waiting for their outcome at most; the oldest closes unreported past it.
 pub(crate) const MAX_RUNS: usize = 10_000;
@@ -176,13 +184,21 @@ impl AgentState {
         batch.commit()
     }
 
-    /// Forgets handled notifications older than two weeks, in one batch; returns how many.
+    /// Forgets handled notifications and answered posts older than two weeks, and the
+    /// approval counts of earlier days, in one batch; returns how many.
     pub(crate) fn prune(&self, now: UnixMillis) -> Result<usize, fjall::Error> {
         let _writing = self.lock();
         let mut batch = self.batch();
-        for entry in self.tree.prefix(HANDLED) {
+        for entry in self.tree.prefix(HANDLED).chain(self.tree.prefix(ANSWERED)) {
             let (k, v) = entry.into_inner()?;
             if count(&v).is_some_and(|at| now.saturating_sub(at) > HANDLED_KEEP_MS) {
+                batch.remove(&self.tree, k);
+            }
+        }
+        let today = now / (24 * 3600 * 1000);
+        for entry in self.tree.prefix(GATED) {
+            let k = entry.key()?;
+            if k.get(GATED.len()..GATED.len() + 8).and_then(count).is_some_and(|day| day < today) {
                 batch.remove(&self.tree, k);
             }
         }
@@ -191,18 +207,105 @@ impl AgentState {
         Ok(pruned)
     }
 
-    /// Whether `did` consented to be tagged.
-    pub(crate) fn consented(&self, did: &str) -> bool {
-        self.tree.contains_key(key(CONSENT, did)).unwrap_or(false)
+    /// Whether the agent answered the post `uri` (here, or before this data directory).
+    pub(crate) fn answered(&self, uri: &str) -> bool {
+        self.tree.contains_key(key(ANSWERED, uri)).unwrap_or(false)
     }
 
-    /// Records that `did` consented to be tagged, or withdrew; blocks.
-    pub(crate) fn set_consent(&self, did: &str, yes: bool) -> Result<(), fjall::Error> {
+    /// Whether the history of the account `did` was taken as handled in this data directory.
+    pub(crate) fn adopted(&self, did: &str) -> bool {
+        self.tree.contains_key(key(ADOPTED, did)).unwrap_or(false)
+    }
+
+    /// Takes an account's history as handled, in one synced batch: the posts it answered and
+    /// the notifications already read, and the mark that this was done. Blocks.
+    pub(crate) fn adopt(
+        &self,
+        did: &str,
+        answered: &[String],
+        read: &[String],
+        now: UnixMillis,
+    ) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let mut batch = self.batch().durability(Some(PersistMode::SyncAll));
+        for uri in answered {
+            batch.insert(&self.tree, key(ANSWERED, uri), now.to_be_bytes());
+        }
+        for id in read {
+            batch.insert(&self.tree, key(HANDLED, id), now.to_be_bytes());
+        }
+        batch.insert(&self.tree, key(ADOPTED, did), now.to_be_bytes());
+        batch.commit()
+    }
+
+    /// Records that the agent answered `uri`, with the notification `handled` it answered,
+    /// synced (a restart must not answer it again); blocks.
+    pub(crate) fn mark_answered(&self, uri: &str, handled: &str, now: UnixMillis) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let mut batch = self.batch().durability(Some(PersistMode::SyncAll));
+        batch.insert(&self.tree, key(ANSWERED, uri), now.to_be_bytes());
+        batch.insert(&self.tree, key(HANDLED, handled), now.to_be_bytes());
+        batch.commit()
+    }
+
+    /// The per-author limit's reply times of every author, as last written.
+    pub(crate) fn limits(&self) -> Vec<(String, Vec<UnixMillis>)> {
+        self.tree
+            .prefix(LIMIT)
+            .filter_map(|e| e.into_inner().ok())
+            .filter_map(|(k, v)| Some((String::from_utf8(k.strip_prefix(LIMIT)?.to_vec()).ok()?, json(&v)?)))
+            .collect()
+    }
+
+    /// Writes `author`'s reply times (none removes the record). Blocks.
+    pub(crate) fn put_limit(&self, author: &str, times: &[UnixMillis]) -> Result<(), fjall::Error> {
         let _writing = self.lock();
         let mut batch = self.batch();
-        match yes {
-            true => batch.insert(&self.tree, key(CONSENT, did), [1u8]),
-            false => batch.remove(&self.tree, key(CONSENT, did)),
+        match times.is_empty() {
+            true => batch.remove(&self.tree, key(LIMIT, author)),
+            false => batch.insert(&self.tree, key(LIMIT, author), to_json(&times)),
+        }
+        batch.commit()
+    }
+
+    /// Counts an approval request that `author`'s messages led to on UTC day `day` if fewer
+    /// than `limit` were counted; returns whether it did. Read and written as one step. Blocks.
+    pub(crate) fn count_gated(&self, day: u64, author: &str, limit: u32) -> Result<bool, fjall::Error> {
+        let _writing = self.lock();
+        let mut k = crystal_key(GATED, day);
+        k.extend_from_slice(author.as_bytes());
+        let counted = self.tree.get(&k)?.and_then(|v| count(&v)).unwrap_or(0);
+        if counted >= u64::from(limit) {
+            return Ok(false);
+        }
+        let mut batch = self.batch();
+        batch.insert(&self.tree, k, (counted + 1).to_be_bytes());
+        batch.commit()?;
+        Ok(true)
+    }
+
+    /// What `did` said about being tagged: `Some(true)` yes, `Some(false)` no, `None` nothing.
+    pub(crate) fn consent(&self, did: &str) -> Option<bool> {
+        self.tree.get(key(CONSENT, did)).ok().flatten().map(|v| v.first() == Some(&1))
+    }
+
+    /// Whether `did` consented to be tagged.
+    #[cfg(test)]
+    pub(crate) fn consented(&self, did: &str) -> bool {
+        self.consent(did) == Some(true)
+    }
+
+    /// Records that `did` consented to be tagged, or refused; blocks.
+    pub(crate) fn set_consent(&self, did: &str, yes: bool) -> Result<(), fjall::Error> {
+        self.set_consents(&[(did.to_owned(), yes)])
+    }
+
+    /// Records many consents in one batch (read back from the agent's PDS); blocks.
+    pub(crate) fn set_consents(&self, consents: &[(String, bool)]) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let mut batch = self.batch();
+        for (did, yes) in consents {
+            batch.insert(&self.tree, key(CONSENT, did), [u8::from(*yes)]);
         }
         batch.commit()
     }

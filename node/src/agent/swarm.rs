@@ -14,7 +14,7 @@ use druse_protocol::body::ReportEvent;
 use druse_protocol::now_ms;
 
 use super::context::SkillLine;
-use super::core::Agent;
+use super::core::{Agent, Lead};
 use super::rules::Gated;
 use crate::market::Listing;
 use crate::skill::Provenance;
@@ -107,7 +107,7 @@ impl Agent {
         if price > self.config.skill_approval_above {
             let name = listing.skill.listing.name.chars().take(80).collect();
             let asked = self
-                .request_approval(Gated::AdoptSkill { skill: content.to_string(), name, price })
+                .request_approval(Gated::AdoptSkill { skill: content.to_string(), name, price }, Lead::Agent)
                 .await
                 .map_err(|e| UseError::Market(e.to_string()))?;
             return Ok(Used::AskedOwner(asked));

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::bluesky::{Notification, PostRef};
-use super::core::Agent;
+use super::core::{Agent, Lead};
 use super::llm::{Tool, ToolCall, Tools};
 use super::rules::{BatchScope, Gated};
 use druse_memory::crystal::{MemoryKind, Namespace};
@@ -167,17 +167,16 @@ impl Batch {
         let Some(note) = self.notes.iter().find(|n| n.uri == a.uri).cloned() else {
             return Err("refused: that URI is not in the current batch".into());
         };
-        if !self.agent.count_reply(&note.author_did) {
+        if !self.agent.count_reply(&note.author_did).await {
             self.agent.metrics.refuse("rate_limit");
             return Err("refused: this author has had the most replies allowed for now".into());
         }
         let parent = PostRef { uri: note.uri.clone(), cid: note.cid.clone() };
         let root = note.root.clone().unwrap_or_else(|| parent.clone());
-        let facets = self.agent.facets_for(&a.text, &note.author_did).await;
-        match self.agent.bsky.reply(&a.text, &parent, &root, facets).await {
+        match self.agent.reply_fitted(&a.text, &parent, &root, &note.author_did).await {
             Ok(post) => {
                 self.agent.metrics.replies.inc();
-                self.agent.mark_handled(&note).await;
+                self.agent.mark_answered(&note).await;
                 self.replied.push(Replied { to: note, text: a.text, post: post.uri.clone() });
                 Ok(format!("ok: replied as {}", post.uri))
             }
@@ -212,9 +211,28 @@ impl Batch {
         }
     }
 
+    /// Whose messages in this batch lead to what the model proposes: the owner's alone, or
+    /// every other author's.
+    fn lead(&self) -> Lead {
+        let mut strangers: Vec<String> = Vec::new();
+        for n in &self.notes {
+            if n.author_did != self.agent.owner_did && !strangers.contains(&n.author_did) {
+                strangers.push(n.author_did.clone());
+            }
+        }
+        if strangers.is_empty() { Lead::Owner } else { Lead::Strangers(strangers) }
+    }
+
+    async fn ask(&mut self, action: Gated) -> Result<String, String> {
+        self.agent.request_approval(action, self.lead()).await.map_err(|e| match e {
+            super::run::ActionError::GatedLimit => e.to_string(),
+            e => format!("error: {e}"),
+        })
+    }
+
     async fn post(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: TextArg = args(call)?;
-        self.agent.request_approval(Gated::Post { text: a.text }).await.map_err(|e| format!("error: {e}"))
+        self.ask(Gated::Post { text: a.text }).await
     }
 
     async fn follow(&mut self, call: &ToolCall) -> Result<String, String> {
@@ -225,17 +243,14 @@ impl Batch {
             Ok(None) => return Err(format!("error: the handle {handle:?} does not resolve")),
             Err(e) => return Err(format!("error: {e}")),
         };
-        self.agent.request_approval(Gated::Follow { did, handle }).await.map_err(|e| format!("error: {e}"))
+        self.ask(Gated::Follow { did, handle }).await
     }
 
     async fn publish_skill(&mut self, call: &ToolCall) -> Result<String, String> {
         let a: CrystalArg = args(call)?;
         let (_, skill) = self.agent.publishable(a.crystal).map_err(|e| format!("refused: {e}"))?;
         let name = skill.name;
-        self.agent
-            .request_approval(Gated::PublishSkill { crystal: a.crystal, name })
-            .await
-            .map_err(|e| format!("error: {e}"))
+        self.ask(Gated::PublishSkill { crystal: a.crystal, name }).await
     }
 
     async fn search_memory(&mut self, call: &ToolCall) -> Result<String, String> {

@@ -62,6 +62,25 @@ pub struct Agent {
     pub skill_asking_price: u64,
     /// Swarm skills shown in each batch's context, at most.
     pub swarm_skills: usize,
+
+    // Who may steer the agent, and how long it may take (issue 27).
+    /// Longest a thread's run may take, model calls and retries included; past it the run is
+    /// dropped and its notifications are tried again at a later poll.
+    #[serde(with = "humantime_serde")]
+    pub batch_deadline: Duration,
+    /// Approval requests (posts, follows, skills) that one author's messages may lead to per
+    /// UTC day; the owner's own messages are not limited. 0: a stranger never leads to one.
+    pub gated_per_author_per_day: u32,
+    /// When not empty, only these authors (handles or DIDs) are answered, and the owner.
+    pub allow_authors: Vec<String>,
+    /// Authors (handles or DIDs) never answered, and whose messages lead to nothing.
+    pub block_authors: Vec<String>,
+    /// An answer over Bluesky's 300 graphemes: `thread` posts it as a thread of replies,
+    /// `shorten` cuts it at a word and ends it with an ellipsis.
+    pub long_posts: LongPosts,
+    /// Posts one answer may become as a thread, at most (the rest is cut).
+    pub max_thread_posts: usize,
+
     pub bluesky: AgentBluesky,
     pub llm: AgentLlm,
 }
@@ -90,10 +109,24 @@ impl Default for Agent {
             skill_approval_above: 20_000,
             skill_asking_price: 50_000,
             swarm_skills: 3,
+            batch_deadline: Duration::from_secs(180),
+            gated_per_author_per_day: 2,
+            allow_authors: Vec::new(),
+            block_authors: Vec::new(),
+            long_posts: LongPosts::Thread,
+            max_thread_posts: 4,
             bluesky: AgentBluesky::default(),
             llm: AgentLlm::default(),
         }
     }
+}
+
+/// What the agent does with an answer too long for one post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LongPosts {
+    Thread,
+    Shorten,
 }
 
 /// The agent's Bluesky account (`[agent.bluesky]`).
@@ -213,6 +246,23 @@ impl Agent {
         }
         if self.swarm_skills > 20 {
             return bad("swarm_skills", "must be at most 20");
+        }
+        if self.batch_deadline < Duration::from_secs(1) || self.batch_deadline > Duration::from_secs(3600) {
+            return bad("batch_deadline", "must be between 1s and 1h");
+        }
+        if self.gated_per_author_per_day > 100 {
+            return bad("gated_per_author_per_day", "must be at most 100");
+        }
+        for (key, list) in [("allow_authors", &self.allow_authors), ("block_authors", &self.block_authors)] {
+            if list.len() > 10_000 {
+                return bad(key, "may name at most 10000 authors");
+            }
+            if let Some(who) = list.iter().find(|a| !a.starts_with("did:") && !is_handle(a)) {
+                return bad(key, &format!("names {who:?}, which is neither a handle nor a DID"));
+            }
+        }
+        if !(1..=10).contains(&self.max_thread_posts) {
+            return bad("max_thread_posts", "must be between 1 and 10");
         }
         let b = &self.bluesky;
         if !http(&b.service) {

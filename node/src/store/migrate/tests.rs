@@ -79,7 +79,13 @@ fn memory_records(scratch: &Path) -> (Records, (u64, String)) {
 /// The agent's tree as `agent::state` wrote it in sled.
 fn agent_records() -> Records {
     let mut gate = Gate::default();
-    gate.open("at://owner/request".into(), Gated::Post { text: "hello".into() }, NOW, Duration::from_secs(3600));
+    gate.open(
+        "at://owner/request".into(),
+        Gated::Post { text: "hello".into() },
+        Vec::new(),
+        NOW,
+        Duration::from_secs(3600),
+    );
     let schedule = Schedule { mused_at: NOW - 5, reflected_day: 20_000, ..Schedule::default() };
     [
         (b"h/at://a#mention".to_vec(), NOW.to_be_bytes().to_vec()),
