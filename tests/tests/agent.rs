@@ -20,6 +20,9 @@ use script::script;
 #[path = "agent/safety.rs"]
 mod safety;
 
+#[path = "agent/controls.rs"]
+mod controls;
+
 struct World {
     net: &'static Network,
     agent: Account,

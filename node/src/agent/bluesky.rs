@@ -30,6 +30,9 @@ use super::secret::Secret;
 const MAX_BODY: usize = 4 * 1024 * 1024;
 /// Longest wait for one XRPC call.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// The CID of a dry run's made-up records (a well-formed CIDv1 of nothing that exists).
+const DRY_RUN_CID: &str = "bafyreiaq7uytdshwftdttrgsrx6kv44c3uyu6yetenz25puby2xjjb6ezi";
+
 /// Longest post text the PDS takes in bytes (beside its 300 graphemes).
 const MAX_POST_BYTES: usize = 3000;
 /// Longest text taken from another's post.
@@ -243,6 +246,9 @@ pub struct ThreadPost {
 /// The agent's logged-in Bluesky account.
 pub struct Bluesky {
     agent: AtpAgent<SessionFile, Transport>,
+    /// Writes nothing: every write is logged and answered with a made-up reference.
+    dry_run: bool,
+    dry_writes: AtomicU64,
     did: String,
     handle: String,
     /// The session file's writes, and how many of them were logins.
@@ -287,7 +293,9 @@ impl Bluesky {
                     if writes.load(Ordering::Relaxed) > 0 {
                         tracing::info!("the saved Bluesky session's access token had expired: refreshed it");
                     }
-                    return Ok((Self { agent, did, handle, writes, logins: 0 }, SessionOrigin::Reused));
+                    let this =
+                        Self { agent, dry_run: false, dry_writes: AtomicU64::new(0), did, handle, writes, logins: 0 };
+                    return Ok((this, SessionOrigin::Reused));
                 }
                 Ok(_) => tracing::warn!("the saved Bluesky session is another account's; logging in again"),
                 Err(error) => tracing::info!(%error, "the saved Bluesky session no longer works; logging in again"),
@@ -301,11 +309,30 @@ impl Bluesky {
         agent.configure_endpoint(service.trim_end_matches('/').to_owned());
         let did = session.did.as_str().to_owned();
         tracing::info!(handle, "logged in to Bluesky with the app password (createSession)");
-        Ok((Self { agent, did, handle, writes, logins: 1 }, SessionOrigin::LoggedIn))
+        let this = Self { agent, dry_run: false, dry_writes: AtomicU64::new(0), did, handle, writes, logins: 1 };
+        Ok((this, SessionOrigin::LoggedIn))
     }
 
     pub fn did(&self) -> &str {
         &self.did
+    }
+
+    /// From now on writes nothing to the account (the agent's `dry_run`): each write is
+    /// logged as what it would have been.
+    pub fn set_dry_run(&mut self, dry_run: bool) {
+        self.dry_run = dry_run;
+    }
+
+    /// In a dry run, logs the write and answers a made-up reference to it.
+    fn dry(&self, collection: &str, record: &impl serde::Serialize) -> Option<PostRef> {
+        if !self.dry_run {
+            return None;
+        }
+        let n = self.dry_writes.fetch_add(1, Ordering::Relaxed);
+        let mut record = serde_json::to_string(record).unwrap_or_default();
+        super::llm::truncate(&mut record, 4096);
+        tracing::info!(collection, %record, "dry run: would write this record; nothing was written");
+        Some(PostRef { uri: format!("at://{}/{collection}/dryrun{n}", self.did), cid: DRY_RUN_CID.to_owned() })
     }
 
     pub fn handle(&self) -> &str {
@@ -379,6 +406,9 @@ impl Bluesky {
     /// seen, that one included: the AppView counts a notification read only when it was
     /// indexed before the time seen, so the time sent is a millisecond later.
     pub async fn update_seen(&self, newest: &str) -> Result<(), Error> {
+        if self.dry_run {
+            return Ok(());
+        }
         let newest = Datetime::from_str(newest).map_err(|e| Error::Invalid(format!("seen_at: {e:?}")))?;
         let seen_at = Datetime::new(*newest.as_ref() + chrono::Duration::milliseconds(1));
         self.agent
@@ -506,6 +536,9 @@ impl Bluesky {
     }
 
     async fn create(&self, record: KnownRecord, collection: &str) -> Result<PostRef, Error> {
+        if let Some(made_up) = self.dry(collection, &record) {
+            return Ok(made_up);
+        }
         let record = record.try_into_unknown().map_err(|e| Error::Invalid(e.to_string()))?;
         let repo = AtIdentifier::Did(Did::new(self.did.clone()).map_err(|e| Error::Invalid(e.to_owned()))?);
         let out = self
@@ -628,6 +661,9 @@ impl Bluesky {
     /// Writes `record` (a JSON object with its `$type`) as `rkey` of `collection` in the
     /// agent's repository, replacing what was there.
     pub async fn put_record(&self, collection: &str, rkey: &str, record: Value) -> Result<(), Error> {
+        if self.dry(collection, &record).is_some() {
+            return Ok(());
+        }
         let repo = AtIdentifier::Did(Did::new(self.did.clone()).map_err(|e| Error::Invalid(e.to_owned()))?);
         let record: atrium_api::types::Unknown =
             serde_json::from_value(record).map_err(|e| Error::Invalid(e.to_string()))?;

@@ -41,6 +41,10 @@ pub struct AgentStatus {
     pub skills_spent_today: u64,
     pub skill_budget_per_day: u64,
     pub last_error: Option<String>,
+    /// An operator paused it (`druse-node agent pause`).
+    pub paused: bool,
+    /// It decides but writes nothing to Bluesky (`dry_run`).
+    pub dry_run: bool,
     /// The approval requests waiting for the owner's like, each with its action in full
     /// (a post's text included) and whose messages led to it.
     pub pending: Vec<super::rules::Request>,
@@ -76,6 +80,8 @@ pub(crate) struct Agent {
     pub(crate) in_flight: Mutex<HashSet<String>>,
     /// Held by a scheduled entry point's run: one at a time, beside the polls.
     pub(crate) entries: Arc<tokio::sync::Mutex<()>>,
+    /// Who the agent is and how it speaks: the head of every prompt (`persona_file`).
+    pub(crate) persona: String,
 }
 
 /// Whose messages led to an approval request.
@@ -124,6 +130,7 @@ impl Agent {
             distilling: tokio::sync::Mutex::new(()),
             in_flight: Mutex::new(HashSet::new()),
             entries: Arc::new(tokio::sync::Mutex::new(())),
+            persona: super::run::PERSONA.to_owned(),
             node,
             config,
             llm,

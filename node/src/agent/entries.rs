@@ -22,7 +22,7 @@ use super::llm::{Message, Tool, ToolCall, Tools};
 use super::metrics::Metrics;
 use super::reconcile::Fixed;
 use super::schedule::{DAY_MS, Entry, day};
-use super::tools::{QueryArg, TextArg};
+use super::tools::{QueryArg, TextArg, ToolError};
 use druse_memory::correction::Decision;
 use druse_memory::crystal::{Crystal, CrystalId, MemoryKind, Namespace, Origin, Status};
 use druse_memory::engine::NewMemory;
@@ -87,9 +87,9 @@ struct ArchiveArgs {
     reason: String,
 }
 
-fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, String> {
+fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, ToolError> {
     super::llm::parse_json(&call.function.arguments)
-        .map_err(|e| format!("error: bad arguments for {}: {e}", call.function.name))
+        .map_err(|e| ToolError::Failed(format!("bad arguments for {}: {e}", call.function.name)))
 }
 
 fn tools(entry: Entry) -> Vec<Tool> {
@@ -174,14 +174,14 @@ impl Tools for Run {
             (Entry::Review, "keep") => self.keep(call),
             (Entry::Review, "update") => self.update(call).await,
             (Entry::Review, "archive") => self.archive(call).await,
-            (_, other) => Err(format!("error: there is no tool named {other:?} here")),
+            (_, other) => Err(ToolError::Failed(format!("there is no tool named {other:?} here"))),
         };
-        result.unwrap_or_else(|e| e)
+        result.unwrap_or_else(|e| e.to_string())
     }
 }
 
 impl Run {
-    async fn search(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn search(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: QueryArg = args(call)?;
         let memory = Arc::clone(self.agent.node.memory());
         let lines = crate::task::blocking(move || {
@@ -200,18 +200,23 @@ impl Run {
                 .collect::<Vec<_>>()
         })
         .await
-        .map_err(|e| format!("error: {e}"))?;
+        .map_err(ToolError::failed)?;
         Ok(if lines.is_empty() { "nothing found".into() } else { lines.join("\n") })
     }
 
-    async fn post(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn post(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: TextArg = args(call)?;
         if self.outcome.post.is_some() {
             self.agent.metrics.refuse("musing_second_post");
-            return Err("refused: one post per musing".into());
+            return Err(ToolError::Refused("one post per musing".into()));
         }
         let facets = self.agent.facets_for(&a.text, "").await;
-        let post = self.agent.bsky.post(&a.text, facets).await.map_err(|e| format!("error: the post failed: {e}"))?;
+        let post = self
+            .agent
+            .bsky
+            .post(&a.text, facets)
+            .await
+            .map_err(|e| ToolError::Failed(format!("the post failed: {e}")))?;
         Metrics::count(&self.agent.metrics.actions, "post");
         self.agent.mused(now_ms()).await;
         tracing::info!(uri = %post.uri, "the agent mused: an original post");
@@ -219,21 +224,17 @@ impl Run {
         Ok(format!("ok: posted as {}", post.uri))
     }
 
-    async fn remember(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn remember(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: TextArg = args(call)?;
         let new = memory(a.text, Namespace::Episodic, MemoryKind::Observation, SemanticType::Episode);
-        self.agent
-            .store(new)
-            .await
-            .map(|id| format!("ok: remembered as crystal {id}"))
-            .map_err(|e| format!("error: {e}"))
+        self.agent.store(new).await.map(|id| format!("ok: remembered as crystal {id}")).map_err(ToolError::failed)
     }
 
-    async fn summary(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn summary(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: TextArg = args(call)?;
         if !self.outcome.crystals.is_empty() {
             self.agent.metrics.refuse("second_summary");
-            return Err("refused: the day already has its summary".into());
+            return Err(ToolError::Refused("the day already has its summary".into()));
         }
         let date = atrium_api::types::string::Datetime::now().as_str().chars().take(10).collect::<String>();
         let mut new = memory(
@@ -244,27 +245,27 @@ impl Run {
         );
         new.metadata =
             Some(json!({"reflection_of": self.sources, "day": date}).as_object().cloned().unwrap_or_default());
-        let id = self.agent.store(new).await.map_err(|e| format!("error: {e}"))?;
+        let id = self.agent.store(new).await.map_err(ToolError::failed)?;
         self.outcome.crystals.push(id);
         Ok(format!("ok: the summary is crystal {id}"))
     }
 
     /// A listed crystal, still active, not yet acted on in this review.
-    fn target(&self, id: CrystalId) -> Result<Crystal, String> {
+    fn target(&self, id: CrystalId) -> Result<Crystal, ToolError> {
         if !self.listed.contains(&id) {
             self.agent.metrics.refuse("review_unlisted");
-            return Err(format!("refused: crystal {id} is not among the observations listed"));
+            return Err(ToolError::Refused(format!("crystal {id} is not among the observations listed")));
         }
         if self.acted.contains(&id) {
-            return Err(format!("refused: crystal {id} was already reviewed"));
+            return Err(ToolError::Refused(format!("crystal {id} was already reviewed")));
         }
         match self.agent.node.memory().get(id) {
             Some(c) if c.status == Status::Active => Ok(c),
-            _ => Err(format!("refused: crystal {id} is no longer active")),
+            _ => Err(ToolError::Refused(format!("crystal {id} is no longer active"))),
         }
     }
 
-    fn keep(&mut self, call: &ToolCall) -> Result<String, String> {
+    fn keep(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: CrystalArg = args(call)?;
         self.target(a.crystal)?;
         self.acted.insert(a.crystal);
@@ -272,7 +273,7 @@ impl Run {
         Ok("ok: kept".into())
     }
 
-    async fn update(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn update(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: UpdateArgs = args(call)?;
         let old = self.target(a.crystal)?;
         let confidence = self.agent.node.memory().config().correction.supersede_confidence;
@@ -289,7 +290,7 @@ impl Run {
         Ok(format!("ok: crystal {} is superseded by crystal {id}", old.id))
     }
 
-    async fn archive(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn archive(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: ArchiveArgs = args(call)?;
         let old = self.target(a.crystal)?;
         let reason = if a.reason.trim().is_empty() { "stale".to_owned() } else { a.reason };
@@ -306,13 +307,13 @@ impl Run {
     }
 
     /// Writes through the engine with the review's decision on that exact crystal.
-    async fn write(&self, new: NewMemory, decision: Decision) -> Result<CrystalId, String> {
+    async fn write(&self, new: NewMemory, decision: Decision) -> Result<CrystalId, ToolError> {
         let memory = Arc::clone(self.agent.node.memory());
         crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
             .await
-            .map_err(|e| format!("error: {e}"))?
+            .map_err(ToolError::failed)?
             .map(|added| added.crystal.id)
-            .map_err(|e| format!("error: {e}"))
+            .map_err(ToolError::failed)
     }
 }
 
@@ -364,7 +365,13 @@ impl Agent {
         outcome
     }
 
-    async fn go(self: &Arc<Self>, entry: Entry, system: String, user: String, run: &mut Run) -> Result<(), String> {
+    async fn go(
+        self: &Arc<Self>,
+        entry: Entry,
+        system: String,
+        user: String,
+        run: &mut Run,
+    ) -> Result<(), super::llm::Error> {
         let system = format!(
             "{system}\n\n[YOU] @{} ({}); your owner is @{}\n[NOW] {}\n",
             self.bsky.handle(),
@@ -373,11 +380,7 @@ impl Agent {
             atrium_api::types::string::Datetime::now().as_str()
         );
         let messages = vec![Message::system(system), Message::user(user)];
-        self.llm
-            .run(messages, &tools(entry), self.config.max_tool_steps, run)
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("LLM: {e}"))
+        self.llm.run(messages, &tools(entry), self.config.max_tool_steps, run).await.map(|_| ())
     }
 
     fn handler(self: &Arc<Self>, entry: Entry) -> Run {
@@ -423,7 +426,9 @@ impl Agent {
                     if outcome.post.is_some() { "posted".into() } else { "the model chose not to post".into() };
                 outcome
             }
-            Err(e) => RunReport { post: run.outcome.post, ..RunReport::new(Entry::Musing, "failed", e) },
+            Err(e) => {
+                RunReport { post: run.outcome.post, ..RunReport::new(Entry::Musing, "failed", format!("LLM: {e}")) }
+            }
         }
     }
 
@@ -472,7 +477,7 @@ impl Agent {
             // Not marked done: tried again after a pause.
             Err(e) => {
                 self.with_schedule(|s| s.reflection_failed_at = now).await;
-                RunReport::new(Entry::Reflection, "failed", e)
+                RunReport::new(Entry::Reflection, "failed", format!("LLM: {e}"))
             }
         }
     }
@@ -530,7 +535,7 @@ impl Agent {
         );
         if let Err(e) = result {
             outcome.result = "failed".into();
-            outcome.detail = format!("{e} (after {})", outcome.detail);
+            outcome.detail = format!("LLM: {e} (after {})", outcome.detail);
         }
         outcome
     }

@@ -291,7 +291,7 @@ impl Llm {
         });
         let message = self.chat(messages, &[], Some(&format)).await?;
         let text = message.content.unwrap_or_default();
-        parse_json(&text).map_err(|detail| Error::Schema { schema: name.to_owned(), detail })
+        parse_json(&text).map_err(|e| Error::Schema { schema: name.to_owned(), detail: e.to_string() })
     }
 
     /// The tool loop: asks, runs the tools the model calls, gives their results back, and
@@ -402,8 +402,8 @@ fn kind(value: &Value) -> &'static str {
 }
 
 /// Parses JSON the model wrote, past any prose or code fence around it.
-pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    let first = serde_json::from_str::<T>(text.trim()).map_err(|e| e.to_string());
+pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    let first = serde_json::from_str::<T>(text.trim());
     if first.is_ok() {
         return first;
     }
@@ -413,7 +413,7 @@ pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     if start >= end {
         return first;
     }
-    serde_json::from_str::<T>(&text[start..=end]).map_err(|e| e.to_string())
+    serde_json::from_str::<T>(&text[start..=end])
 }
 
 #[cfg(test)]
@@ -426,8 +426,8 @@ mod tests {
         struct A {
             a: u32,
         }
-        assert_eq!(parse_json::<A>("{\"a\": 1}"), Ok(A { a: 1 }));
-        assert_eq!(parse_json::<A>("Sure!\n```json\n{\"a\": 2}\n```"), Ok(A { a: 2 }));
+        assert_eq!(parse_json::<A>("{\"a\": 1}").ok(), Some(A { a: 1 }));
+        assert_eq!(parse_json::<A>("Sure!\n```json\n{\"a\": 2}\n```").ok(), Some(A { a: 2 }));
         assert!(parse_json::<A>("no json here").is_err());
         assert!(parse_json::<A>("} {").is_err());
         assert!(parse_json::<A>("{\"b\": 1}").is_err());

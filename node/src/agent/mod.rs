@@ -35,6 +35,7 @@ pub use entries::RunReport;
 pub use schedule::Entry;
 pub use secret::{Secret, Secrets};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,25 +62,62 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 pub struct Handle {
     status: Arc<Mutex<AgentStatus>>,
     runs: mpsc::Sender<RunRequest>,
+    /// Set: the agent reads, answers and runs nothing until it is cleared.
+    paused: Arc<AtomicBool>,
 }
 
 impl Handle {
     pub fn status(&self) -> AgentStatus {
         self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// Pauses the agent (`true`) or resumes it: from its next tick it polls nothing, answers
+    /// nothing and runs no entry point, until resumed. The loop keeps it across a restart.
+    pub fn pause(&self, paused: bool) -> AgentStatus {
+        self.paused.store(paused, Ordering::SeqCst);
+        set(&self.status, |s| s.paused = paused);
+        self.status()
+    }
 }
 
 /// The agent's routes: `GET /v1/agent` and, behind the node's `token`, `POST /v1/agent/run`.
 /// With the agent off (`agent` is `None`) the status says so and a run is refused.
 pub fn routes(agent: Option<Handle>, token: &str) -> axum::Router {
-    let run =
-        crate::api::require_token(axum::Router::new().route("/v1/agent/run", axum::routing::post(run_now)), token);
+    let run = crate::api::require_token(
+        axum::Router::new()
+            .route("/v1/agent/run", axum::routing::post(run_now))
+            .route("/v1/agent/pause", axum::routing::post(pause))
+            .route("/v1/agent/resume", axum::routing::post(resume)),
+        token,
+    );
     axum::Router::new().route("/v1/agent", axum::routing::get(status)).merge(run).with_state(agent)
 }
 
 /// `GET /v1/agent`.
 async fn status(AxumState(agent): AxumState<Option<Handle>>) -> Json<AgentStatus> {
     Json(agent.as_ref().map(Handle::status).unwrap_or_default())
+}
+
+/// `POST /v1/agent/pause`: the agent stops reading and answering until resumed; answers the
+/// status.
+async fn pause(AxumState(agent): AxumState<Option<Handle>>) -> Result<Json<AgentStatus>, crate::api::Error> {
+    paused(agent, true)
+}
+
+/// `POST /v1/agent/resume`.
+async fn resume(AxumState(agent): AxumState<Option<Handle>>) -> Result<Json<AgentStatus>, crate::api::Error> {
+    paused(agent, false)
+}
+
+fn paused(agent: Option<Handle>, yes: bool) -> Result<Json<AgentStatus>, crate::api::Error> {
+    let Some(agent) = agent else {
+        return Err(crate::api::Error::new(
+            druse_protocol::api::Code::AgentDisabled,
+            "the agent is off: set [agent] enabled = true",
+        ));
+    };
+    tracing::info!(paused = yes, "an operator {} the agent", if yes { "paused" } else { "resumed" });
+    Ok(Json(agent.pause(yes)))
 }
 
 /// The body of `POST /v1/agent/run`.
@@ -111,6 +149,9 @@ async fn run_now(
     if state != "running" {
         return Err(unavailable(format!("the agent is {state}, not running yet; try again shortly")));
     }
+    if agent.paused.load(Ordering::SeqCst) {
+        return Err(unavailable("the agent is paused: resume it first (druse-node agent resume)".into()));
+    }
     let (tx, rx) = oneshot::channel();
     agent
         .runs
@@ -137,8 +178,9 @@ pub fn start(node: &Node, metrics: metrics::Metrics, secrets: Secrets) -> Handle
         ..AgentStatus::default()
     }));
     let (runs, requests) = mpsc::channel(MAX_WAITING_RUNS);
-    let handle = Handle { status: Arc::clone(&status), runs };
-    node.spawn_task("agent", run_agent(node.clone(), metrics, secrets, status, requests));
+    let paused = Arc::new(AtomicBool::new(false));
+    let handle = Handle { status: Arc::clone(&status), runs, paused: Arc::clone(&paused) };
+    node.spawn_task("agent", run_agent(node.clone(), metrics, secrets, status, requests, paused));
     handle
 }
 
@@ -187,10 +229,35 @@ async fn connect(
         s.session = Some(origin);
         s.skills_spent_today = spent_today;
     });
-    let agent =
-        Arc::new(core::Agent::new(node.clone(), llm, bsky, owner_did, state, metrics.clone(), Arc::clone(status)));
+    let persona = match &config.persona_file {
+        Some(path) => Some(persona(path)?),
+        None => None,
+    };
+    let mut bsky = bsky;
+    if config.dry_run {
+        bsky.set_dry_run(true);
+        tracing::warn!(
+            "dry run: the agent decides but writes nothing to Bluesky; the log says what it would have written"
+        );
+    }
+    set(status, |s| s.dry_run = config.dry_run);
+    let mut agent = core::Agent::new(node.clone(), llm, bsky, owner_did, state, metrics.clone(), Arc::clone(status));
+    if let Some(persona) = persona {
+        agent.persona = persona;
+    }
+    let agent = Arc::new(agent);
     agent.adopt_history().await.map_err(|e| format!("reading the account's history: {e}"))?;
     Ok(agent)
+}
+
+/// The persona in `path`: its text, at most 16 KiB, not empty.
+fn persona(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("agent.persona_file {}: {e}", path.display()))?;
+    let text = text.trim();
+    if text.is_empty() || text.len() > 16 * 1024 {
+        return Err(format!("agent.persona_file {}: must hold 1 byte to 16 KiB of text", path.display()));
+    }
+    Ok(text.to_owned())
 }
 
 async fn run_agent(
@@ -199,6 +266,7 @@ async fn run_agent(
     secrets: Secrets,
     status: Arc<Mutex<AgentStatus>>,
     mut requests: mpsc::Receiver<RunRequest>,
+    paused: Arc<AtomicBool>,
 ) {
     let mut backoff = Duration::from_secs(2);
     let agent = loop {
@@ -215,6 +283,14 @@ async fn run_agent(
             }
         }
     };
+    // A pause outlives a restart: the state keeps it, and an operator's change is written at
+    // the next tick.
+    let mut kept = agent.state.paused();
+    if kept {
+        paused.store(true, Ordering::SeqCst);
+        set(&status, |s| s.paused = true);
+        tracing::info!("the agent was paused before the restart and stays paused (druse-node agent resume)");
+    }
     let mut tick = tokio::time::interval(node.config().agent.poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -232,6 +308,14 @@ async fn run_agent(
                 });
                 continue;
             }
+        }
+        let now_paused = paused.load(Ordering::SeqCst);
+        if now_paused != kept {
+            kept = now_paused;
+            agent.write_state("keep the pause", move |s| s.set_paused(now_paused)).await;
+        }
+        if now_paused {
+            continue;
         }
         let result = agent.poll(false).await;
         metrics.session_refreshes.set(agent.bsky.refreshes() as i64);
@@ -272,6 +356,11 @@ pub enum Cli {
         #[arg(value_enum)]
         entry: Entry,
     },
+    /// Pause the agent (`POST /v1/agent/pause`): it reads, answers and runs nothing until
+    /// resumed, across restarts too.
+    Pause,
+    /// Resume a paused agent (`POST /v1/agent/resume`).
+    Resume,
 }
 
 impl Cli {
@@ -280,6 +369,8 @@ impl Cli {
         match self {
             Cli::Status => api.reader().get("/v1/agent").await,
             Cli::Run { entry } => api.writer()?.post("/v1/agent/run", &serde_json::json!({ "entry": entry })).await,
+            Cli::Pause => api.writer()?.post("/v1/agent/pause", &serde_json::json!({})).await,
+            Cli::Resume => api.writer()?.post("/v1/agent/resume", &serde_json::json!({})).await,
         }
     }
 }

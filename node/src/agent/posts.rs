@@ -63,7 +63,7 @@ fn cut_at(text: &str, room: usize) -> usize {
                 && graphemes(&head[..*i]) >= room / 2
         })
         .map(|(i, g)| i + g.len())
-        .last();
+        .next_back();
     if let Some(at) = sentence {
         return at;
     }

@@ -152,6 +152,16 @@ pub enum By {
     Rules,
 }
 
+/// Why the memory engine could not do what the agent asked (store an observation, read the
+/// blocks of a prompt).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Memory(#[from] druse_memory::engine::Error),
+    #[error(transparent)]
+    Task(#[from] crate::task::Failed),
+}
+
 /// Stores an observation, reconciled by the model against the top similar memories, or by
 /// the rules when the model gives no valid decision.
 pub async fn store(
@@ -160,14 +170,11 @@ pub async fn store(
     metrics: &Metrics,
     new: NewMemory,
     actor: &str,
-) -> Result<(Added, By), String> {
+) -> Result<(Added, By), StoreError> {
     let config = memory.config().correction.clone();
     let m = Arc::clone(memory);
     let probe = new.clone();
-    let candidates = crate::task::blocking(move || m.reconciliation_candidates(&probe))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let candidates = crate::task::blocking(move || m.reconciliation_candidates(&probe)).await??;
     let decided = match decide(llm, &new, &candidates, &config).await {
         Ok(decision) => Some(decision),
         Err(error) => {
@@ -186,9 +193,7 @@ pub async fn store(
         }
         None => m.add(new, &actor, now_ms()),
     })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?;
+    .await??;
     let label = match (by, &added.decision) {
         (By::Rules, _) => "rules",
         (By::Llm, Decision::Add) => "add",

@@ -99,6 +99,8 @@ const ADOPTED: &[u8] = b"boot/";
 const LIMIT: &[u8] = b"l/";
 /// Approval requests a stranger's messages led to, by UTC day and author DID.
 const GATED: &[u8] = b"q/";
+/// Set while an operator has the agent paused.
+const PAUSED: &[u8] = b"paused";
 
 /// Runs kept waiting for their outcome at most; the oldest closes unreported past it.
 pub(crate) const MAX_RUNS: usize = 10_000;
@@ -282,6 +284,22 @@ impl AgentState {
         batch.insert(&self.tree, k, (counted + 1).to_be_bytes());
         batch.commit()?;
         Ok(true)
+    }
+
+    /// Whether an operator left the agent paused.
+    pub(crate) fn paused(&self) -> bool {
+        self.tree.contains_key(PAUSED).unwrap_or(false)
+    }
+
+    /// Keeps the agent paused across restarts, or not; synced. Blocks.
+    pub(crate) fn set_paused(&self, paused: bool) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let mut batch = self.batch().durability(Some(PersistMode::SyncAll));
+        match paused {
+            true => batch.insert(&self.tree, PAUSED, [1u8]),
+            false => batch.remove(&self.tree, PAUSED),
+        }
+        batch.commit()
     }
 
     /// What `did` said about being tagged: `Some(true)` yes, `Some(false)` no, `None` nothing.

@@ -128,9 +128,27 @@ struct CrystalArg {
     crystal: u64,
 }
 
-fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, String> {
+/// Why a tool call did nothing, as the model is told: a rule said no, or the action failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ToolError {
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("error: {0}")]
+    Failed(String),
+}
+
+impl ToolError {
+    pub(crate) fn refused(why: impl std::fmt::Display) -> Self {
+        Self::Refused(why.to_string())
+    }
+    pub(crate) fn failed(why: impl std::fmt::Display) -> Self {
+        Self::Failed(why.to_string())
+    }
+}
+
+fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, ToolError> {
     super::llm::parse_json(&call.function.arguments)
-        .map_err(|e| format!("error: bad arguments for {}: {e}", call.function.name))
+        .map_err(|e| ToolError::Failed(format!("bad arguments for {}: {e}", call.function.name)))
 }
 
 impl Tools for Batch {
@@ -146,30 +164,30 @@ impl Tools for Batch {
             "publish_skill" => self.publish_skill(call).await,
             "follow" => self.follow(call).await,
             "do_nothing" => Ok("ok: nothing done".to_owned()),
-            other => Err(format!("error: there is no tool named {other:?}")),
+            other => Err(ToolError::Failed(format!("there is no tool named {other:?}"))),
         };
-        result.unwrap_or_else(|e| e)
+        result.unwrap_or_else(|e| e.to_string())
     }
 }
 
 impl Batch {
-    async fn reply(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn reply(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: ReplyArgs = args(call)?;
         if !self.scope.contains(&a.uri) {
             self.agent.metrics.refuse("outside_batch");
             tracing::warn!(uri = %a.uri, "refused a reply to a URI outside the batch");
-            return Err("refused: that URI is not in the current batch".into());
+            return Err(ToolError::Refused("that URI is not in the current batch".into()));
         }
         if self.replied.iter().any(|r| r.to.uri == a.uri) {
             self.agent.metrics.refuse("already_replied");
-            return Err("refused: you already replied to that post".into());
+            return Err(ToolError::Refused("you already replied to that post".into()));
         }
         let Some(note) = self.notes.iter().find(|n| n.uri == a.uri).cloned() else {
-            return Err("refused: that URI is not in the current batch".into());
+            return Err(ToolError::Refused("that URI is not in the current batch".into()));
         };
         if !self.agent.count_reply(&note.author_did).await {
             self.agent.metrics.refuse("rate_limit");
-            return Err("refused: this author has had the most replies allowed for now".into());
+            return Err(ToolError::Refused("this author has had the most replies allowed for now".into()));
         }
         let parent = PostRef { uri: note.uri.clone(), cid: note.cid.clone() };
         let root = note.root.clone().unwrap_or_else(|| parent.clone());
@@ -182,20 +200,20 @@ impl Batch {
             }
             Err(e) => {
                 self.failures += 1;
-                Err(format!("error: the reply failed: {e}"))
+                Err(ToolError::Failed(format!("the reply failed: {e}")))
             }
         }
     }
 
-    async fn like(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn like(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: UriArg = args(call)?;
         if !self.scope.contains(&a.uri) {
             self.agent.metrics.refuse("outside_batch");
             tracing::warn!(uri = %a.uri, "refused a like of a URI outside the batch");
-            return Err("refused: that URI is not in the current batch".into());
+            return Err(ToolError::Refused("that URI is not in the current batch".into()));
         }
         let Some(note) = self.notes.iter().find(|n| n.uri == a.uri) else {
-            return Err("refused: that URI is not in the current batch".into());
+            return Err(ToolError::Refused("that URI is not in the current batch".into()));
         };
         let post = PostRef { uri: note.uri.clone(), cid: note.cid.clone() };
         match self.agent.bsky.like(&post).await {
@@ -206,7 +224,7 @@ impl Batch {
             }
             Err(e) => {
                 self.failures += 1;
-                Err(format!("error: the like failed: {e}"))
+                Err(ToolError::Failed(format!("the like failed: {e}")))
             }
         }
     }
@@ -223,37 +241,37 @@ impl Batch {
         if strangers.is_empty() { Lead::Owner } else { Lead::Strangers(strangers) }
     }
 
-    async fn ask(&mut self, action: Gated) -> Result<String, String> {
+    async fn ask(&mut self, action: Gated) -> Result<String, ToolError> {
         self.agent.request_approval(action, self.lead()).await.map_err(|e| match e {
-            super::run::ActionError::GatedLimit => e.to_string(),
-            e => format!("error: {e}"),
+            super::run::ActionError::GatedLimit => ToolError::refused(e),
+            e => ToolError::failed(e),
         })
     }
 
-    async fn post(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn post(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: TextArg = args(call)?;
         self.ask(Gated::Post { text: a.text }).await
     }
 
-    async fn follow(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn follow(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: HandleArg = args(call)?;
         let handle = a.handle.trim().trim_start_matches('@').to_ascii_lowercase();
         let did = match self.agent.bsky.resolve(&handle).await {
             Ok(Some(did)) => did,
-            Ok(None) => return Err(format!("error: the handle {handle:?} does not resolve")),
-            Err(e) => return Err(format!("error: {e}")),
+            Ok(None) => return Err(ToolError::Failed(format!("the handle {handle:?} does not resolve"))),
+            Err(e) => return Err(ToolError::Failed(format!("{e}"))),
         };
         self.ask(Gated::Follow { did, handle }).await
     }
 
-    async fn publish_skill(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn publish_skill(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: CrystalArg = args(call)?;
-        let (_, skill) = self.agent.publishable(a.crystal).map_err(|e| format!("refused: {e}"))?;
+        let (_, skill) = self.agent.publishable(a.crystal).map_err(ToolError::refused)?;
         let name = skill.name;
         self.ask(Gated::PublishSkill { crystal: a.crystal, name }).await
     }
 
-    async fn search_memory(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn search_memory(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: QueryArg = args(call)?;
         let mut namespaces: Vec<Namespace> = vec![Namespace::Episodic];
         for n in &self.notes {
@@ -281,11 +299,11 @@ impl Batch {
             lines
         })
         .await
-        .map_err(|e| format!("error: {e}"))?;
+        .map_err(ToolError::failed)?;
         Ok(if lines.is_empty() { "nothing found".into() } else { lines.join("\n") })
     }
 
-    async fn remember(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn remember(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: TextArg = args(call)?;
         let new = super::core::memory(
             a.text,
@@ -293,14 +311,10 @@ impl Batch {
             MemoryKind::Observation,
             druse_protocol::body::SemanticType::Episode,
         );
-        self.agent
-            .store(new)
-            .await
-            .map(|id| format!("ok: remembered as crystal {id}"))
-            .map_err(|e| format!("error: {e}"))
+        self.agent.store(new).await.map(|id| format!("ok: remembered as crystal {id}")).map_err(ToolError::failed)
     }
 
-    async fn use_skill(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn use_skill(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: SkillArg = args(call)?;
         match self.agent.use_skill(&a.skill).await {
             Ok(super::swarm::Used::Procedure { listing, paid }) => {
@@ -315,11 +329,11 @@ impl Batch {
             Ok(super::swarm::Used::AskedOwner(asked)) => {
                 Ok(format!("{asked}. Its price is above what you may spend alone; answer without it for now."))
             }
-            Err(e) => Err(format!("refused: {e}")),
+            Err(e) => Err(ToolError::Refused(format!("{e}"))),
         }
     }
 
-    async fn search_skills(&mut self, call: &ToolCall) -> Result<String, String> {
+    async fn search_skills(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: QueryArg = args(call)?;
         let lines = self.agent.swarm_skills(&a.query, 10).await;
         Ok(if lines.is_empty() {

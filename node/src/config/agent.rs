@@ -81,6 +81,14 @@ pub struct Agent {
     /// Posts one answer may become as a thread, at most (the rest is cut).
     pub max_thread_posts: usize,
 
+    // An operator's controls (issue 28).
+    /// The agent decides but writes nothing to Bluesky (no post, reply, like, follow, record or
+    /// read mark): it logs what it would have written.
+    pub dry_run: bool,
+    /// A file whose text replaces the agent's default persona (who it is and how it speaks) at
+    /// the head of every prompt; the safety rules always follow it. At most 16 KiB.
+    pub persona_file: Option<std::path::PathBuf>,
+
     pub bluesky: AgentBluesky,
     pub llm: AgentLlm,
 }
@@ -115,6 +123,8 @@ impl Default for Agent {
             block_authors: Vec::new(),
             long_posts: LongPosts::Thread,
             max_thread_posts: 4,
+            dry_run: false,
+            persona_file: None,
             bluesky: AgentBluesky::default(),
             llm: AgentLlm::default(),
         }
