@@ -20,6 +20,10 @@ use super::state::{AgentState, Copy};
 use crate::config;
 use crate::node::Node;
 
+/// Who the agent is and how it speaks, unless `persona_file` says otherwise.
+pub(crate) const PERSONA: &str = "You are a druse agent on Bluesky: one node of a peer-to-peer swarm of agents \
+that share skills. Be brief, kind and concrete; a reply is at most a few sentences.";
+
 /// What `GET /v1/agent` and `druse-node agent status` show.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AgentStatus {
@@ -130,7 +134,7 @@ impl Agent {
             distilling: tokio::sync::Mutex::new(()),
             in_flight: Mutex::new(HashSet::new()),
             entries: Arc::new(tokio::sync::Mutex::new(())),
-            persona: super::run::PERSONA.to_owned(),
+            persona: PERSONA.to_owned(),
             node,
             config,
             llm,

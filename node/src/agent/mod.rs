@@ -6,10 +6,13 @@
 //! - [`bluesky`]: the account (session, notifications, threads, replies, likes, facets);
 //! - [`context`]: the trust-labelled blocks of the system prompt;
 //! - [`rules`]: batch-only URIs, per-author limit, the owner gate bound to its request post;
-//! - `run` and `tools`: the loop and the tools the model calls;
+//! - `run` and `tools`: the loop and the tools the model calls; `act`: what it does on
+//!   Bluesky and in the swarm, behind the owner's gate;
+//! - [`consent`] and [`posts`]: tagging consent as users say it, and posts that fit;
 //! - [`schedule`] and `entries`: musing, the daily reflection and review beside the batches;
 //! - [`reconcile`]: the LLM reconciler of new observations, with the rules as fallback.
 
+mod act;
 pub mod bluesky;
 pub mod consent;
 pub mod context;

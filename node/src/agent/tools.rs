@@ -243,7 +243,7 @@ impl Batch {
 
     async fn ask(&mut self, action: Gated) -> Result<String, ToolError> {
         self.agent.request_approval(action, self.lead()).await.map_err(|e| match e {
-            super::run::ActionError::GatedLimit => ToolError::refused(e),
+            super::act::ActionError::GatedLimit => ToolError::refused(e),
             e => ToolError::failed(e),
         })
     }
