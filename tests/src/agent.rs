@@ -29,6 +29,8 @@ pub struct AgentSetup {
     pub bootstrap: Vec<String>,
     /// The management keys' trust list (`[trust] trust_list`), if any.
     pub trust_list: Option<PathBuf>,
+    /// The longest wait for one answer of the model (`[agent.llm] timeout`; 5 s when none).
+    pub llm_timeout: Option<String>,
 }
 
 /// A running node with its agent.
@@ -51,7 +53,7 @@ pub fn config(setup: &AgentSetup, data_dir: &Path) -> String {
          bootstrap = {bootstrap:?}\n[api]\nlisten = {api:?}\n[metrics]\nlisten = {metrics:?}\n\
          [agent]\nenabled = true\npoll_interval = \"300ms\"\n{extra}\n\
          [agent.bluesky]\nservice = {pds:?}\nhandle = {handle:?}\npassword_env = {PASSWORD_ENV:?}\nowner = {owner:?}\n\
-         [agent.llm]\nbase_url = {llm:?}\nmodel = \"scripted\"\ntimeout = \"5s\"\nmax_retries = 2\nretry_backoff = \"50ms\"\n",
+         [agent.llm]\nbase_url = {llm:?}\nmodel = \"scripted\"\ntimeout = {timeout:?}\nmax_retries = 2\nretry_backoff = \"50ms\"\n",
         data = data_dir.display().to_string(),
         trust = trust.unwrap_or_default(),
         bootstrap = setup.bootstrap,
@@ -60,6 +62,7 @@ pub fn config(setup: &AgentSetup, data_dir: &Path) -> String {
         handle = setup.handle,
         owner = setup.owner,
         llm = setup.llm,
+        timeout = setup.llm_timeout.as_deref().unwrap_or("5s"),
     )
 }
 

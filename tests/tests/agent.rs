@@ -23,6 +23,9 @@ mod safety;
 #[path = "agent/controls.rs"]
 mod controls;
 
+#[path = "agent/real.rs"]
+mod real;
+
 struct World {
     net: &'static Network,
     agent: Account,
@@ -53,6 +56,7 @@ impl World {
             extra: extra.to_owned(),
             bootstrap: Vec::new(),
             trust_list: None,
+            llm_timeout: None,
         }
     }
 
@@ -336,6 +340,7 @@ async fn an_llm_that_is_down_or_answers_garbage_loses_nothing() -> anyhow::Resul
         extra: String::new(),
         bootstrap: Vec::new(),
         trust_list: None,
+        llm_timeout: None,
     };
     let node = AgentNode::start(&setup, &dir.path().join("node")).await?;
     eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))

@@ -122,6 +122,10 @@ impl Gated {
                 "make an original post ({} graphemes; its text is under pending in `druse-node agent status`)",
                 super::posts::graphemes(text)
             ),
+            // The name is the distill model's, from what people said: quoted for the owner only.
+            Gated::PublishSkill { crystal, name } if owner_asked => {
+                format!("publish the skill \"{name}\" (crystal {crystal}) to the swarm")
+            }
             Gated::PublishSkill { crystal, .. } => {
                 format!("publish my distilled skill (crystal {crystal}) to the swarm")
             }
