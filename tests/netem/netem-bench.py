@@ -812,40 +812,42 @@ class Bench:
         self.results["publish"] = self.summarise(samples, timeouts)
         self.results["publish_polled"] = self.summarise(polled_samples, timeouts)
 
-    def phase_weather(self):
+    def broadcast_weather(self, level, duration, reason, halted, what):
+        """Posts weather on the management node and times it until every node's halted state is
+        `halted`: the milliseconds, or None when the POST failed or a node did not follow in time."""
         a = self.a
-        mgmt = self.nodes[0]
+        t = time.monotonic()
+        st, resp = self.nodes[0].api("POST", "/v1/weather", {"level": level, "duration": duration, "reason": reason},
+                                     auth=True)
+        if st not in (200, 201, 202):
+            log(f"{what}: POST answered {st}: {resp}")
+            return None
+        posted = time.monotonic() - t
+        res = self.wait_all(self.nodes, self.halted_is(halted), a.sample_timeout, a.poll_ms / 1000)
+        late = [name for name, v in res.items() if v is None]
+        if late:
+            state = "not halted" if halted else "still halted"
+            log(f"{what}: TIMED OUT after {a.sample_timeout}s; {state}: {', '.join(late)}")
+            return None
+        ms = (posted + max(res.values())) * 1000
+        log(f"{what}: every node {'halted' if halted else 'free'} after {ms:.0f} ms")
+        return ms
+
+    def phase_weather(self):
         lock, lift, to_lock, to_lift = [], [], 0, 0
-        for r in range(a.weathers):
-            t = time.monotonic()
-            st, resp = mgmt.api("POST", "/v1/weather", {"level": 0.9, "duration": "2m", "reason": f"netem bench {r}"},
-                                auth=True)
-            if st not in (200, 201, 202):
-                log(f"weather {r}: POST answered {st}: {resp}")
+        for r in range(self.a.weathers):
+            ms = self.broadcast_weather(0.9, "2m", f"netem bench {r}", True, f"weather {r}")
+            if ms is None:
                 to_lock += 1
-                continue
-            posted = time.monotonic() - t
-            res = self.wait_all(self.nodes, self.halted_is(True), a.sample_timeout, a.poll_ms / 1000)
-            late = [name for name, v in res.items() if v is None]
-            if late:
-                to_lock += 1
-                log(f"weather {r}: TIMED OUT after {a.sample_timeout}s; not halted: {', '.join(late)}")
             else:
-                lock.append((posted + max(res.values())) * 1000)
-                log(f"weather {r}: every node halted after {lock[-1]:.0f} ms")
-            t = time.monotonic()
-            st, resp = mgmt.api("POST", "/v1/weather", {"level": 0.0, "duration": "1s", "reason": f"lift {r}"},
-                                auth=True)
-            posted = time.monotonic() - t
-            res = self.wait_all(self.nodes, self.halted_is(False), a.sample_timeout, a.poll_ms / 1000)
-            late = [name for name, v in res.items() if v is None]
-            if late:
+                lock.append(ms)
+            # Lifted whatever happened, so the next trial starts from a free swarm.
+            ms = self.broadcast_weather(0.0, "1s", f"lift {r}", False, f"weather {r} lifted")
+            if ms is None:
                 to_lift += 1
-                log(f"weather {r} lifted: TIMED OUT after {a.sample_timeout}s; still halted: {', '.join(late)}")
             else:
-                lift.append((posted + max(res.values())) * 1000)
-                log(f"weather {r} lifted: every node free after {lift[-1]:.0f} ms")
-            time.sleep(max(a.publish_gap, 1.0))
+                lift.append(ms)
+            time.sleep(max(self.a.publish_gap, 1.0))
         self.results["weather"] = self.summarise(lock, to_lock)
         self.results["weather_lift"] = self.summarise(lift, to_lift)
 

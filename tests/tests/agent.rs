@@ -429,15 +429,24 @@ async fn after_a_restart_the_session_is_reused_and_nothing_is_answered_twice() -
     node.stop().await
 }
 
-/// The agent's posts that are not replies, with their text.
-async fn own_posts(world: &World) -> anyhow::Result<Vec<String>> {
+/// The agent's posts in its repository: (URI, record), newest first.
+async fn agent_posts(world: &World) -> anyhow::Result<Vec<(String, Value)>> {
     Ok(world
         .owner
         .posts(&world.agent.did)
         .await?
-        .iter()
-        .filter(|p| p["value"]["reply"].is_null())
-        .filter_map(|p| p["value"]["text"].as_str().map(str::to_owned))
+        .into_iter()
+        .map(|p| (p["uri"].as_str().unwrap_or_default().to_owned(), p["value"].clone()))
+        .collect())
+}
+
+/// The agent's posts that are not replies, with their text.
+async fn own_posts(world: &World) -> anyhow::Result<Vec<String>> {
+    Ok(agent_posts(world)
+        .await?
+        .into_iter()
+        .filter(|(_, p)| p["reply"].is_null())
+        .filter_map(|(_, p)| p["text"].as_str().map(str::to_owned))
         .collect())
 }
 

@@ -32,7 +32,7 @@ pub(crate) enum ActionError {
     #[error(transparent)]
     Node(#[from] crate::node::Error),
     #[error("memory: {0}")]
-    Memory(String),
+    Memory(#[from] super::reconcile::MemoryError),
     #[error(transparent)]
     Skill(#[from] super::swarm::UseError),
     #[error("the authors of this thread led to as many approval requests today as they may")]
@@ -253,10 +253,10 @@ impl Agent {
     /// Stores a memory through the node's engine.
     pub(crate) async fn store(&self, new: NewMemory) -> Result<CrystalId, ActionError> {
         let memory = Arc::clone(self.node.memory());
-        crate::task::blocking(move || memory.add(new, "agent", now_ms()))
+        let added = crate::task::blocking(move || memory.add(new, "agent", now_ms()))
             .await
-            .map_err(|e| ActionError::Memory(e.to_string()))?
-            .map(|added| added.crystal.id)
-            .map_err(|e| ActionError::Memory(e.to_string()))
+            .map_err(super::reconcile::MemoryError::from)?
+            .map_err(super::reconcile::MemoryError::from)?;
+        Ok(added.crystal.id)
     }
 }

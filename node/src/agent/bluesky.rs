@@ -358,19 +358,7 @@ impl Bluesky {
 
     /// The account's notifications, newest first, page after page, at most `max`.
     pub async fn history(&self, max: usize) -> Result<Vec<Notification>, Error> {
-        let mut out = Vec::new();
-        let mut cursor = None;
-        while out.len() < max {
-            let (page, next) = self.notifications_page(100, cursor.take()).await?;
-            let full = page.len() == 100;
-            out.extend(page);
-            match next {
-                Some(next) if full => cursor = Some(next),
-                _ => break,
-            }
-        }
-        out.truncate(max);
-        Ok(out)
+        pages(max, |cursor| self.notifications_page(PAGE as u8, cursor)).await
     }
 
     async fn notifications_page(
@@ -621,41 +609,39 @@ impl Bluesky {
     pub async fn own_records(&self, collection: &str, max: usize) -> Result<Vec<(String, Value)>, Error> {
         let repo = AtIdentifier::Did(Did::new(self.did.clone()).map_err(|e| Error::Invalid(e.to_owned()))?);
         let collection = Nsid::new(collection.to_owned()).map_err(|e| Error::Invalid(e.to_owned()))?;
-        let mut out = Vec::new();
-        let mut cursor = None;
-        while out.len() < max {
-            let limit = LimitedNonZeroU8::<100>::try_from(100u8).map_err(|e| Error::Invalid(e.to_string()))?;
-            let page = self
-                .agent
-                .api
-                .com
-                .atproto
-                .repo
-                .list_records(
-                    atproto::repo::list_records::ParametersData {
-                        collection: collection.clone(),
-                        cursor: cursor.take(),
-                        limit: Some(limit),
-                        repo: repo.clone(),
-                        reverse: None,
-                    }
-                    .into(),
-                )
-                .await
-                .map_err(xrpc)?;
-            let records = page.data.records;
-            let full = records.len() == 100;
-            for r in records {
-                let rkey = r.uri.rsplit('/').next().unwrap_or_default().to_owned();
-                out.push((rkey, serde_json::to_value(&r.value).unwrap_or(Value::Null)));
-            }
-            match page.data.cursor {
-                Some(next) if full => cursor = Some(next),
-                _ => break,
-            }
-        }
-        out.truncate(max);
-        Ok(out)
+        pages(max, |cursor| self.records_page(&repo, &collection, cursor)).await
+    }
+
+    async fn records_page(
+        &self,
+        repo: &AtIdentifier,
+        collection: &Nsid,
+        cursor: Option<String>,
+    ) -> Result<(Vec<(String, Value)>, Option<String>), Error> {
+        let limit = LimitedNonZeroU8::<100>::try_from(PAGE as u8).map_err(|e| Error::Invalid(e.to_string()))?;
+        let page = self
+            .agent
+            .api
+            .com
+            .atproto
+            .repo
+            .list_records(
+                atproto::repo::list_records::ParametersData {
+                    collection: collection.clone(),
+                    cursor,
+                    limit: Some(limit),
+                    repo: repo.clone(),
+                    reverse: None,
+                }
+                .into(),
+            )
+            .await
+            .map_err(xrpc)?;
+        let records = page.data.records.into_iter().map(|r| {
+            let rkey = r.uri.rsplit('/').next().unwrap_or_default().to_owned();
+            (rkey, serde_json::to_value(&r.value).unwrap_or(Value::Null))
+        });
+        Ok((records.collect(), page.data.cursor))
     }
 
     /// Writes `record` (a JSON object with its `$type`) as `rkey` of `collection` in the
@@ -716,6 +702,31 @@ impl Facet {
             Feature::Link { .. } => None,
         }
     }
+}
+
+/// Items a page of a listing holds at most.
+const PAGE: usize = 100;
+
+/// Page after page of a listing, from its first, until a page comes back short or without a
+/// cursor, or `max` items are read.
+async fn pages<T, F, Fut>(max: usize, mut page: F) -> Result<Vec<T>, Error>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), Error>>,
+{
+    let mut out = Vec::new();
+    let mut cursor = None;
+    while out.len() < max {
+        let (items, next) = page(cursor.take()).await?;
+        let full = items.len() == PAGE;
+        out.extend(items);
+        match next {
+            Some(next) if full => cursor = Some(next),
+            _ => break,
+        }
+    }
+    out.truncate(max);
+    Ok(out)
 }
 
 fn strong(post: &PostRef) -> Result<atproto::repo::strong_ref::Main, Error> {

@@ -47,6 +47,8 @@ pub struct AgentStatus {
     pub last_error: Option<String>,
     /// An operator paused it (`druse-node agent pause`).
     pub paused: bool,
+    /// Polls skipped while paused, since the node started.
+    pub polls_skipped: u64,
     /// It decides but writes nothing to Bluesky (`dry_run`).
     pub dry_run: bool,
     /// The approval requests waiting for the owner's like, each with its action in full
@@ -125,8 +127,7 @@ impl Agent {
         for (author, times) in state.limits() {
             limit.restore(author, times);
         }
-        lock(&status).pending = gate.pending().cloned().collect();
-        Self {
+        let agent = Self {
             schedule: Mutex::new(schedule),
             limit: Mutex::new(limit),
             gate: Mutex::new(gate),
@@ -143,7 +144,9 @@ impl Agent {
             state,
             metrics,
             status,
-        }
+        };
+        agent.show_pending(&lock(&agent.gate));
+        agent
     }
 
     /// Runs a write of the agent's state off the async threads (it blocks on the store's

@@ -22,7 +22,7 @@ use super::llm::{Message, Tool, ToolCall, Tools};
 use super::metrics::Metrics;
 use super::reconcile::Fixed;
 use super::schedule::{DAY_MS, Entry, day};
-use super::tools::{QueryArg, TextArg, ToolError};
+use super::tools::{QueryArg, TextArg, ToolError, args};
 use druse_memory::correction::Decision;
 use druse_memory::crystal::{Crystal, CrystalId, MemoryKind, Namespace, Origin, Status};
 use druse_memory::engine::NewMemory;
@@ -85,11 +85,6 @@ struct ArchiveArgs {
     crystal: CrystalId,
     #[serde(default)]
     reason: String,
-}
-
-fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, ToolError> {
-    super::llm::parse_json(&call.function.arguments)
-        .map_err(|e| ToolError::Failed(format!("bad arguments for {}: {e}", call.function.name)))
 }
 
 fn tools(entry: Entry) -> Vec<Tool> {

@@ -315,25 +315,27 @@ impl Llm {
             messages.push(Message { role: "assistant".into(), ..answer });
             for call in &calls {
                 let name: String = call.function.name.chars().take(64).collect();
-                let known = tools.iter().find(|t| t.name() == call.function.name).map(Tool::name);
                 // A call the model got wrong is an error of the model's, not a call of the tool.
-                let bad = match known {
-                    None => Some(("unknown_tool", format!("error: there is no tool named {name:?}"))),
-                    Some(_) => arguments_error(&call.function.arguments).map(|e| {
-                        ("bad_arguments", format!("error: bad arguments for {name}: {e}; send a JSON object"))
-                    }),
+                let checked = match tools.iter().find(|t| t.name() == call.function.name).map(Tool::name) {
+                    None => Err(("unknown_tool", format!("error: there is no tool named {name:?}"))),
+                    Some(tool) => match arguments_error(&call.function.arguments) {
+                        Some(e) => {
+                            Err(("bad_arguments", format!("error: bad arguments for {name}: {e}; send a JSON object")))
+                        }
+                        None => Ok(tool),
+                    },
                 };
-                let mut result = match bad {
-                    Some((why, text)) => {
+                let mut result = match checked {
+                    Ok(tool) => {
+                        self.metrics.tool_call(tool);
+                        run.calls.push(name);
+                        handler.call(call).await
+                    }
+                    Err((why, text)) => {
                         Metrics::count(&self.metrics.tool_errors, why);
                         tracing::warn!(tool = %name, why, detail = %text, "the model's tool call was refused");
                         run.errors += 1;
                         text
-                    }
-                    None => {
-                        self.metrics.tool_call(known.unwrap_or("unknown"));
-                        run.calls.push(name);
-                        handler.call(call).await
                     }
                 };
                 truncate(&mut result, MAX_TOOL_RESULT);

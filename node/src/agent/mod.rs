@@ -318,6 +318,7 @@ async fn run_agent(
             agent.write_state("keep the pause", move |s| s.set_paused(now_paused)).await;
         }
         if now_paused {
+            set(&status, |s| s.polls_skipped += 1);
             continue;
         }
         let result = agent.poll(false).await;

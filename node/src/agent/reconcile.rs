@@ -155,7 +155,7 @@ pub enum By {
 /// Why the memory engine could not do what the agent asked (store an observation, read the
 /// blocks of a prompt).
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum MemoryError {
     #[error(transparent)]
     Memory(#[from] druse_memory::engine::Error),
     #[error(transparent)]
@@ -170,7 +170,7 @@ pub async fn store(
     metrics: &Metrics,
     new: NewMemory,
     actor: &str,
-) -> Result<(Added, By), StoreError> {
+) -> Result<(Added, By), MemoryError> {
     let config = memory.config().correction.clone();
     let m = Arc::clone(memory);
     let probe = new.clone();

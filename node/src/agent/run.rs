@@ -409,7 +409,7 @@ impl Agent {
     }
 
     /// The messages of a batch: the system prompt with its blocks, the thread, the batch.
-    async fn prompt(&self, notes: &[Notification]) -> Result<Vec<Message>, super::reconcile::StoreError> {
+    async fn prompt(&self, notes: &[Notification]) -> Result<Vec<Message>, super::reconcile::MemoryError> {
         let query: String = notes.iter().map(|n| n.text.as_str()).collect::<Vec<_>>().join(" ");
         let mut authors: Vec<String> = notes.iter().map(|n| n.author_handle.clone()).collect();
         authors.dedup();

@@ -146,7 +146,8 @@ impl ToolError {
     }
 }
 
-fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, ToolError> {
+/// A tool call's arguments, or what the model is told about them.
+pub(super) fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, ToolError> {
     super::llm::parse_json(&call.function.arguments)
         .map_err(|e| ToolError::Failed(format!("bad arguments for {}: {e}", call.function.name)))
 }

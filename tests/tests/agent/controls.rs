@@ -8,6 +8,20 @@ use serde_json::Value;
 use super::{ANSWERED, World, script};
 use druse_tests::eventually;
 
+/// Waits until the paused agent has skipped `n` more polls.
+async fn skipped(node: &druse_tests::agent::AgentNode, n: u64) -> anyhow::Result<()> {
+    let start = node.agent().await?["polls_skipped"].as_u64().unwrap_or(0);
+    eventually(ANSWERED, format_args!("{n} polls skipped while paused"), async || {
+        node.agent().await.is_ok_and(|a| a["polls_skipped"].as_u64() >= Some(start + n))
+    })
+    .await
+}
+
+/// Waits until the AppView shows `post`, so a poll would find it.
+async fn indexed(world: &World, post: &druse_tests::atproto::Post) -> anyhow::Result<()> {
+    eventually(ANSWERED, "the mention to be indexed", async || world.owner.thread(&post.uri).await.is_ok()).await
+}
+
 async fn cli(node: &druse_tests::agent::AgentNode, args: &[&str]) -> anyhow::Result<Value> {
     let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
     let data_dir = node.data_dir.display().to_string();
@@ -28,16 +42,17 @@ async fn an_operator_pauses_and_resumes_the_agent_and_its_persona_comes_from_a_f
 
     let status = cli(&node, &["pause"]).await?;
     assert_eq!(status["paused"], true, "{status}");
-    let polls = node.agent().await?["polls"].as_u64().unwrap_or(0);
+    let polls = status["polls"].as_u64().unwrap_or(0);
     let waiting = world.mention(&kim, "are you awake?").await?;
     // Polls stop; nothing is answered while paused, across a restart too.
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    indexed(&world, &waiting).await?;
+    skipped(&node, 5).await?;
     assert!(node.agent().await?["polls"].as_u64().unwrap_or(0) <= polls + 1, "a paused agent does not poll");
     node.stop().await?;
     let node = world.node(&extra).await?;
     eventually(ANSWERED, "the pause to be read back", async || node.agent().await.is_ok_and(|a| a["paused"] == true))
         .await?;
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    skipped(&node, 5).await?;
     assert!(world.replies_to(&kim, &waiting).await.is_empty(), "still paused after the restart");
     assert_eq!(node.agent().await?["polls"], 0);
 
@@ -69,8 +84,8 @@ async fn a_dry_run_decides_and_logs_but_writes_nothing_to_bluesky() -> anyhow::R
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
     // Decided: the model was asked and the reply counted; written: nothing.
+    // The reply's write is where its log line is: nothing can follow it.
     assert!(node.metric("druse_agent_replies_total").await? >= 1.0);
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert!(world.replies_to(&lee, &asked).await.is_empty(), "nothing was posted");
     assert!(world.owner.posts(&world.agent.did).await?.is_empty(), "the repository has no post");
     let consents = world.owner.records(&world.agent.did, "dev.druse.agent.mentionConsent").await?;

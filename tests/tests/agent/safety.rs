@@ -10,18 +10,7 @@ use druse_tests::llm::{Answer, Request};
 use druse_tests::{eventually, wait_for};
 use serde_json::{Value, json};
 
-use super::{ANSWERED, World, script};
-
-/// The agent's posts in its repository: (URI, record), newest first.
-async fn agent_posts(world: &World) -> anyhow::Result<Vec<(String, Value)>> {
-    Ok(world
-        .owner
-        .posts(&world.agent.did)
-        .await?
-        .into_iter()
-        .map(|p| (p["uri"].as_str().unwrap_or_default().to_owned(), p["value"].clone()))
-        .collect())
-}
+use super::{ANSWERED, World, agent_posts, script};
 
 /// Waits for `n` more polls of the node.
 async fn polls(node: &druse_tests::agent::AgentNode, n: u64) -> anyhow::Result<()> {
