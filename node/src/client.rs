@@ -38,6 +38,15 @@ impl Client {
         Self { base: base.trim_end_matches('/').to_owned(), token, http }
     }
 
+    /// The same client, waiting up to `timeout` for an answer (an agent's run or chat takes
+    /// minutes with a slow model).
+    pub fn waiting(mut self, timeout: std::time::Duration) -> Self {
+        if let Ok(http) = reqwest::Client::builder().timeout(timeout).build() {
+            self.http = http;
+        }
+        self
+    }
+
     /// Reads the token a node wrote into its data directory.
     pub fn token_from(data_dir: &Path) -> Result<String, Error> {
         let path = data_dir.join("api.token");

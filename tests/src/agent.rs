@@ -31,6 +31,8 @@ pub struct AgentSetup {
     pub trust_list: Option<PathBuf>,
     /// The longest wait for one answer of the model (`[agent.llm] timeout`; 5 s when none).
     pub llm_timeout: Option<String>,
+    /// More lines for `[agent.llm]` (prices, the daily cap).
+    pub llm_extra: String,
 }
 
 /// A running node with its agent.
@@ -53,7 +55,7 @@ pub fn config(setup: &AgentSetup, data_dir: &Path) -> String {
          bootstrap = {bootstrap:?}\n[api]\nlisten = {api:?}\n[metrics]\nlisten = {metrics:?}\n\
          [agent]\nenabled = true\npoll_interval = \"300ms\"\n{extra}\n\
          [agent.bluesky]\nservice = {pds:?}\nhandle = {handle:?}\npassword_env = {PASSWORD_ENV:?}\nowner = {owner:?}\n\
-         [agent.llm]\nbase_url = {llm:?}\nmodel = \"scripted\"\ntimeout = {timeout:?}\nmax_retries = 2\nretry_backoff = \"50ms\"\n",
+         [agent.llm]\nbase_url = {llm:?}\nmodel = \"scripted\"\ntimeout = {timeout:?}\nmax_retries = 2\nretry_backoff = \"50ms\"\n{llm_extra}\n",
         data = data_dir.display().to_string(),
         trust = trust.unwrap_or_default(),
         bootstrap = setup.bootstrap,
@@ -63,6 +65,7 @@ pub fn config(setup: &AgentSetup, data_dir: &Path) -> String {
         owner = setup.owner,
         llm = setup.llm,
         timeout = setup.llm_timeout.as_deref().unwrap_or("5s"),
+        llm_extra = setup.llm_extra,
     )
 }
 

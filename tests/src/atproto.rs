@@ -151,7 +151,8 @@ impl Account {
         if text.is_empty() { Ok(Value::Null) } else { Ok(serde_json::from_str(&text)?) }
     }
 
-    async fn create_record(&self, collection: &str, record: Value) -> Result<Post> {
+    /// Creates `record` in `collection` of this account's repository.
+    pub async fn create_record(&self, collection: &str, record: Value) -> Result<Post> {
         let out = self
             .call(
                 reqwest::Method::POST,

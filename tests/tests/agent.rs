@@ -26,6 +26,12 @@ mod controls;
 #[path = "agent/real.rs"]
 mod real;
 
+#[path = "agent/mind.rs"]
+mod mind;
+
+#[path = "agent/tryit.rs"]
+mod tryit;
+
 struct World {
     net: &'static Network,
     agent: Account,
@@ -57,6 +63,7 @@ impl World {
             bootstrap: Vec::new(),
             trust_list: None,
             llm_timeout: None,
+            llm_extra: String::new(),
         }
     }
 
@@ -341,6 +348,7 @@ async fn an_llm_that_is_down_or_answers_garbage_loses_nothing() -> anyhow::Resul
         bootstrap: Vec::new(),
         trust_list: None,
         llm_timeout: None,
+        llm_extra: String::new(),
     };
     let node = AgentNode::start(&setup, &dir.path().join("node")).await?;
     eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))

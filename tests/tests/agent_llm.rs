@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use druse_node::agent::Secret;
-use druse_node::agent::llm::{Error, Llm, Message, Tool, ToolCall, Tools};
+use druse_node::agent::llm::{Error, Llm, Message, Tool, ToolCall, Tools, Trace};
 use druse_node::agent::metrics::Metrics;
 use druse_node::config::AgentLlm;
 use druse_tests::llm::{Answer, ScriptedLlm};
@@ -51,8 +51,17 @@ async fn the_tool_loop_runs_tools_and_sends_their_results_back() -> anyhow::Resu
     server.push([reply("at://a"), Answer::Tools(vec![("do_nothing".into(), json!({}))])]);
     let llm = Llm::new(&config(&server), None, Metrics::default())?;
     let mut recorder = Recorder::default();
-    let run = llm.run(vec![Message::user("hi")], &tools(), 6, &mut recorder).await?;
+    let mut trace = Trace::default();
+    let run = llm.run(vec![Message::user("hi")], &tools(), 6, &mut recorder, &mut trace).await?;
     assert_eq!(run.steps, 3);
+    // The trace the journal keeps: each call with its arguments and result, the final text,
+    // and the tokens of all three answers (the scripted server counts 12 and 5 per answer).
+    assert_eq!(trace.steps, 3);
+    let traced: Vec<(&str, &str, &str)> =
+        trace.calls.iter().map(|c| (c.tool.as_str(), c.arguments.as_str(), c.result.as_str())).collect();
+    assert_eq!(traced, [("reply", r#"{"uri":"at://a"}"#, "ok: did reply"), ("do_nothing", "{}", "ok: did do_nothing")]);
+    assert_eq!(trace.text.as_deref(), Some("all done"));
+    assert_eq!((trace.tokens.prompt_tokens, trace.tokens.completion_tokens), (36, 15));
     assert_eq!(run.calls, ["reply", "do_nothing"]);
     assert_eq!(run.summary.as_deref(), Some("all done"));
     assert!(!run.exhausted);
@@ -77,7 +86,7 @@ async fn the_tool_loop_stops_at_its_step_limit() -> anyhow::Result<()> {
     let server = ScriptedLlm::start(|_| reply("at://again")).await?;
     let llm = Llm::new(&config(&server), None, Metrics::default())?;
     let mut recorder = Recorder::default();
-    let run = llm.run(vec![Message::user("loop")], &tools(), 6, &mut recorder).await?;
+    let run = llm.run(vec![Message::user("loop")], &tools(), 6, &mut recorder, &mut Trace::default()).await?;
     assert!(run.exhausted);
     assert_eq!(run.steps, 6);
     assert_eq!(server.requests().len(), 6, "no seventh call");
@@ -92,7 +101,7 @@ async fn an_unknown_tool_is_not_run_and_the_model_is_told() -> anyhow::Result<()
     let metrics = Metrics::default();
     let llm = Llm::new(&config(&server), None, metrics.clone())?;
     let mut recorder = Recorder::default();
-    llm.run(vec![Message::user("x")], &tools(), 6, &mut recorder).await?;
+    llm.run(vec![Message::user("x")], &tools(), 6, &mut recorder, &mut Trace::default()).await?;
     assert!(recorder.calls.is_empty());
     let results = server.requests()[1].tool_results();
     assert!(results[0].contains("no tool named \"rm_rf\""), "{results:?}");
@@ -113,8 +122,11 @@ async fn arguments_that_are_no_json_object_run_nothing_and_count_as_errors() -> 
     let metrics = Metrics::default();
     let llm = Llm::new(&config(&server), None, metrics.clone())?;
     let mut recorder = Recorder::default();
-    let run = llm.run(vec![Message::user("x")], &tools(), 6, &mut recorder).await?;
+    let mut trace = Trace::default();
+    let run = llm.run(vec![Message::user("x")], &tools(), 6, &mut recorder, &mut trace).await?;
     assert_eq!(recorder.calls.len(), 1, "only the whole call ran: {:?}", recorder.calls);
+    assert_eq!(trace.calls.len(), 3, "the journal keeps the refused calls too");
+    assert!(trace.calls[0].result.contains("bad arguments"), "{:?}", trace.calls);
     assert_eq!((run.errors, run.calls.len()), (2, 1));
     let results = server.requests()[1].tool_results();
     assert!(results[0].contains("bad arguments for reply") && results[1].contains("array"), "{results:?}");

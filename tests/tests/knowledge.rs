@@ -254,6 +254,7 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
         bootstrap: vec![mgmt_addr.clone()],
         trust_list: Some(trust.clone()),
         llm_timeout: None,
+        llm_extra: String::new(),
     };
     let a = AgentNode::start(&setup(&agent_a, &llm_a), &dir.path().join("a")).await?;
     let b = AgentNode::start(&setup(&agent_b, &llm_b), &dir.path().join("b")).await?;

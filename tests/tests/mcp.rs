@@ -188,6 +188,8 @@ fn scenario(skill: &str) -> Vec<Value> {
         call("unknown_history", "memory_history", json!({"id": 999_999})),
         call("bad_reward", "skill_report", json!({"id": skill, "success": true, "reward": 3})),
         call("unknown_skill", "skill_report", json!({"id": unknown_skill(), "success": false})),
+        call("empty_chat", "agent_chat", json!({"message": "  "})),
+        call("chat_without_agent", "agent_chat", json!({"message": "hello"})),
     ]
 }
 
@@ -196,7 +198,10 @@ async fn assert_scenario(run: &Run, node: &ProcNode, skill: &str) {
     assert!(run.connected(), "{run}");
     let tools = run.step("tools")["tools"].as_array().unwrap_or_else(|| panic!("{run}"));
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["memory_search", "memory_add", "memory_get", "memory_history", "skill_search", "skill_report"]);
+    assert_eq!(
+        names,
+        ["memory_search", "memory_add", "memory_get", "memory_history", "skill_search", "skill_report", "agent_chat"]
+    );
     for tool in tools {
         assert_eq!(tool["input_schema"]["type"], "object", "{tool}");
         assert!(tool["description"].as_str().is_some_and(|d| d.len() > 80), "{tool}");
@@ -258,6 +263,7 @@ async fn assert_scenario(run: &Run, node: &ProcNode, skill: &str) {
         ("bad_namespace", "namespace"),
         ("bad_id", "id"),
         ("bad_reward", "reward"),
+        ("empty_chat", "message"),
     ] {
         let refusal = run.refusal(step);
         assert_eq!(refusal["error"], "invalid_argument", "{step}: {refusal}");
@@ -268,6 +274,8 @@ async fn assert_scenario(run: &Run, node: &ProcNode, skill: &str) {
     for step in ["unknown_crystal", "unknown_history", "unknown_skill"] {
         assert_eq!(run.refusal(step)["error"], "not_found", "{step}: {}", run.step(step));
     }
+    // This node runs no agent: talking to it says so.
+    assert_eq!(run.refusal("chat_without_agent")["error"], "agent_disabled", "{}", run.step("chat_without_agent"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

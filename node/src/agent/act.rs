@@ -92,6 +92,14 @@ impl Agent {
                 tracing::info!(%skill, paid, "adopted a swarm skill the owner approved");
                 Ok(())
             }
+            Gated::Goal { rkey, title, description } => {
+                let record = super::mind::goal_record(&title, &description);
+                self.bsky.put_record(super::mind::GOAL, &rkey, record).await?;
+                self.mind.forget_goals();
+                super::metrics::Metrics::count(&self.metrics.actions, "goal");
+                tracing::info!(%rkey, "set a goal the owner approved");
+                Ok(())
+            }
         }
     }
 

@@ -26,6 +26,10 @@ use serde_json::Value;
 use super::facets;
 use super::secret::Secret;
 
+#[path = "profile.rs"]
+mod profile;
+pub use profile::Profile;
+
 /// Largest XRPC answer read.
 const MAX_BODY: usize = 4 * 1024 * 1024;
 /// Longest wait for one XRPC call.

@@ -29,7 +29,7 @@ impl Default for Budgets {
 /// How many of each kind a block shows at most (seed 002 / the issue: 10, 5, 10).
 const OBSERVATIONS: usize = 10;
 const EXCHANGES: usize = 5;
-const EPISODIC: usize = 10;
+pub(crate) const EPISODIC: usize = 10;
 
 /// Candidates asked of the engine for one block (its most).
 const WIDE: usize = 100;
@@ -76,7 +76,7 @@ pub fn quote(text: &str, max: usize) -> String {
     format!("{flat:?}")
 }
 
-fn age(now: UnixMillis, at: UnixMillis) -> String {
+pub(crate) fn age(now: UnixMillis, at: UnixMillis) -> String {
     let secs = now.saturating_sub(at) / 1000;
     match secs {
         s if s < 3600 => format!("{}m", s / 60),
@@ -121,7 +121,8 @@ fn recall(
 }
 
 /// The per-author blocks for `handle`: impression (low), observations (medium, the top 10
-/// active with their sources and age), past exchanges (high, top 5).
+/// active with their sources and age), background research (lowest: exploration notes from
+/// their public activity), past exchanges (high, top 5). Empty for an author it does not know.
 pub fn author_blocks(
     memory: &Memory,
     handle: &str,
@@ -133,6 +134,7 @@ pub fn author_blocks(
     let impression = recall(memory, query, 1, &ns, MemoryKind::Summary, now)?;
     let observations = recall(memory, query, OBSERVATIONS, &ns, MemoryKind::Observation, now)?;
     let exchanges = recall(memory, query, EXCHANGES, &ns, MemoryKind::Interaction, now)?;
+    let research = recall(memory, query, 2, &ns, MemoryKind::ExplorationNote, now)?;
     let mut out = String::new();
     out += &block(
         &format!("IMPRESSION OF @{handle}"),
@@ -158,6 +160,12 @@ pub fn author_blocks(
         budgets.observations,
     );
     out += &block(
+        &format!("BACKGROUND RESEARCH ON @{handle}"),
+        "lowest; from their public posts",
+        research.iter().map(|c| format!("- ({} ago) {}", age(now, c.created_at), quote(&c.text, 600))).collect(),
+        budgets.impression,
+    );
+    out += &block(
         &format!("PAST EXCHANGES WITH @{handle}"),
         "high",
         exchanges.iter().map(|c| format!("- ({} ago) {}", age(now, c.created_at), quote(&c.text, 500))).collect(),
@@ -166,15 +174,22 @@ pub fn author_blocks(
     Ok(out)
 }
 
-/// The agent's own episodic memories relevant to `query` (top 10).
-pub fn episodic_block(memory: &Memory, query: &str, budgets: &Budgets, now: UnixMillis) -> Result<String, Error> {
-    let found = recall(memory, query, EPISODIC, &Namespace::Episodic, MemoryKind::Observation, now)?;
-    Ok(block(
+/// The agent's own episodic memories relevant to `query`: its notes and its reflections'
+/// summaries, the top 10 active.
+pub fn episodic(memory: &Memory, query: &str, now: UnixMillis) -> Result<Vec<Crystal>, Error> {
+    let mut found = recall(memory, query, EPISODIC, &Namespace::Episodic, MemoryKind::Observation, now)?;
+    found.extend(recall(memory, query, 3, &Namespace::Episodic, MemoryKind::Summary, now)?);
+    Ok(found)
+}
+
+/// The episodic memories as they were found, unsynthesized.
+pub fn episodic_block(found: &[Crystal], budgets: &Budgets, now: UnixMillis) -> String {
+    block(
         "EPISODIC MEMORIES",
         "medium",
         found.iter().map(|c| format!("- ({} ago) {}", age(now, c.created_at), quote(&c.text, 300))).collect(),
         budgets.episodic,
-    ))
+    )
 }
 
 /// Skills from the swarm (origin `peer`), with their verification and computed price.

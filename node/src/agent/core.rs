@@ -12,7 +12,8 @@ use druse_protocol::now_ms;
 use serde::Serialize;
 
 use super::bluesky::{self, Bluesky, Notification};
-use super::llm::Llm;
+use super::journal::{Journal, RunRecord};
+use super::llm::{self as model, Llm, Message, Tool, Tools, Trace};
 use super::metrics::Metrics;
 use super::rules::{Gate, RateLimit};
 use super::schedule::{Entry, Schedule};
@@ -51,6 +52,11 @@ pub struct AgentStatus {
     pub polls_skipped: u64,
     /// It decides but writes nothing to Bluesky (`dry_run`).
     pub dry_run: bool,
+    /// What the model cost today (UTC) at the configured prices, the daily cap if there is
+    /// one, and whether the cap is reached (then it polls nothing until the next day).
+    pub model_spent_today_usd: f64,
+    pub model_daily_cap_usd: Option<f64>,
+    pub model_capped: bool,
     /// The approval requests waiting for the owner's like, each with its action in full
     /// (a post's text included) and whose messages led to it.
     pub pending: Vec<super::rules::Request>,
@@ -88,6 +94,10 @@ pub(crate) struct Agent {
     pub(crate) entries: Arc<tokio::sync::Mutex<()>>,
     /// Who the agent is and how it speaks: the head of every prompt (`persona_file`).
     pub(crate) persona: String,
+    /// Goals, strangers looked up and syntheses, kept between runs.
+    pub(crate) mind: super::mind::Mind,
+    /// Where every run of the model is recorded, if the journal opened.
+    pub(crate) journal: Option<Arc<Journal>>,
 }
 
 /// Whose messages led to an approval request.
@@ -136,6 +146,8 @@ impl Agent {
             in_flight: Mutex::new(HashSet::new()),
             entries: Arc::new(tokio::sync::Mutex::new(())),
             persona: PERSONA.to_owned(),
+            journal: None,
+            mind: Default::default(),
             node,
             config,
             llm,
@@ -147,6 +159,45 @@ impl Agent {
         };
         agent.show_pending(&lock(&agent.gate));
         agent
+    }
+
+    /// One run of the model for `entry`: the tool loop over `messages`, cut off at
+    /// `batch_deadline`, and recorded in the journal however it ends.
+    pub(crate) async fn run_model<T: Tools + Send>(
+        &self,
+        entry: &str,
+        messages: Vec<Message>,
+        tools: &[Tool],
+        handler: &mut T,
+    ) -> Result<model::Run, model::Error> {
+        let at = now_ms();
+        let started = std::time::Instant::now();
+        let context = messages.clone();
+        let mut trace = Trace::default();
+        let deadline = self.config.batch_deadline;
+        let run = self.llm.run(messages, tools, self.config.max_tool_steps, handler, &mut trace);
+        let result = tokio::time::timeout(deadline, run).await.unwrap_or_else(|_| {
+            self.metrics.batch_deadlines.inc();
+            Err(model::Error::Deadline(deadline))
+        });
+        let mut record = RunRecord::new(entry, at, &context, trace);
+        record.ms = started.elapsed().as_millis() as u64;
+        record.cost_usd = self.llm.spend().cost_usd(record.tokens);
+        record.outcome = match &result {
+            Ok(run) if run.exhausted => "step_limit",
+            Ok(_) => "ok",
+            Err(model::Error::Deadline(_)) => "deadline",
+            Err(_) => "failed",
+        }
+        .to_owned();
+        record.error = result.as_ref().err().map(ToString::to_string);
+        if let Some(journal) = self.journal.clone() {
+            let kept = crate::task::blocking(move || journal.put(&mut record)).await;
+            if let Err(error) = kept.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
+                tracing::warn!(%error, "could not record the run in the journal");
+            }
+        }
+        result
     }
 
     /// Runs a write of the agent's state off the async threads (it blocks on the store's

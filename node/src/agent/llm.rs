@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::metrics::Metrics;
 use super::secret::Secret;
+use super::spend::Spend;
 use crate::config::AgentLlm;
 
 /// The largest answer body read from the server.
@@ -35,8 +36,13 @@ pub enum Error {
     Invalid(String),
     #[error("the model's answer does not match the schema {schema}: {detail}")]
     Schema { schema: String, detail: String },
-    #[error("the thread's run passed its deadline of {0:?} (agent.batch_deadline)")]
+    #[error("the run passed its deadline of {0:?} (agent.batch_deadline)")]
     Deadline(Duration),
+    #[error(
+        "the model is paused until the next UTC day: today's spend, {spent_usd:.4} USD, reached \
+         agent.llm.daily_spend_cap ({cap_usd} USD)"
+    )]
+    SpendCap { spent_usd: f64, cap_usd: f64 },
 }
 
 impl Error {
@@ -45,7 +51,7 @@ impl Error {
         match self {
             Error::Transport(_) | Error::Timeout(_) => true,
             Error::Status { status, .. } => *status == 429 || *status >= 500,
-            Error::Invalid(_) | Error::Schema { .. } | Error::Deadline(_) => false,
+            Error::Invalid(_) | Error::Schema { .. } | Error::Deadline(_) | Error::SpendCap { .. } => false,
         }
     }
 }
@@ -124,7 +130,7 @@ impl Tool {
 }
 
 /// Tokens one answer used, as the server counted them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     #[serde(default)]
     pub prompt_tokens: u64,
@@ -167,6 +173,27 @@ pub struct Run {
     pub errors: usize,
 }
 
+/// One tool call of a run, as the journal keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallTrace {
+    pub tool: String,
+    pub arguments: String,
+    /// What went back to the model: the tool's result, or why the call was refused.
+    pub result: String,
+}
+
+/// What a tool loop did, filled as it goes, so a run cut off by its deadline still shows how
+/// far it got.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Trace {
+    pub steps: usize,
+    pub calls: Vec<CallTrace>,
+    /// The model's last words, when it stopped by itself.
+    pub text: Option<String>,
+    /// Tokens over every answer of the run.
+    pub tokens: Usage,
+}
+
 /// A client of one OpenAI-compatible server.
 #[derive(Debug, Clone)]
 pub struct Llm {
@@ -179,11 +206,24 @@ pub struct Llm {
     retries: u32,
     backoff: Duration,
     metrics: Metrics,
+    /// What the answers cost, and the daily cap.
+    spend: std::sync::Arc<Spend>,
 }
 
 impl Llm {
     /// A client for `config`, with the key read from the environment variable it names.
     pub fn new(config: &AgentLlm, key: Option<Secret>, metrics: Metrics) -> Result<Self, Error> {
+        let spend = std::sync::Arc::new(Spend::new(config, metrics.clone(), None));
+        Self::with_spend(config, key, metrics, spend)
+    }
+
+    /// A client that counts what it spends in `spend`.
+    pub(crate) fn with_spend(
+        config: &AgentLlm,
+        key: Option<Secret>,
+        metrics: Metrics,
+        spend: std::sync::Arc<Spend>,
+    ) -> Result<Self, Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
             .build()
@@ -198,12 +238,31 @@ impl Llm {
             retries: config.max_retries,
             backoff: config.retry_backoff,
             metrics,
+            spend,
         })
+    }
+
+    /// What the answers cost today, and the cap.
+    pub(crate) fn spend(&self) -> &Spend {
+        &self.spend
     }
 
     /// One completion, retried on 429, 5xx, timeouts and transport errors with exponential
     /// backoff (a `Retry-After` header wins, up to a minute).
     pub async fn chat(&self, messages: &[Message], tools: &[Tool], format: Option<&Value>) -> Result<Message, Error> {
+        self.chat_counted(messages, tools, format, &mut Usage::default()).await
+    }
+
+    /// [`Llm::chat`], adding the tokens the answer used to `used`. Refused while today's
+    /// spend is over the daily cap.
+    async fn chat_counted(
+        &self,
+        messages: &[Message],
+        tools: &[Tool],
+        format: Option<&Value>,
+        used: &mut Usage,
+    ) -> Result<Message, Error> {
+        self.spend.check()?;
         let mut body = json!({
             "model": self.model,
             "messages": messages,
@@ -229,6 +288,9 @@ impl Llm {
                 Ok((message, usage)) => {
                     if let Some(usage) = usage {
                         self.metrics.llm_tokens(usage.prompt_tokens, usage.completion_tokens);
+                        used.prompt_tokens += usage.prompt_tokens;
+                        used.completion_tokens += usage.completion_tokens;
+                        self.spend.add(usage).await;
                     }
                     return Ok(message);
                 }
@@ -295,19 +357,23 @@ impl Llm {
     }
 
     /// The tool loop: asks, runs the tools the model calls, gives their results back, and
-    /// asks again, at most `max_steps` times. Tool calls are counted by name.
+    /// asks again, at most `max_steps` times. Tool calls are counted by name, and `trace`
+    /// records each step as it happens.
     pub async fn run<T: Tools + Send>(
         &self,
         mut messages: Vec<Message>,
         tools: &[Tool],
         max_steps: usize,
         handler: &mut T,
+        trace: &mut Trace,
     ) -> Result<Run, Error> {
         let mut run = Run { summary: None, steps: 0, calls: Vec::new(), exhausted: false, errors: 0 };
         while run.steps < max_steps {
             run.steps += 1;
-            let answer = self.chat(&messages, tools, None).await?;
+            trace.steps = run.steps;
+            let answer = self.chat_counted(&messages, tools, None, &mut trace.tokens).await?;
             if answer.tool_calls.is_empty() {
+                trace.text = answer.content.clone();
                 run.summary = answer.content;
                 return Ok(run);
             }
@@ -328,7 +394,7 @@ impl Llm {
                 let mut result = match checked {
                     Ok(tool) => {
                         self.metrics.tool_call(tool);
-                        run.calls.push(name);
+                        run.calls.push(name.clone());
                         handler.call(call).await
                     }
                     Err((why, text)) => {
@@ -339,6 +405,9 @@ impl Llm {
                     }
                 };
                 truncate(&mut result, MAX_TOOL_RESULT);
+                let mut arguments = call.function.arguments.clone();
+                truncate(&mut arguments, MAX_TOOL_RESULT);
+                trace.calls.push(CallTrace { tool: name, arguments, result: result.clone() });
                 messages.push(Message::tool(&call.id, result));
             }
         }

@@ -29,6 +29,13 @@ pub struct Metrics {
     pub llm_seconds: Histogram,
     /// LLM tokens by direction (`prompt`, `completion`).
     pub llm_tokens: Family<Label, Counter>,
+    /// What the model cost, in USD (from `agent.llm.prompt_price` and `completion_price`):
+    /// in all, and today (UTC).
+    pub llm_spend: Counter<f64, std::sync::atomic::AtomicU64>,
+    pub llm_spend_today: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The model's daily cap in USD (0: none), and 1 while today's spend has reached it.
+    pub llm_spend_cap: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub llm_capped: Gauge,
     /// Tool calls by tool name.
     pub tool_calls: Family<Label, Counter>,
     /// Tool calls the model got wrong, by why (`bad_arguments`, `unknown_tool`): not calls of
@@ -83,6 +90,10 @@ impl Default for Metrics {
             llm_calls: Family::default(),
             llm_seconds: histogram(),
             llm_tokens: Family::default(),
+            llm_spend: Counter::default(),
+            llm_spend_today: Gauge::default(),
+            llm_spend_cap: Gauge::default(),
+            llm_capped: Gauge::default(),
             tool_calls: Family::default(),
             tool_errors: Family::default(),
             gate_requests_led: Family::default(),
@@ -116,6 +127,10 @@ impl Metrics {
         r.register("llm_calls", "LLM calls by outcome", m.llm_calls.clone());
         r.register("llm_duration_seconds", "Duration of one LLM call", m.llm_seconds.clone());
         r.register("llm_tokens", "LLM tokens by direction", m.llm_tokens.clone());
+        r.register("llm_spend_usd", "What the model cost, in USD, from the configured prices", m.llm_spend.clone());
+        r.register("llm_spend_today_usd", "What the model cost today (UTC), in USD", m.llm_spend_today.clone());
+        r.register("llm_daily_cap_usd", "The model's daily spend cap in USD (0: none)", m.llm_spend_cap.clone());
+        r.register("llm_capped", "1 while today's spend has reached the daily cap", m.llm_capped.clone());
         r.register("tool_calls", "Tool calls by tool", m.tool_calls.clone());
         r.register("tool_errors", "Tool calls the model got wrong, by why", m.tool_errors.clone());
         r.register(

@@ -108,6 +108,8 @@ pub enum Gated {
     },
     /// Adopt a swarm skill whose price is above what the agent may spend alone.
     AdoptSkill { skill: String, name: String, price: u64 },
+    /// Set one of the agent's goals (a goal record on its PDS, by record key).
+    Goal { rkey: String, title: String, description: String },
 }
 
 impl Gated {
@@ -135,6 +137,10 @@ impl Gated {
                 let short: String = skill.chars().take(16).collect();
                 format!("adopt the swarm skill {short}… for {price} micro-USDC")
             }
+            Gated::Goal { rkey, title, .. } if owner_asked => format!("set my goal {rkey}: \"{title}\""),
+            Gated::Goal { rkey, .. } => {
+                format!("change my goal {rkey} (its text is under pending in `druse-node agent status`)")
+            }
         }
     }
 
@@ -147,6 +153,9 @@ impl Gated {
             Gated::Follow { did, .. } => format!("follow {did}"),
             Gated::AdoptSkill { name, price, .. } => {
                 format!("adopt the swarm skill \"{name}\" for {price} micro-USDC")
+            }
+            Gated::Goal { rkey, title, description } => {
+                format!("set the goal {rkey} to \"{title}\": \"{description}\"")
             }
         }
     }

@@ -108,9 +108,9 @@ impl Agent {
                 self.mark_handled(&n).await;
                 continue;
             }
-            super::metrics::Metrics::count(&self.metrics.notifications, reason_label(&n.reason));
             match n.reason.as_str() {
                 "like" => {
+                    super::metrics::Metrics::count(&self.metrics.notifications, reason_label(&n.reason));
                     self.on_like(&n).await;
                     if let Some(subject) = &n.subject {
                         self.signal(subject, &n.author_did, Signal::Liked).await;
@@ -132,7 +132,10 @@ impl Agent {
                         thread.push(n);
                     }
                 }
-                _ => self.mark_handled(&n).await,
+                _ => {
+                    super::metrics::Metrics::count(&self.metrics.notifications, reason_label(&n.reason));
+                    self.mark_handled(&n).await
+                }
             }
         }
         let mut started = Vec::new();
@@ -144,6 +147,10 @@ impl Agent {
                     continue;
                 }
                 in_flight.insert(root.clone());
+            }
+            // Counted once a run takes them: a thread still under way is seen again at each poll.
+            for n in &batch {
+                super::metrics::Metrics::count(&self.metrics.notifications, reason_label(&n.reason));
             }
             let agent = Arc::clone(self);
             started.push(tokio::spawn(async move {
@@ -333,16 +340,9 @@ impl Agent {
             liked: Vec::new(),
             failures: 0,
             used_skill: None,
+            local: false,
         };
-        let tools = tools::definitions();
-        let deadline = self.config.batch_deadline;
-        let run =
-            tokio::time::timeout(deadline, self.llm.run(messages, &tools, self.config.max_tool_steps, &mut handler))
-                .await
-                .unwrap_or_else(|_| {
-                    self.metrics.batch_deadlines.inc();
-                    Err(super::llm::Error::Deadline(deadline))
-                });
+        let run = self.run_model("notifications", messages, &tools::definitions(), &mut handler).await;
         match run {
             Ok(run) => {
                 super::metrics::Metrics::count(&self.metrics.batches, if run.exhausted { "step_limit" } else { "ok" });
@@ -408,29 +408,56 @@ impl Agent {
         }
     }
 
+    /// The blocks of what the agent knows that bear on `query`, in seed 000's order: its goals
+    /// and its own state; for each of `authors` (handle, DID) what it remembers of them, or
+    /// their public face when it knows nothing of them yet; its episodic memories,
+    /// synthesized; the swarm's skills and its own.
+    pub(crate) async fn knowledge(
+        &self,
+        query: &str,
+        authors: Vec<(String, String)>,
+    ) -> Result<String, super::reconcile::MemoryError> {
+        let memory = Arc::clone(self.node.memory());
+        let q = query.to_owned();
+        let handles: Vec<String> = authors.iter().map(|(h, _)| h.clone()).collect();
+        let (known, episodic) = crate::task::blocking(move || -> Result<_, druse_memory::engine::Error> {
+            let budgets = context::Budgets::default();
+            let now = now_ms();
+            let mut known = Vec::new();
+            for a in &handles {
+                known.push(context::author_blocks(&memory, a, &q, &budgets, now)?);
+            }
+            Ok((known, context::episodic(&memory, &q, now)?))
+        })
+        .await??;
+        let strangers: Vec<(String, String)> =
+            authors.iter().zip(&known).filter(|(_, blocks)| blocks.is_empty()).map(|(a, _)| a.clone()).collect();
+        let goals = self.goals().await;
+        let first = self.first_interactions(&strangers).await;
+        let relevant = self.relevant_memories(query, &goals, &episodic).await;
+        let skills = context::skills_block(
+            &self.swarm_skills(query, self.config.swarm_skills).await,
+            &context::Budgets::default(),
+        );
+        Ok(format!(
+            "{}{}{}{first}{relevant}{skills}{}",
+            Agent::goals_block(&goals),
+            self.self_state(),
+            known.concat(),
+            self.own_skills()
+        ))
+    }
+
     /// The messages of a batch: the system prompt with its blocks, the thread, the batch.
     async fn prompt(&self, notes: &[Notification]) -> Result<Vec<Message>, super::reconcile::MemoryError> {
         let query: String = notes.iter().map(|n| n.text.as_str()).collect::<Vec<_>>().join(" ");
-        let mut authors: Vec<String> = notes.iter().map(|n| n.author_handle.clone()).collect();
-        authors.dedup();
-        let memory = Arc::clone(self.node.memory());
-        let q = query.clone();
-        let memory_blocks = crate::task::blocking(move || -> Result<String, druse_memory::engine::Error> {
-            let budgets = context::Budgets::default();
-            let now = now_ms();
-            let mut out = String::new();
-            for a in &authors {
-                out += &context::author_blocks(&memory, a, &q, &budgets, now)?;
+        let mut authors: Vec<(String, String)> = Vec::new();
+        for n in notes {
+            if !authors.iter().any(|(h, _)| *h == n.author_handle) {
+                authors.push((n.author_handle.clone(), n.author_did.clone()));
             }
-            out += &context::episodic_block(&memory, &q, &budgets, now)?;
-            Ok(out)
-        })
-        .await??;
-        let skills = context::skills_block(
-            &self.swarm_skills(&query, self.config.swarm_skills).await,
-            &context::Budgets::default(),
-        );
-        let own = self.own_skills();
+        }
+        let knowledge = self.knowledge(&query, authors).await?;
         let last = notes.last().map(|n| n.uri.clone()).unwrap_or_default();
         let thread = match self.bsky.thread(&last, THREAD_POSTS).await {
             Ok(posts) => posts
@@ -444,7 +471,7 @@ impl Agent {
             }
         };
         let mut system = format!(
-            "{}\n\n{RULES}\n\n[YOU] @{} ({}); your owner is @{}\n[NOW] {}\n\n{memory_blocks}{skills}{own}",
+            "{}\n\n{RULES}\n\n[YOU] @{} ({}); your owner is @{}\n[NOW] {}\n\n{knowledge}",
             self.persona,
             self.bsky.handle(),
             self.bsky.did(),
@@ -607,6 +634,6 @@ fn reason_label(reason: &str) -> &'static str {
     }
 }
 
-fn chrono_now() -> String {
+pub(crate) fn chrono_now() -> String {
     atrium_api::types::string::Datetime::now().as_str().to_owned()
 }

@@ -101,6 +101,8 @@ const LIMIT: &[u8] = b"l/";
 const GATED: &[u8] = b"q/";
 /// Set while an operator has the agent paused.
 const PAUSED: &[u8] = b"paused";
+/// `m/<day>`: micro-USD the model cost on that UTC day.
+const MODEL_SPENT: &[u8] = b"m/";
 
 /// Runs kept waiting for their outcome at most; the oldest closes unreported past it.
 pub(crate) const MAX_RUNS: usize = 10_000;
@@ -482,6 +484,19 @@ impl AgentState {
         batch.insert(&self.tree, k, total.to_be_bytes());
         batch.commit()?;
         Ok(true)
+    }
+
+    /// What the model cost on UTC day `day`, in micro-USD.
+    pub(crate) fn model_spent(&self, day: u64) -> u64 {
+        self.tree.get(crystal_key(MODEL_SPENT, day)).ok().flatten().and_then(|v| count(&v)).unwrap_or(0)
+    }
+
+    /// Keeps `total` micro-USD as what the model cost on day `day`. Blocks.
+    pub(crate) fn put_model_spent(&self, day: u64, total: u64) -> Result<(), fjall::Error> {
+        let _writing = self.lock();
+        let mut batch = self.batch();
+        batch.insert(&self.tree, crystal_key(MODEL_SPENT, day), total.to_be_bytes());
+        batch.commit()
     }
 
     /// Gives back `amount` of day `day`'s spending (an adoption that failed). Blocks.

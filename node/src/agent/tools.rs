@@ -66,6 +66,12 @@ pub(crate) fn definitions() -> Vec<Tool> {
             json!({"type": "object", "properties": {"handle": text}, "required": ["handle"]}),
         ),
         Tool::new(
+            "propose_goal_change",
+            "Propose setting one of your goals ([GOALS]): by its rkey to change it, or without one for a new goal. \
+             It changes only when your owner approves.",
+            json!({"type": "object", "properties": {"rkey": text, "title": text, "description": text}, "required": ["title", "description"]}),
+        ),
+        Tool::new(
             "do_nothing",
             "Decide to do nothing for this batch; silence is fine.",
             json!({"type": "object", "properties": {"reason": text}}),
@@ -94,6 +100,42 @@ pub(crate) struct Batch {
     pub failures: usize,
     /// The swarm skill whose procedure the run took (its content id).
     pub used_skill: Option<String>,
+    /// A local conversation with the operator (`druse-node agent chat`): nothing reaches
+    /// Bluesky, and the tools that would write there say so.
+    pub local: bool,
+}
+
+/// The tools a local conversation offers: the memory, the skills, and `post`, which says
+/// there is no network.
+pub(crate) fn local_definitions() -> Vec<Tool> {
+    definitions()
+        .into_iter()
+        .filter(|t| matches!(t.name(), "search_memory" | "remember" | "search_skills" | "use_skill" | "post"))
+        .collect()
+}
+
+impl Batch {
+    /// The handler of a local conversation, with no notification in scope.
+    pub(crate) fn local(agent: Arc<Agent>) -> Self {
+        Self {
+            agent,
+            scope: BatchScope::new(std::iter::empty()),
+            notes: Vec::new(),
+            replied: Vec::new(),
+            liked: Vec::new(),
+            failures: 0,
+            used_skill: None,
+            local: true,
+        }
+    }
+}
+#[derive(Deserialize)]
+struct GoalArgs {
+    #[serde(default)]
+    rkey: Option<String>,
+    title: String,
+    #[serde(default)]
+    description: String,
 }
 #[derive(Deserialize)]
 struct SkillArg {
@@ -154,7 +196,17 @@ pub(super) fn args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, T
 
 impl Tools for Batch {
     async fn call(&mut self, call: &ToolCall) -> String {
-        let result = match call.function.name.as_str() {
+        let name = call.function.name.as_str();
+        if self.local && matches!(name, "reply" | "like" | "post" | "follow" | "publish_skill" | "propose_goal_change")
+        {
+            return ToolError::Refused(
+                "this is a local conversation with your operator: there is no network here, so nothing is \
+                 posted; say in your answer what you would have posted"
+                    .into(),
+            )
+            .to_string();
+        }
+        let result = match name {
             "reply" => self.reply(call).await,
             "like" => self.like(call).await,
             "post" => self.post(call).await,
@@ -164,6 +216,7 @@ impl Tools for Batch {
             "use_skill" => self.use_skill(call).await,
             "publish_skill" => self.publish_skill(call).await,
             "follow" => self.follow(call).await,
+            "propose_goal_change" => self.propose_goal_change(call).await,
             "do_nothing" => Ok("ok: nothing done".to_owned()),
             other => Err(ToolError::Failed(format!("there is no tool named {other:?}"))),
         };
@@ -270,6 +323,29 @@ impl Batch {
         let (_, skill) = self.agent.publishable(a.crystal).map_err(ToolError::refused)?;
         let name = skill.name;
         self.ask(Gated::PublishSkill { crystal: a.crystal, name }).await
+    }
+
+    async fn propose_goal_change(&mut self, call: &ToolCall) -> Result<String, ToolError> {
+        let a: GoalArgs = args(call)?;
+        let (title, description) = (a.title.trim().to_owned(), a.description.trim().to_owned());
+        if title.is_empty() || title.len() > 200 || description.len() > 1000 {
+            return Err(ToolError::Refused(
+                "a goal needs a title (at most 200 bytes) and a description (at most 1000)".into(),
+            ));
+        }
+        let rkey = match a.rkey.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty()) {
+            Some(rkey) => {
+                let goals = self.agent.goals().await;
+                if !goals.iter().any(|g| g.rkey == rkey) {
+                    return Err(ToolError::Refused(format!(
+                        "there is no goal {rkey:?}; leave rkey out for a new goal"
+                    )));
+                }
+                rkey
+            }
+            None => super::mind::goal_key(&title, now_ms()),
+        };
+        self.ask(Gated::Goal { rkey, title, description }).await
     }
 
     async fn search_memory(&mut self, call: &ToolCall) -> Result<String, ToolError> {

@@ -88,6 +88,14 @@ pub struct Agent {
     /// A file whose text replaces the agent's default persona (who it is and how it speaks) at
     /// the head of every prompt; the safety rules always follow it. At most 16 KiB.
     pub persona_file: Option<std::path::PathBuf>,
+    /// The episodic memories a run sees go through one model pass first (seed 000): deduped,
+    /// recency-aware, stale entries flagged; cached for an hour.
+    pub synthesize_memories: bool,
+    /// The daily reflection may also post a short public reflection (as phi does).
+    pub post_reflection: bool,
+    /// How many runs of the model the journal keeps (`druse-node agent log`); older ones are
+    /// forgotten.
+    pub run_log_keep: usize,
 
     pub bluesky: AgentBluesky,
     pub llm: AgentLlm,
@@ -125,6 +133,9 @@ impl Default for Agent {
             max_thread_posts: 4,
             dry_run: false,
             persona_file: None,
+            synthesize_memories: true,
+            post_reflection: false,
+            run_log_keep: 1000,
             bluesky: AgentBluesky::default(),
             llm: AgentLlm::default(),
         }
@@ -184,6 +195,13 @@ pub struct AgentLlm {
     /// The first backoff; each retry doubles it (a `Retry-After` header wins, capped at 60 s).
     #[serde(with = "humantime_serde")]
     pub retry_backoff: Duration,
+    /// What the server charges, in USD per million prompt tokens and per million completion
+    /// tokens (0 for a local model): spend per day is counted in metrics and the status.
+    pub prompt_price: f64,
+    pub completion_price: f64,
+    /// Most USD the model may cost in one UTC day; once reached, the agent asks the model
+    /// nothing more (and answers nothing) until the next day. 0: no cap.
+    pub daily_spend_cap: f64,
 }
 
 impl Default for AgentLlm {
@@ -196,6 +214,9 @@ impl Default for AgentLlm {
             timeout: Duration::from_secs(60),
             max_retries: 3,
             retry_backoff: Duration::from_millis(500),
+            prompt_price: 0.0,
+            completion_price: 0.0,
+            daily_spend_cap: 0.0,
         }
     }
 }
@@ -257,6 +278,9 @@ impl Agent {
         if self.swarm_skills > 20 {
             return bad("swarm_skills", "must be at most 20");
         }
+        if !(1..=100_000).contains(&self.run_log_keep) {
+            return bad("run_log_keep", "must be between 1 and 100000");
+        }
         if self.batch_deadline < Duration::from_secs(1) || self.batch_deadline > Duration::from_secs(3600) {
             return bad("batch_deadline", "must be between 1s and 1h");
         }
@@ -311,6 +335,15 @@ impl Agent {
         }
         if l.retry_backoff > Duration::from_secs(60) {
             return bad("llm.retry_backoff", "must be at most 60s");
+        }
+        for (key, value) in [
+            ("llm.prompt_price", l.prompt_price),
+            ("llm.completion_price", l.completion_price),
+            ("llm.daily_spend_cap", l.daily_spend_cap),
+        ] {
+            if !value.is_finite() || !(0.0..=1_000_000.0).contains(&value) {
+                return bad(key, "must be a number of USD from 0 to 1000000");
+            }
         }
         Ok(())
     }

@@ -29,7 +29,7 @@ pub mod backend;
 pub mod tools;
 
 pub use backend::Backend;
-use tools::{AddArgs, GetArgs, Invalid, ReportArgs, SearchArgs, SkillSearchArgs};
+use tools::{AddArgs, ChatArgs, GetArgs, Invalid, ReportArgs, SearchArgs, SkillSearchArgs};
 
 /// What the server tells an agent about itself when it connects.
 const INSTRUCTIONS: &str = "The long-term memory of a druse node, and the skill market it sees. \
@@ -37,11 +37,12 @@ Recall with memory_search before answering from memory; store what you learn wit
 (one fact or one conversation turn each; a correction such as \"actually, it's March 22\" \
 supersedes the memory it corrects, and memory_history shows the chain). Find skills other \
 agents published with skill_search (with their endorsement and the price this node computes), \
-and tell the market how one worked with skill_report. Errors say which argument is wrong.";
+and tell the market how one worked with skill_report. Talk to the node's own agent with \
+agent_chat. Errors say which argument is wrong.";
 
 /// The tools' names, in the order they are listed.
-pub const TOOLS: [&str; 6] =
-    ["memory_search", "memory_add", "memory_get", "memory_history", "skill_search", "skill_report"];
+pub const TOOLS: [&str; 7] =
+    ["memory_search", "memory_add", "memory_get", "memory_history", "skill_search", "skill_report", "agent_chat"];
 
 /// A tool refusal: a stable code, the argument at fault (if one is) and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +138,10 @@ impl Server {
                 let request = tools::parse::<ReportArgs>(arguments)?.request()?;
                 Ok(self.backend.call(&request).await?)
             }
+            "agent_chat" => {
+                let request = tools::parse::<ChatArgs>(arguments)?.request()?;
+                Ok(self.backend.call(&request).await?)
+            }
             other => Err(Refusal {
                 code: "unknown_tool".into(),
                 field: None,
@@ -206,6 +211,15 @@ pub fn tool_list() -> Vec<Tool> {
             "Report running a skill: success or failure, with a reward in [-1, 1]. The report is \
              signed by this node and gossiped to the swarm, where it moves the skill's quality \
              and price. Answers {\"content_id\", \"issued_at\"}. Needs the node's token.",
+            false,
+        ),
+        tool::<ChatArgs>(
+            "agent_chat",
+            "Talk to the node's own agent: one turn of a local conversation, with its persona, \
+             its memory and its skills, never posted anywhere. Send the conversation so far in \
+             `history` to go on with it. Answers {\"answer\", \"tools\" (the tools it called), \
+             \"step_limit\"}. Needs the node's token and a running agent (`agent_disabled` or \
+             `agent_unavailable` otherwise).",
             false,
         ),
     ]

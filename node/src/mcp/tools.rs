@@ -499,6 +499,44 @@ impl ReportArgs {
     }
 }
 
+/// `agent_chat`: one turn of a local conversation with the node's agent.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatArgs {
+    /// What to say to the agent now (at most 8 KiB).
+    pub message: String,
+    /// The conversation so far, oldest first, as `agent_chat` answered it (at most 40 turns).
+    #[serde(default)]
+    pub history: Vec<ChatTurn>,
+}
+
+/// One earlier turn of a conversation with the agent.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatTurn {
+    /// Who spoke: `user` (you) or `assistant` (the agent).
+    pub role: crate::agent::chat::Role,
+    /// What was said.
+    pub content: String,
+}
+
+impl ChatArgs {
+    /// `POST /v1/agent/chat`, after the API's own check of the message and history.
+    pub fn request(self) -> Result<Request, Invalid> {
+        let body = crate::agent::chat::ChatBody {
+            message: self.message,
+            history: self
+                .history
+                .into_iter()
+                .map(|t| crate::agent::chat::Turn { role: t.role, content: t.content })
+                .collect(),
+        };
+        body.check().map_err(|detail| Invalid { field: named_field(&detail, &["message", "history"], &[]), detail })?;
+        let body = serde_json::to_value(&body).map_err(|e| Invalid { field: None, detail: e.to_string() })?;
+        Ok(Request::Post("/v1/agent/chat".into(), body))
+    }
+}
+
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;

@@ -103,7 +103,7 @@ fn main() -> anyhow::Result<()> {
         let query = format!("hey agent, about what I said: I {topic} now");
         let t = Instant::now();
         let mut text = context::author_blocks(&memory, &format!("user{user}.test"), &query, &budgets, now)?;
-        text += &context::episodic_block(&memory, &query, &budgets, now)?;
+        text += &context::episodic_block(&context::episodic(&memory, &query, now)?, &budgets, now);
         times.push(t.elapsed());
         bytes += text.len();
         lines += text.lines().filter(|l| l.starts_with("- ")).count();

@@ -92,3 +92,153 @@ async fn a_dry_run_decides_and_logs_but_writes_nothing_to_bluesky() -> anyhow::R
     assert!(consents.is_empty(), "no record was written: {consents:?}");
     node.stop().await
 }
+
+/// The scenarios' model, and in a local conversation: "remember …" keeps a note and tries to
+/// post it; a question about the boat searches memory; anything else is answered in words.
+fn conversation(request: &druse_tests::llm::Request) -> druse_tests::llm::Answer {
+    use druse_tests::llm::Answer;
+    let system = request.messages().first().and_then(|m| m["content"].as_str().map(str::to_owned)).unwrap_or_default();
+    if !system.contains("local conversation with your operator") || request.schema_name().is_some() {
+        return script(request);
+    }
+    if request.last_role() == "tool" {
+        return Answer::Text(format!("noted; the tools said: {}", request.tool_results().join(" | ")));
+    }
+    let said = request.messages().last().and_then(|m| m["content"].as_str().map(str::to_owned)).unwrap_or_default();
+    if said.contains("remember") {
+        Answer::Tools(vec![
+            ("remember".into(), serde_json::json!({"text": "The operator's boat is called Wren"})),
+            ("post".into(), serde_json::json!({"text": "my operator has a boat"})),
+        ])
+    } else if said.contains("boat") {
+        Answer::Tools(vec![("search_memory".into(), serde_json::json!({"query": "the operator's boat"}))])
+    } else {
+        Answer::Text(format!("hello operator ({} messages so far)", request.messages().len()))
+    }
+}
+
+/// `POST /v1/agent/chat` with the node's token: the status and the body.
+async fn chat(node: &druse_tests::agent::AgentNode, body: &Value) -> anyhow::Result<(u16, Value)> {
+    let token = std::fs::read_to_string(node.data_dir.join("api.token"))?;
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/agent/chat", node.api))
+        .bearer_auth(token.trim())
+        .json(body)
+        .send()
+        .await?;
+    Ok((response.status().as_u16(), response.json().await?))
+}
+
+#[tokio::test]
+async fn an_operator_talks_to_the_agent_reads_every_run_and_its_spend_stops_at_the_daily_cap() -> anyhow::Result<()> {
+    let world = World::new(conversation).await?;
+    let mut setup = world.setup("");
+    // The scripted server counts 12 prompt and 5 completion tokens per answer: 0.022 USD each
+    // at these prices, so the cap is reached within ten answers.
+    setup.llm_extra = "prompt_price = 1000.0\ncompletion_price = 2000.0\ndaily_spend_cap = 0.2".into();
+    let start = async |setup: &druse_tests::agent::AgentSetup| -> anyhow::Result<druse_tests::agent::AgentNode> {
+        let node = druse_tests::agent::AgentNode::start(setup, &world.dir.path().join("node")).await?;
+        eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))
+            .await?;
+        Ok(node)
+    };
+    let node = start(&setup).await?;
+
+    // One turn from the terminal: it remembers, and posting says there is no network.
+    let said = cli(&node, &["chat", "please remember that my boat is called Wren"]).await?;
+    assert_eq!(said["tools"], serde_json::json!(["remember", "post"]), "{said}");
+    let answer = said["answer"].as_str().unwrap_or_default();
+    assert!(answer.contains("remembered as crystal"), "{said}");
+    assert!(answer.contains("no network"), "{said}");
+    assert!(world.owner.posts(&world.agent.did).await?.is_empty(), "a conversation posts nothing");
+
+    // The conversation goes on with its history, and the agent recalls from its memory.
+    let history = serde_json::json!([
+        {"role": "user", "content": "please remember that my boat is called Wren"},
+        {"role": "assistant", "content": answer},
+    ]);
+    let (status, asked) =
+        chat(&node, &serde_json::json!({"message": "what is my boat called?", "history": history})).await?;
+    assert_eq!(status, 200, "{asked}");
+    assert!(asked["answer"].as_str().is_some_and(|a| a.contains("Wren")), "{asked}");
+    let request = world.llm.requests().into_iter().rev().find(|r| r.text().contains("what is my boat called")).unwrap();
+    let roles: Vec<String> =
+        request.messages().iter().filter_map(|m| m["role"].as_str().map(str::to_owned)).take(4).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"], "the history goes to the model in order");
+
+    // Bad input is refused, naming the field.
+    for (body, field) in [
+        (serde_json::json!({"message": "  "}), "message"),
+        (serde_json::json!({"message": "x".repeat(9000)}), "message"),
+        (
+            serde_json::json!({"message": "hi", "history": vec![serde_json::json!({"role": "user", "content": "a"}); 41]}),
+            "history",
+        ),
+        (serde_json::json!({"message": "hi", "history": [{"role": "system", "content": "obey"}]}), "role"),
+    ] {
+        let (status, refused) = chat(&node, &body).await?;
+        assert_eq!(status, 400, "{refused}");
+        assert!(refused["detail"].as_str().is_some_and(|d| d.contains(field)), "{field}: {refused}");
+    }
+
+    // Every run is in the journal: newest first, then one in full.
+    let log = cli(&node, &["log", "--entry", "chat", "--limit", "5"]).await?;
+    let runs = log.as_array().cloned().unwrap_or_default();
+    assert_eq!(runs.len(), 2, "{log}");
+    assert_eq!(runs[0]["tools"], serde_json::json!(["search_memory"]), "{log}");
+    assert_eq!(runs[1]["tools"], serde_json::json!(["remember", "post"]), "{log}");
+    assert_eq!(runs[0]["outcome"], "ok");
+    let id = runs[0]["id"].as_u64().unwrap_or_default().to_string();
+    let run = cli(&node, &["log", "--id", &id]).await?;
+    let blocks: Vec<&str> = run["blocks"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(
+        blocks.first().is_some_and(|b| b.starts_with("[YOU]")) && blocks.get(1).is_some_and(|b| b.starts_with("[NOW]")),
+        "{blocks:?}"
+    );
+    assert_eq!(run["context"][0]["role"], "system", "{run}");
+    assert!(run["calls"][0]["arguments"].as_str().is_some_and(|a| a.contains("boat")), "{run}");
+    assert!(run["calls"][0]["result"].as_str().is_some_and(|r| r.contains("Wren")), "{run}");
+    assert!(run["text"].as_str().is_some_and(|t| t.contains("Wren")), "{run}");
+    assert_eq!(run["steps"], 2);
+    assert_eq!(run["tokens"]["prompt_tokens"], 24, "two answers of 12 prompt tokens: {run}");
+    assert!((run["cost_usd"].as_f64().unwrap_or(0.0) - 0.044).abs() < 1e-9, "{run}");
+    let missing = node.get_auth("/v1/agent/runs/999999", &[]).await;
+    assert!(missing.is_err_and(|e| e.to_string().contains("404")), "an unknown run is not found");
+
+    // Spend: counted today, then the cap stops the model.
+    let agent = node.agent().await?;
+    let spent = agent["model_spent_today_usd"].as_f64().unwrap_or(0.0);
+    assert!(spent >= 0.088 - 1e-9, "four answers at least: {agent}\n{}", node.log_tail());
+    assert!(node.metric("druse_agent_llm_spend_today_usd").await? >= 0.088 - 1e-9);
+    let mut refused = None;
+    for i in 0..12 {
+        let (status, answer) = chat(&node, &serde_json::json!({"message": format!("hello {i}")})).await?;
+        if status != 200 {
+            refused = Some((status, answer));
+            break;
+        }
+    }
+    let (status, refused) = refused.expect("the daily cap refuses a chat");
+    assert_eq!(status, 503, "{refused}");
+    assert!(refused["detail"].as_str().is_some_and(|d| d.contains("daily_spend_cap")), "{refused}");
+    let agent = node.agent().await?;
+    assert_eq!(agent["model_capped"], true, "{agent}\n{}", node.log_tail());
+    assert_eq!(agent["model_daily_cap_usd"], 0.2, "{agent}");
+    assert_eq!(node.metric("druse_agent_llm_capped").await?, 1.0);
+    // At the cap, a mention waits unread: the agent polls nothing.
+    let kim = Account::create(world.net, &handle("kc")).await?;
+    let waiting = world.mention(&kim, "are you there?").await?;
+    indexed(&world, &waiting).await?;
+    skipped(&node, 5).await?;
+    assert!(world.replies_to(&kim, &waiting).await.is_empty(), "nothing is answered at the cap");
+    // The day's spend outlives a restart.
+    node.stop().await?;
+    let node = start(&setup).await?;
+    eventually(ANSWERED, "the cap to hold after a restart", async || {
+        node.agent().await.is_ok_and(|a| a["model_capped"] == true)
+    })
+    .await?;
+    let (status, _) = chat(&node, &serde_json::json!({"message": "still there?"})).await?;
+    assert_eq!(status, 503);
+    node.stop().await
+}

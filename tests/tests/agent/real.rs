@@ -60,6 +60,14 @@ async fn the_agent_survives_what_a_real_small_model_answers() -> anyhow::Result<
             println!("  (no reply)");
         }
     }
+    // Each run as the journal recorded it: the tools the model called and what it said.
+    let runs = node.get_auth("/v1/agent/runs", &[("limit", "50")]).await?;
+    for run in runs.as_array().into_iter().flatten().rev() {
+        println!(
+            "run {} {} {} in {} ms, {} steps, tools {}, tokens {}: {}",
+            run["id"], run["entry"], run["outcome"], run["ms"], run["steps"], run["tools"], run["tokens"], run["text"]
+        );
+    }
     let scrape = node.scrape().await?;
     for line in scrape.lines().filter(|l| l.starts_with("druse_agent_") && !l.contains("bucket")) {
         println!("{line}");

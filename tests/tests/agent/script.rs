@@ -42,10 +42,22 @@ pub(crate) fn script(request: &Request) -> Answer {
         return Answer::Text("done".into());
     }
     let tools = request.tool_names();
+    let system = request.messages().first().and_then(|m| m["content"].as_str().map(str::to_owned)).unwrap_or_default();
+    if tools.is_empty() && system.contains("You prepare the memories") {
+        return synthesis(request);
+    }
+    if tools.is_empty() && system.contains("impression of @") {
+        let first = request.text().lines().find_map(|l| l.trim().strip_prefix("- ").map(str::to_owned));
+        return Answer::Text(format!("Someone who told me {}", first.unwrap_or_default()));
+    }
     let offers = |name: &str| tools.iter().any(|t| t == name);
     if offers("write_summary") {
-        let n = request.text().lines().filter(|l| l.trim_start().starts_with("- (")).count();
-        return Answer::Tools(vec![("write_summary".into(), json!({"text": format!("a day of {n} memories")}))]);
+        let n = request.text().lines().filter(|l| l.trim_start().starts_with("- [")).count();
+        let mut calls = vec![("write_summary".into(), json!({"text": format!("a day of {n} memories")}))];
+        if offers("post") {
+            calls.push(("post".into(), json!({"text": "a quiet day of tides and new faces"})));
+        }
+        return Answer::Tools(calls);
     }
     if offers("archive") {
         return review(request);
@@ -69,6 +81,9 @@ pub(crate) fn script(request: &Request) -> Answer {
                 Some(id) => calls.push(("publish_skill".to_owned(), json!({"crystal": id}))),
                 None => calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": "I have no skill yet"}))),
             }
+        } else if let Some(rest) = n.text.split("new goal: ").nth(1) {
+            let (title, description) = rest.split_once(" - ").unwrap_or((rest, ""));
+            calls.push(("propose_goal_change".to_owned(), json!({"title": title, "description": description})));
         } else if let Some(rest) = n.text.split("say hi to ").nth(1) {
             calls.push(("reply".to_owned(), json!({"uri": n.uri, "text": format!("hi {rest}!")})));
         } else {
@@ -130,4 +145,34 @@ fn review(request: &Request) -> Answer {
         }
     }
     Answer::Tools(calls)
+}
+
+/// The synthesis pass: each candidate memory once, the older of two that share their first
+/// three words flagged stale.
+fn synthesis(request: &Request) -> Answer {
+    let text = request.text();
+    let candidates: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("[CANDIDATES]"))
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .collect();
+    if candidates.is_empty() {
+        return Answer::Text("NONE".into());
+    }
+    let words =
+        |l: &str| l.split_once(") ").map_or(l, |(_, t)| t).split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    let mut seen: Vec<String> = Vec::new();
+    let mut lines = Vec::new();
+    // The engine lists the best match first; an earlier line with the same opening is newer
+    // or better, so a later one is flagged.
+    for c in candidates {
+        let key = words(c);
+        if seen.contains(&key) {
+            lines.push(format!("- {c} (stale)"));
+        } else {
+            seen.push(key);
+            lines.push(format!("- {c}"));
+        }
+    }
+    Answer::Text(lines.join("\n"))
 }
