@@ -95,9 +95,33 @@ pub(crate) struct Agent {
     /// Who the agent is and how it speaks: the head of every prompt (`persona_file`).
     pub(crate) persona: String,
     /// Goals, strangers looked up and syntheses, kept between runs.
-    pub(crate) mind: super::mind::Mind,
+    pub(crate) mind: Mind,
     /// Where every run of the model is recorded, if the journal opened.
     pub(crate) journal: Option<Arc<Journal>>,
+}
+
+/// One goal: its record key (what `propose_goal_change` names) and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Goal {
+    pub(crate) rkey: String,
+    pub(crate) title: String,
+    pub(crate) description: String,
+}
+
+/// What the blocks of `mind` keep between runs: the goals read and when, the syntheses by
+/// their inputs' hash, and the authors whose profile was read (oldest first).
+#[derive(Debug, Default)]
+pub(crate) struct Mind {
+    pub(crate) goals: Mutex<Option<(u64, Vec<Goal>)>>,
+    pub(crate) syntheses: Mutex<HashMap<u64, (u64, String)>>,
+    pub(crate) looked_up: Mutex<std::collections::VecDeque<String>>,
+}
+
+impl Mind {
+    /// Forgets the goals read, so the next run reads them again (a goal changed).
+    pub(crate) fn forget_goals(&self) {
+        *lock(&self.goals) = None;
+    }
 }
 
 /// Whose messages led to an approval request.
@@ -182,7 +206,7 @@ impl Agent {
         });
         let mut record = RunRecord::new(entry, at, &context, trace);
         record.ms = started.elapsed().as_millis() as u64;
-        record.cost_usd = self.llm.spend().cost_usd(record.tokens);
+        record.cost_usd = self.llm.spend().cost_usd(record.tokens.prompt_tokens, record.tokens.completion_tokens);
         record.outcome = match &result {
             Ok(run) if run.exhausted => "step_limit",
             Ok(_) => "ok",

@@ -38,11 +38,8 @@ pub enum Error {
     Schema { schema: String, detail: String },
     #[error("the run passed its deadline of {0:?} (agent.batch_deadline)")]
     Deadline(Duration),
-    #[error(
-        "the model is paused until the next UTC day: today's spend, {spent_usd:.4} USD, reached \
-         agent.llm.daily_spend_cap ({cap_usd} USD)"
-    )]
-    SpendCap { spent_usd: f64, cap_usd: f64 },
+    #[error(transparent)]
+    SpendCap(#[from] super::spend::Capped),
 }
 
 impl Error {
@@ -51,7 +48,7 @@ impl Error {
         match self {
             Error::Transport(_) | Error::Timeout(_) => true,
             Error::Status { status, .. } => *status == 429 || *status >= 500,
-            Error::Invalid(_) | Error::Schema { .. } | Error::Deadline(_) | Error::SpendCap { .. } => false,
+            Error::Invalid(_) | Error::Schema { .. } | Error::Deadline(_) | Error::SpendCap(_) => false,
         }
     }
 }
@@ -290,7 +287,7 @@ impl Llm {
                         self.metrics.llm_tokens(usage.prompt_tokens, usage.completion_tokens);
                         used.prompt_tokens += usage.prompt_tokens;
                         used.completion_tokens += usage.completion_tokens;
-                        self.spend.add(usage).await;
+                        self.spend.add(usage.prompt_tokens, usage.completion_tokens).await;
                     }
                     return Ok(message);
                 }

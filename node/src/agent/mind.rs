@@ -4,9 +4,7 @@
 //! author it does not know yet (kept as an exploration note, lowest trust), and the synthesis
 //! pass that turns episodic candidates into one coherent block, cached.
 
-use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
 
 use druse_memory::crystal::{Crystal, MemoryKind, Namespace};
 use druse_protocol::body::SemanticType;
@@ -15,7 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::context::{self, heading, quote};
-use super::core::{Agent, lock, memory};
+use super::core::{Agent, Goal, lock, memory};
 use super::llm::Message;
 
 /// The goal records' collection (seed 000's `io.zzstoatzz.phi.goal`).
@@ -35,36 +33,12 @@ const LOOKED_UP: usize = 4096;
 /// Recent posts read of a stranger.
 const STRANGER_POSTS: u8 = 5;
 
-/// One goal: its record key (what `propose_goal_change` names) and its text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Goal {
-    pub(crate) rkey: String,
-    pub(crate) title: String,
-    pub(crate) description: String,
-}
-
 #[derive(Deserialize)]
 struct GoalRecord {
     #[serde(default)]
     title: String,
     #[serde(default)]
     description: String,
-}
-
-/// What the blocks keep between runs.
-#[derive(Debug, Default)]
-pub(crate) struct Mind {
-    goals: Mutex<Option<(UnixMillis, Vec<Goal>)>>,
-    syntheses: Mutex<HashMap<u64, (UnixMillis, String)>>,
-    /// Authors whose profile was read (oldest first), so a stranger is looked up once.
-    looked_up: Mutex<VecDeque<String>>,
-}
-
-impl Mind {
-    /// Forgets the goals read, so the next run reads them again (a goal changed).
-    pub(crate) fn forget_goals(&self) {
-        *lock(&self.goals) = None;
-    }
 }
 
 /// A valid record key for a new goal: its title's words, and the time.

@@ -7,12 +7,22 @@ use std::sync::Mutex;
 
 use druse_protocol::now_ms;
 
-use super::llm::{Error, Usage};
 use super::metrics::Metrics;
 use super::state::AgentState;
 use crate::config::AgentLlm;
 
 const DAY_MS: u64 = 86_400_000;
+
+/// Today's spend reached the daily cap.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "the model is paused until the next UTC day: today's spend, {spent_usd:.4} USD, reached \
+     agent.llm.daily_spend_cap ({cap_usd} USD)"
+)]
+pub struct Capped {
+    pub spent_usd: f64,
+    pub cap_usd: f64,
+}
 
 /// The model's spend today and its cap; shared by every clone of the client.
 #[derive(Debug)]
@@ -87,22 +97,22 @@ impl Spend {
     }
 
     /// Refuses a model call once today's spend has reached the cap.
-    pub(crate) fn check(&self) -> Result<(), Error> {
+    pub(crate) fn check(&self) -> Result<(), Capped> {
         match self.cap {
-            Some(cap) if self.spent() >= cap => Err(Error::SpendCap { spent_usd: self.today_usd(), cap_usd: usd(cap) }),
+            Some(cap) if self.spent() >= cap => Err(Capped { spent_usd: self.today_usd(), cap_usd: usd(cap) }),
             _ => Ok(()),
         }
     }
 
-    /// What `tokens` cost at the configured prices, in USD.
-    pub(crate) fn cost_usd(&self, tokens: Usage) -> f64 {
-        (tokens.prompt_tokens as f64 * self.prompt_price + tokens.completion_tokens as f64 * self.completion_price)
-            / 1e6
+    /// What `prompt` and `completion` tokens cost at the configured prices, in USD.
+    pub(crate) fn cost_usd(&self, prompt: u64, completion: u64) -> f64 {
+        (prompt as f64 * self.prompt_price + completion as f64 * self.completion_price) / 1e6
     }
 
-    /// Counts what one answer cost, and keeps the day's total in the state.
-    pub(crate) async fn add(&self, tokens: Usage) {
-        let cost = micros(self.cost_usd(tokens));
+    /// Counts what one answer of `prompt` and `completion` tokens cost, and keeps the day's
+    /// total in the state.
+    pub(crate) async fn add(&self, prompt: u64, completion: u64) {
+        let cost = micros(self.cost_usd(prompt, completion));
         if cost == 0 {
             return;
         }
@@ -143,10 +153,10 @@ mod tests {
         let spend = Spend::new(&config(3.0, 15.0, 0.01), Metrics::default(), None);
         assert!(spend.check().is_ok());
         // 1000 prompt tokens at 3 USD/M and 200 completion tokens at 15 USD/M: 0.006 USD.
-        spend.add(Usage { prompt_tokens: 1000, completion_tokens: 200 }).await;
+        spend.add(1000, 200).await;
         assert!((spend.today_usd() - 0.006).abs() < 1e-9, "{}", spend.today_usd());
         assert!(spend.check().is_ok(), "under the cap");
-        spend.add(Usage { prompt_tokens: 1000, completion_tokens: 200 }).await;
+        spend.add(1000, 200).await;
         assert!(spend.capped());
         let refused = spend.check().expect_err("over the cap");
         assert!(refused.to_string().contains("daily_spend_cap"), "{refused}");
@@ -155,7 +165,7 @@ mod tests {
     #[tokio::test]
     async fn no_prices_no_spend_and_no_cap_never_refuses() {
         let spend = Spend::new(&config(0.0, 0.0, 0.0), Metrics::default(), None);
-        spend.add(Usage { prompt_tokens: 10_000_000, completion_tokens: 10_000_000 }).await;
+        spend.add(10_000_000, 10_000_000).await;
         assert_eq!(spend.today_usd(), 0.0);
         assert!(spend.check().is_ok() && !spend.capped() && spend.cap_usd().is_none());
     }
