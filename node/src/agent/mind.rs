@@ -122,9 +122,10 @@ impl Agent {
             if at == 0 { "never".to_owned() } else { format!("{} ago", context::age(now, at)) }
         };
         format!(
-            "[SELF STATE] (trust: high; your own counters)\n- replies since the node started: {}\n- approval requests \
+            "{}\n- replies since the node started: {}\n- approval requests \
              waiting for your owner: {}\n- model spend today: {:.4} USD ({cap})\n- swarm skills bought today: {} of {} \
              micro-USDC\n- last original post: {}\n",
+            heading("SELF STATE", "high; your own counters"),
             status.replies,
             status.pending.len(),
             spend.today_usd(),
