@@ -520,6 +520,11 @@ mod tests {
             let err = config.check().expect_err(extra).to_string();
             assert!(err.contains(key), "{extra}: {err}");
         }
+        let off = Config::parse_over("[agent]\nreflection_hour = \"off\"\n", &base).unwrap();
+        assert_eq!(off.agent.reflection_hour, None, "\"off\" turns the daily reflection off");
+        off.check().unwrap();
+        let err = Config::parse_over("[agent]\nreflection_hour = \"noon\"\n", &base).unwrap_err();
+        assert!(err.contains("reflection_hour") && err.contains("\"off\""), "a word other than off: {err}");
         let err = Config::parse("[agent]\nenabled = true\n").unwrap().check().unwrap_err().to_string();
         assert!(err.contains("agent.bluesky.service"), "a missing setting is named: {err}");
         let err = Config::parse("[agent.llm]\napi_key = \"sk-secret\"\n").unwrap_err();

@@ -50,10 +50,13 @@ pub struct AgentNode {
 pub fn config(setup: &AgentSetup, data_dir: &Path) -> String {
     let (api, metrics) = ("127.0.0.1:0", "127.0.0.1:0");
     let trust = setup.trust_list.as_ref().map(|p| format!("[trust]\ntrust_list = {:?}\n", p.display().to_string()));
+    // The daily reflection's timer stays off unless a scenario sets its hour: at the default
+    // hour (23 UTC) it would fire in the background and spend the day's one reflection.
+    let reflection = if setup.extra.contains("reflection_hour") { "" } else { "reflection_hour = \"off\"\n" };
     format!(
         "[store]\ndata_dir = {data:?}\n{trust}[p2p]\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nmdns = false\nheartbeat = \"100ms\"\n\
          bootstrap = {bootstrap:?}\n[api]\nlisten = {api:?}\n[metrics]\nlisten = {metrics:?}\n\
-         [agent]\nenabled = true\npoll_interval = \"300ms\"\n{extra}\n\
+         [agent]\nenabled = true\npoll_interval = \"300ms\"\n{reflection}{extra}\n\
          [agent.bluesky]\nservice = {pds:?}\nhandle = {handle:?}\npassword_env = {PASSWORD_ENV:?}\nowner = {owner:?}\n\
          [agent.llm]\nbase_url = {llm:?}\nmodel = \"scripted\"\ntimeout = {timeout:?}\nmax_retries = 2\nretry_backoff = \"50ms\"\n{llm_extra}\n",
         data = data_dir.display().to_string(),

@@ -6,6 +6,36 @@ use serde::{Deserialize, Serialize};
 
 use super::Error;
 
+/// An hour of the day written as 0–23, or the word `"off"` (TOML has no null).
+mod hour_or_off {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Hour(i64),
+        Word(String),
+    }
+
+    pub(super) fn serialize<S: Serializer>(hour: &Option<u8>, s: S) -> Result<S::Ok, S::Error> {
+        match hour {
+            Some(h) => s.serialize_u8(*h),
+            None => s.serialize_str("off"),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
+        let out_of_range = |what: String| D::Error::custom(format!("{what} is not an hour: write 0 to 23, or \"off\""));
+        match Written::deserialize(d)? {
+            // Out of range but still a u8 (24..=255) is left to `Agent::check`, which names the key.
+            Written::Hour(h) => u8::try_from(h).map(Some).map_err(|_| out_of_range(h.to_string())),
+            Written::Word(w) if w.eq_ignore_ascii_case("off") => Ok(None),
+            Written::Word(w) => Err(out_of_range(format!("{w:?}"))),
+        }
+    }
+}
+
 /// The agent loop (seeds 000–002); off until configured. Every key is documented in
 /// `deploy/edge.toml`; [`Agent::check`] refuses a bad or missing one by name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -33,7 +63,8 @@ pub struct Agent {
     /// within this long of a conversation, and at most once per session.
     #[serde(with = "humantime_serde")]
     pub session_gap: Duration,
-    /// The UTC hour (0–23) of the daily reflection; none turns it off.
+    /// The UTC hour (0–23) from which the daily reflection runs; `"off"` turns it off.
+    #[serde(with = "hour_or_off")]
     pub reflection_hour: Option<u8>,
     /// How long an approval request waits for the owner's like.
     #[serde(with = "humantime_serde")]
