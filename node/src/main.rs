@@ -238,10 +238,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", cli::keygen(&out).map_err(anyhow::Error::msg)?);
         }
         Command::Status { api } => print_json(&api.reader().get::<Value>("/v1/status").await?),
-        Command::Agent { command: druse_node::agent::Cli::Chat { message: None }, api } => {
-            druse_node::agent::Cli::Chat { message: None }.run(&api).await?;
+        Command::Agent { command, api } => {
+            // The conversation (`agent chat` without a message) printed as it went, and
+            // answers nothing more.
+            let answer = command.run(&api).await?;
+            if !answer.is_null() {
+                print_json(&answer);
+            }
         }
-        Command::Agent { command, api } => print_json(&command.run(&api).await?),
         Command::Memory { command, api } => {
             let client = api.writer()?;
             match command {

@@ -174,17 +174,21 @@ impl AgentNode {
             .await?)
     }
 
-    /// A POST with the node's token.
+    /// A POST with the node's token; an answer other than 2xx is an error.
     pub async fn post_auth(&self, path: &str, body: &Value) -> Result<Value> {
-        let token = std::fs::read_to_string(self.data_dir.join("api.token"))?;
-        let response =
-            self.http.post(format!("{}{path}", self.api)).bearer_auth(token.trim()).json(body).send().await?;
-        let status = response.status();
-        let text = response.text().await?;
-        if !status.is_success() {
+        let (status, text) = self.post_auth_answer(path, body).await?;
+        if !(200..300).contains(&status) {
             bail!("POST {path}: {status} {text}");
         }
         Ok(serde_json::from_str(&text)?)
+    }
+
+    /// A POST with the node's token: the status and the body, whatever the status.
+    pub async fn post_auth_answer(&self, path: &str, body: &Value) -> Result<(u16, String)> {
+        let token = std::fs::read_to_string(self.data_dir.join("api.token"))?;
+        let response =
+            self.http.post(format!("{}{path}", self.api)).bearer_auth(token.trim()).json(body).send().await?;
+        Ok((response.status().as_u16(), response.text().await?))
     }
 
     /// `POST /v1/agent/run {"entry": entry}`: what the entry point did.

@@ -16,6 +16,7 @@ pub mod llm;
 pub mod metrics;
 pub mod page;
 pub mod process;
+pub mod procfs;
 pub mod swarm;
 
 use std::fmt::Display;

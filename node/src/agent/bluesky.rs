@@ -574,21 +574,6 @@ impl Bluesky {
         }
     }
 
-    /// Whether the account `did` blocks the agent (its profile as the agent sees it says so).
-    pub async fn blocks_me(&self, did: &str) -> Result<bool, Error> {
-        let actor = AtIdentifier::from_str(did).map_err(|e| Error::Invalid(format!("{did}: {e}")))?;
-        let profile = self
-            .agent
-            .api
-            .app
-            .bsky
-            .actor
-            .get_profile(bsky::actor::get_profile::ParametersData { actor }.into())
-            .await
-            .map_err(xrpc)?;
-        Ok(profile.data.viewer.as_ref().and_then(|v| v.blocked_by).unwrap_or(false))
-    }
-
     /// Link facets for the URIs in `text`, and mention facets for the `@handle`s that
     /// `may_tag` allows, each resolved through the agent's PDS; a handle that does not resolve
     /// gets none.

@@ -23,8 +23,8 @@ pub struct Profile {
 }
 
 impl Bluesky {
-    /// The profile of `actor` (a DID or handle) and its latest `posts` posts.
-    pub async fn profile(&self, actor: &str, posts: u8) -> Result<Profile, Error> {
+    /// `actor` (a DID or handle) as the AppView shows it to the agent.
+    async fn profile_view(&self, actor: &str) -> Result<(AtIdentifier, bsky::actor::defs::ProfileViewDetailed), Error> {
         let actor = AtIdentifier::from_str(actor).map_err(|e| Error::Invalid(format!("{actor}: {e}")))?;
         let profile = self
             .agent
@@ -35,6 +35,18 @@ impl Bluesky {
             .get_profile(bsky::actor::get_profile::ParametersData { actor: actor.clone() }.into())
             .await
             .map_err(xrpc)?;
+        Ok((actor, profile))
+    }
+
+    /// Whether the account `did` blocks the agent.
+    pub async fn blocks_me(&self, did: &str) -> Result<bool, Error> {
+        let (_, profile) = self.profile_view(did).await?;
+        Ok(profile.data.viewer.as_ref().and_then(|v| v.blocked_by).unwrap_or(false))
+    }
+
+    /// The profile of `actor` (a DID or handle) and its latest `posts` posts.
+    pub async fn profile(&self, actor: &str, posts: u8) -> Result<Profile, Error> {
+        let (actor, profile) = self.profile_view(actor).await?;
         let limit =
             LimitedNonZeroU8::<100>::try_from(posts.clamp(1, 100)).map_err(|e| Error::Invalid(e.to_string()))?;
         let feed = self

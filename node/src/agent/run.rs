@@ -410,7 +410,7 @@ impl Agent {
 
     /// The blocks of what the agent knows that bear on `query`, in seed 000's order: its goals
     /// and its own state; for each of `authors` (handle, DID) what it remembers of them, or
-    /// their public face when it knows nothing of them yet; its episodic memories,
+    /// the public face of a stranger it knows nothing of yet; its episodic memories,
     /// synthesized; the swarm's skills and its own.
     pub(crate) async fn knowledge(
         &self,
@@ -430,8 +430,14 @@ impl Agent {
             Ok((known, context::episodic(&memory, &q, now)?))
         })
         .await??;
-        let strangers: Vec<(String, String)> =
-            authors.iter().zip(&known).filter(|(_, blocks)| blocks.is_empty()).map(|(a, _)| a.clone()).collect();
+        // The owner is never a stranger: a local chat, or the owner's first mention, reads
+        // nothing of them from the network.
+        let strangers: Vec<(String, String)> = authors
+            .iter()
+            .zip(&known)
+            .filter(|((_, did), blocks)| blocks.is_empty() && *did != self.owner_did)
+            .map(|(a, _)| a.clone())
+            .collect();
         let goals = self.goals().await;
         let first = self.first_interactions(&strangers).await;
         let relevant = self.relevant_memories(query, &goals, &episodic).await;

@@ -72,13 +72,18 @@ impl Spend {
 
     /// Today's spend in micro-USD, the day turned over if it has.
     fn spent(&self) -> u64 {
+        self.today().1
+    }
+
+    /// Today's (day, spend), locked; a new UTC day starts at zero.
+    fn today(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
         let day = now_ms() / DAY_MS;
         let mut today = self.today.lock().unwrap_or_else(|p| p.into_inner());
         if today.0 != day {
             *today = (day, 0);
             self.show(0);
         }
-        today.1
+        today
     }
 
     /// Today's spend in USD.
@@ -117,9 +122,8 @@ impl Spend {
             return;
         }
         self.metrics.llm_spend.inc_by(usd(cost));
-        self.spent();
         let (day, total) = {
-            let mut today = self.today.lock().unwrap_or_else(|p| p.into_inner());
+            let mut today = self.today();
             today.1 = today.1.saturating_add(cost);
             *today
         };

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use druse_tests::process::{ProcNode, binaries};
+use druse_tests::procfs::{self, mb};
 use druse_tests::swarm::{key, mgmt_key};
 
 /// DESIGN §12: an idle edge node with the hashing embedder.
@@ -34,40 +35,6 @@ struct Args {
     /// Extra flags for `druse-node run` (e.g. `--extra=--log-format=json`), to compare settings.
     #[arg(long, allow_hyphen_values = true)]
     extra: Vec<String>,
-}
-
-/// One reading of `/proc/<pid>/status`, in kB as the kernel reports them.
-#[derive(Debug, Clone, Copy, Default)]
-struct Reading {
-    rss: u64,
-    hwm: u64,
-    anon: u64,
-    file: u64,
-    threads: u64,
-}
-
-fn read_status(pid: u32) -> Result<Reading> {
-    let path = format!("/proc/{pid}/status");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let mut reading = Reading::default();
-    for line in text.lines() {
-        let Some((name, rest)) = line.split_once(':') else { continue };
-        let number = || rest.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
-        match name {
-            "VmRSS" => reading.rss = number(),
-            "VmHWM" => reading.hwm = number(),
-            "RssAnon" => reading.anon = number(),
-            "RssFile" => reading.file = number(),
-            "Threads" => reading.threads = number(),
-            _ => {}
-        }
-    }
-    ensure!(reading.rss > 0, "{path} has no VmRSS line");
-    Ok(reading)
-}
-
-fn mb(kb: u64) -> f64 {
-    kb as f64 / 1024.0
 }
 
 /// The largest mappings of the process by resident size, from `/proc/<pid>/smaps`: where the
@@ -127,14 +94,14 @@ async fn main() -> Result<()> {
     if status["embedder"].as_str().is_some_and(|e| !e.starts_with("hashing")) {
         bail!("the node did not start with the hashing embedder: {}", status["embedder"]);
     }
-    let at_start = read_status(pid)?;
+    let at_start = procfs::status(pid)?;
     tokio::time::sleep(settle).await;
     node.process.check_running()?;
 
     let every = Duration::from_secs(args.sample_secs) / args.samples;
     let mut readings = Vec::new();
     for _ in 0..args.samples {
-        readings.push(read_status(pid)?);
+        readings.push(procfs::status(pid)?);
         tokio::time::sleep(every).await;
     }
     node.process.check_running()?;

@@ -5,7 +5,13 @@
 //! - weather broadcast → every node halted, p50 and p99 (target: p99 ≤ 1 s);
 //! - signed listings ingested per second by one node (decode, verify, validate, gate, store,
 //!   then index in memory), against the raw single-core `verify_strict` rate of the same run,
-//!   measured first while nothing else runs (targets: stored ≥ 70%, stored and indexed ≥ 40%).
+//!   measured first while nothing else runs (targets: stored ≥ 70%, stored and indexed ≥ 40%);
+//! - the same listings flooded at one fresh node by a peer over gossipsub, as fast as its
+//!   queues take them: stored and indexed per second through the whole network path
+//!   (transport, gossipsub, message ids, the event channel), beside the injected figures, and
+//!   how many the node shed when it could not keep up;
+//! - the swarm's process: resident memory per node, threads, connected peers per node and the
+//!   CPU the swarm uses while nothing is published.
 //!
 //! Run it with `cargo run --release -p druse-tests --bin swarm-bench -- --nodes 10`.
 
@@ -19,9 +25,8 @@ use druse_protocol::body::{Body, CrystalListing, ExecutionStats, SemanticType};
 use druse_protocol::net::PeerId;
 use druse_protocol::now_ms;
 use druse_protocol::{Keypair, topic};
-use druse_tests::swarm::{
-    HEARTBEAT, MGMT_SEED, TestNode, connect, listing, mesh_ready, mgmt_key, seal, wait_connected,
-};
+use druse_tests::procfs::{self, mb};
+use druse_tests::swarm::{MGMT_SEED, Sniffer, TestNode, connect, listing, mesh_ready, mgmt_key, seal, wait_connected};
 use ed25519_dalek::Signer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -34,6 +39,12 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often the stores and weather of every node are polled while timing.
 const POLL: Duration = Duration::from_millis(1);
+
+/// The key seed of the flooding peer (no node of the swarm uses it).
+const FLOODER_SEED: u8 = 250;
+
+/// A flooded node whose stored and indexed counts have not grown for this long is done.
+const SETTLED: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Parser)]
 #[command(about = "Propagation, weather lockdown and ingest figures of a loopback druse swarm")]
@@ -56,6 +67,15 @@ struct Args {
     /// Distinct authors of those listings.
     #[arg(long, default_value_t = 1_000)]
     authors: usize,
+    /// The gossipsub heartbeat of every node (the tests' 100 ms; a node's default is 1 s).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
+    heartbeat: Duration,
+    /// Connections each node keeps at most (`[p2p] max_connections`; the default if unset).
+    #[arg(long)]
+    max_connections: Option<u32>,
+    /// How long the idle swarm's CPU use is measured, once it is up.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
+    idle: Duration,
     /// Seed of every random choice (keys are fixed seeds too).
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -65,6 +85,18 @@ struct Args {
 fn unlimited(config: &mut Config) {
     config.trust.listings_per_window = 1_000_000;
     config.trust.reports_per_window = 1_000_000;
+}
+
+/// A swarm node's config: unlimited, with the run's heartbeat and connection limit.
+fn swarm_node(args: &Args) -> impl Fn(&mut Config) + use<> {
+    let (heartbeat, max_connections) = (args.heartbeat, args.max_connections);
+    move |config| {
+        unlimited(config);
+        config.p2p.heartbeat = heartbeat;
+        if let Some(max) = max_connections {
+            config.p2p.max_connections = max;
+        }
+    }
 }
 
 #[tokio::main]
@@ -79,10 +111,13 @@ async fn main() -> Result<()> {
         args.nodes,
         args.nodes - 1,
         args.dials.min(args.nodes - 1),
-        HEARTBEAT,
+        args.heartbeat,
         args.seed
     );
+    let pid = std::process::id();
+    let before = procfs::status(pid)?;
     let nodes = start_swarm(&args, &mut rng).await?;
+    let swarm = measure_idle(pid, before, &nodes, args.idle).await?;
     let mgmt = &nodes[0];
     let management =
         druse_management::Management::new(mgmt.node.clone(), Default::default()).context("management role")?;
@@ -101,6 +136,15 @@ async fn main() -> Result<()> {
     row("publish -> stored on every node", &publish, Some(Duration::from_secs(1)));
     row("weather -> every node halted", &lockdown, Some(Duration::from_secs(1)));
     row("weather lifted -> every node free", &lift, None);
+    println!();
+    println!("| the swarm's process                        | value            |");
+    println!("|--------------------------------------------|------------------|");
+    println!("| {:<42} | {:>13.1} MB |", "resident memory before any node", mb(before.rss));
+    println!("| {:<42} | {:>13.1} MB |", format!("resident memory with {} nodes up", args.nodes), mb(swarm.up.rss));
+    println!("| {:<42} | {:>13.1} MB |", "  per node", mb(swarm.up.rss.saturating_sub(before.rss)) / args.nodes as f64);
+    println!("| {:<42} | {:>16} |", "threads", swarm.up.threads);
+    println!("| {:<42} | {:>16.1} |", "connected peers per node", swarm.peers);
+    println!("| {:<42} | {:>10.2} cores |", format!("CPU while idle, over {:?}", args.idle), swarm.idle_cores);
     println!();
     println!("| ingest on one node                         | value            | target      |");
     println!("|--------------------------------------------|------------------|-------------|");
@@ -127,18 +171,79 @@ async fn main() -> Result<()> {
         verdict(ratio >= 0.4, ">= 40%")
     );
     println!("| {:<42} | {:>16} | {:<11} |", "stored after ingest", format!("{}/{}", ingest.stored, ingest.count), "");
+    let flood = &ingest.flood;
+    println!(
+        "| {:<42} | {:>10.0} msg/s | {:<11} |",
+        "flooded over gossipsub by one peer: stored", flood.stored_rate, ""
+    );
+    println!("| {:<42} | {:>10.0} msg/s | {:<11} |", "  ... and indexed in memory", flood.indexed_rate, "");
+    println!(
+        "| {:<42} | {:>14.1} % | {:<11} |",
+        "flood stored / raw verify",
+        flood.stored_rate / ingest.raw_rate * 100.0,
+        ""
+    );
+    println!(
+        "| {:<42} | {:>14.1} % | {:<11} |",
+        "flood stored and indexed / raw verify",
+        flood.indexed_rate / ingest.raw_rate * 100.0,
+        ""
+    );
+    println!(
+        "| {:<42} | {:>16} | {:<11} |",
+        "flood: stored / sent (the rest shed)",
+        format!("{}/{}", flood.stored, ingest.count - flood.queue_full),
+        ""
+    );
+    println!("| {:<42} | {:>16} | {:<11} |", "flood: events the node dropped", flood.dropped, "");
+    println!("| {:<42} | {:>16} | {:<11} |", "flood: not sent, the flooder's queue full", flood.queue_full, "");
     Ok(())
+}
+
+/// The swarm's process once every node is up.
+struct Swarm {
+    up: procfs::Status,
+    /// CPU used per second of wall time while nothing is published: heartbeats, timers.
+    idle_cores: f64,
+    /// Connected peers per node, on average, after the idle time.
+    peers: f64,
+}
+
+/// The process's resident memory with the swarm up, and its CPU use while the swarm idles.
+async fn measure_idle(pid: u32, before: procfs::Status, nodes: &[TestNode], idle: Duration) -> Result<Swarm> {
+    let up = procfs::status(pid)?;
+    let connected = async || -> Result<f64> {
+        let mut sum = 0;
+        for node in nodes {
+            sum += node.net().peers().await?.len();
+        }
+        Ok(sum as f64 / nodes.len() as f64)
+    };
+    let peers_before = connected().await?;
+    let (cpu, started) = (procfs::cpu_seconds(pid)?, Instant::now());
+    tokio::time::sleep(idle).await;
+    let idle_cores = (procfs::cpu_seconds(pid)? - cpu) / started.elapsed().as_secs_f64();
+    let peers_after = connected().await?;
+    println!(
+        "{} nodes: {:.1} MB resident ({:.1} MB before), {} threads, idle CPU {idle_cores:.2} cores, \
+         peers per node {peers_before:.1} then {peers_after:.1}",
+        nodes.len(),
+        mb(up.rss),
+        mb(before.rss),
+        up.threads
+    );
+    Ok(Swarm { up, idle_cores, peers: peers_after })
 }
 
 /// Starts the management node (index 0) and the edges; node `i` dials `i + 1` (a ring, so the
 /// swarm is connected) and random others; waits until gossip flows between all of them.
 async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Vec<TestNode>> {
     let trusted = [mgmt_key().public()];
-    let mut nodes = vec![TestNode::start("mgmt", MGMT_SEED, Role::Management, &trusted, unlimited).await?];
+    let mut nodes = vec![TestNode::start("mgmt", MGMT_SEED, Role::Management, &trusted, swarm_node(args)).await?];
     for i in 1..args.nodes {
         let seed = u8::try_from(i).context("at most 199 nodes")?;
         ensure!(seed < MGMT_SEED, "at most {MGMT_SEED} nodes");
-        nodes.push(TestNode::start(&format!("edge-{i}"), seed, Role::Edge, &trusted, unlimited).await?);
+        nodes.push(TestNode::start(&format!("edge-{i}"), seed, Role::Edge, &trusted, swarm_node(args)).await?);
     }
     let n = nodes.len();
     let dials = args.dials.clamp(1, n - 1);
@@ -247,6 +352,20 @@ struct Ingest {
     /// Also indexed in memory (embedded, written, searchable by vector and text).
     indexed_rate: f64,
     raw_rate: f64,
+    flood: Flood,
+}
+
+/// One node flooded by a peer over gossipsub.
+struct Flood {
+    stored: usize,
+    /// Stored per second, from the first send to the last listing stored.
+    stored_rate: f64,
+    /// Indexed in memory per second, from the first send to the last listing indexed.
+    indexed_rate: f64,
+    /// Gossip events the node's swarm task could not hand on (`druse_net_events_dropped_total`).
+    dropped: f64,
+    /// Listings the flooder could not send because gossipsub's queue to the node was full.
+    queue_full: usize,
 }
 
 /// A listing with about 1 KiB of text; `n` makes it unique.
@@ -302,6 +421,7 @@ async fn measure_ingest(args: &Args, rng: &mut StdRng) -> Result<Ingest> {
         raw.push((signing.verifying_key(), message, signature));
         messages.push((bytes, *peer));
     }
+    let flood_messages: Vec<Vec<u8>> = messages.iter().map(|(bytes, _)| bytes.clone()).collect();
     println!(
         "signed {} listings ({} bytes each on the wire)",
         messages.len(),
@@ -348,12 +468,77 @@ async fn measure_ingest(args: &Args, rng: &mut StdRng) -> Result<Ingest> {
     .await?;
     let indexed_elapsed = started.elapsed();
     node.stop().await;
+    let flood = measure_flood(flood_messages).await?;
     Ok(Ingest {
         count: args.listings,
         stored,
         ingest_rate: args.listings as f64 / elapsed.as_secs_f64(),
         indexed_rate: args.listings as f64 / indexed_elapsed.as_secs_f64(),
         raw_rate: args.listings as f64 / raw_elapsed.as_secs_f64(),
+        flood,
+    })
+}
+
+/// A bare peer connects to one fresh node and publishes every listing over gossipsub without
+/// pacing: it pauses only when gossipsub's queue to the node is full (the listing it was
+/// sending is then lost at the flooder, and counted). The node takes them as
+/// it would from any peer; whatever its swarm task cannot hand on is shed and counted. Ends
+/// once every listing is stored and indexed, or the counts stop growing for [`SETTLED`].
+async fn measure_flood(messages: Vec<Vec<u8>>) -> Result<Flood> {
+    let count = messages.len();
+    let node = TestNode::start("flooded", 2, Role::Edge, &[mgmt_key().public()], unlimited).await?;
+    let flooder = Sniffer::start(FLOODER_SEED)?;
+    connect(&flooder.net, node.net()).await?;
+    wait_connected(&flooder.net, &[node.peer_id()]).await?;
+    let mut messages = messages.into_iter();
+    let first = messages.next().context("no listings to flood")?;
+    // The first one waits until the node has subscribed; the clock starts after it.
+    flooder.publish(topic::CRYSTALS, first).await?;
+    let started = Instant::now();
+    let net = flooder.net.clone();
+    let sender = tokio::spawn(async move {
+        let mut queue_full = 0;
+        for bytes in messages {
+            match net.publish(topic::CRYSTALS, bytes).await {
+                Ok(_) => {}
+                // Gossipsub has already taken its id: sent again it would be a duplicate. It
+                // is lost at the flooder, which pauses a moment for its queue to drain.
+                Err(druse_protocol::net::Error::Publish(_)) => {
+                    queue_full += 1;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(e) => return Err(anyhow::Error::from(e).context("flooding")),
+            }
+        }
+        Ok(queue_full)
+    });
+
+    let (mut stored, mut indexed) = (0, 0);
+    let (mut stored_at, mut indexed_at) = (Duration::ZERO, Duration::ZERO);
+    let mut last_growth = Instant::now();
+    while (stored < count || indexed < count) && last_growth.elapsed() < SETTLED {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let now = (node.store().skill_count()?, node.memory().len());
+        if now.0 > stored {
+            (stored, stored_at) = (now.0, started.elapsed());
+            last_growth = Instant::now();
+        }
+        if now.1 > indexed {
+            (indexed, indexed_at) = (now.1, started.elapsed());
+            last_growth = Instant::now();
+        }
+    }
+    let queue_full = sender.await??;
+    let dropped = node.metric("druse_net_events_dropped_total", &[]);
+    drop(flooder);
+    node.stop().await;
+    ensure!(stored > 0 && indexed > 0, "the flooded node stored {stored} and indexed {indexed} listings");
+    Ok(Flood {
+        stored,
+        stored_rate: stored as f64 / stored_at.as_secs_f64(),
+        indexed_rate: indexed as f64 / indexed_at.as_secs_f64(),
+        dropped,
+        queue_full,
     })
 }
 

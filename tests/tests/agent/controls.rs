@@ -119,14 +119,8 @@ fn conversation(request: &druse_tests::llm::Request) -> druse_tests::llm::Answer
 
 /// `POST /v1/agent/chat` with the node's token: the status and the body.
 async fn chat(node: &druse_tests::agent::AgentNode, body: &Value) -> anyhow::Result<(u16, Value)> {
-    let token = std::fs::read_to_string(node.data_dir.join("api.token"))?;
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/agent/chat", node.api))
-        .bearer_auth(token.trim())
-        .json(body)
-        .send()
-        .await?;
-    Ok((response.status().as_u16(), response.json().await?))
+    let (status, text) = node.post_auth_answer("/v1/agent/chat", body).await?;
+    Ok((status, serde_json::from_str(&text)?))
 }
 
 #[tokio::test]
