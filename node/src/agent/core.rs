@@ -224,6 +224,19 @@ impl Agent {
         result
     }
 
+    /// One model call without tools for `entry` (a synthesis, a summary): the answer's text,
+    /// with the run's deadline and its record in the journal, as every other run.
+    pub(crate) async fn ask_model(&self, entry: &str, messages: Vec<Message>) -> Result<String, model::Error> {
+        /// Offered no tools, so a call the model makes anyway is answered with a refusal.
+        struct NoTools;
+        impl Tools for NoTools {
+            async fn call(&mut self, _: &model::ToolCall) -> String {
+                "error: no tools are offered here; answer with text".to_owned()
+            }
+        }
+        Ok(self.run_model(entry, messages, &[], &mut NoTools).await?.summary.unwrap_or_default())
+    }
+
     /// Runs a write of the agent's state off the async threads (it blocks on the store's
     /// journal); a failure is logged as failing to `what`, and gives `None`.
     pub(crate) async fn write_state<T: Send + 'static>(

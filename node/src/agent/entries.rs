@@ -618,7 +618,7 @@ impl Agent {
                 lines.join("\n")
             )),
         ];
-        let text = self.llm.chat(&messages, &[], None).await?.content.unwrap_or_default();
+        let text = self.ask_model("summary", messages.into()).await?;
         let mut text = text.trim().to_owned();
         if text.is_empty() {
             return Ok(None);

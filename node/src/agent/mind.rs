@@ -233,8 +233,8 @@ impl Agent {
                 listed.join("\n")
             )),
         ];
-        let text = match self.llm.chat(&messages, &[], None).await {
-            Ok(answer) => answer.content.unwrap_or_default(),
+        let text = match self.ask_model("synthesis", messages.into()).await {
+            Ok(text) => text,
             Err(error) => {
                 tracing::warn!(%error, "the synthesis of memories failed; the raw candidates go in");
                 return raw();

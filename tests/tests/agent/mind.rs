@@ -140,6 +140,11 @@ async fn a_run_sees_goals_self_state_a_stranger_and_synthesized_memories_in_orde
     let ns = format!("user:{}", sam.handle);
     let summaries = node.get_auth("/v1/memories", &[("q", "teal"), ("namespace", &ns), ("kind", "summary")]).await?;
     assert!(summaries[0]["crystal"]["text"].as_str().is_some_and(|t| t.contains("teal")), "{summaries}");
+    // The single calls behind the synthesis and the summary are in the journal too.
+    for entry in ["synthesis", "summary"] {
+        let runs = node.get_auth("/v1/agent/runs", &[("entry", entry)]).await?;
+        assert!(runs.as_array().is_some_and(|r| !r.is_empty()), "no {entry} run in the journal: {runs}");
+    }
     let fourth = world.mention(&sam, "remember me?").await?;
     world.reply_to(&sam, &fourth, &node).await?;
     assert!(system_of(&world, "remember me?").await?.contains(&format!("[IMPRESSION OF @{}]", sam.handle)));
