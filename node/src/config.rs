@@ -337,7 +337,8 @@ impl Config {
         self.store.data_dir.join("api.token")
     }
 
-    /// The full-text index directory (derived from the database; safe to delete).
+    /// The full-text index directory (derived from the database; safe to delete). The vector
+    /// index's graphs are beside it, in `vectors/` (`druse_memory::engine::vectors_dir`).
     pub fn index_path(&self) -> PathBuf {
         self.store.data_dir.join("index")
     }

@@ -4,6 +4,7 @@
 //! text indexes are derived from it and rebuilt at start-up.
 
 use std::collections::HashMap;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -28,6 +29,7 @@ mod add;
 mod codec;
 mod consolidate;
 mod context;
+mod load;
 mod query;
 mod recall;
 mod reembed;
@@ -381,8 +383,9 @@ impl Memory {
     /// the turn before the answer (6 → 12 and 10 → 14 of 19), for one more embedding per turn.
     pub const DEFAULT_CONTEXT_INDEXING: bool = true;
 
-    /// Opens the engine on `db` (its keyspace [`crate::KEYSPACE`])
-    /// with its text index in `index_dir`, and rebuilds the derived indexes from the store.
+    /// Opens the engine on `db` (its keyspace [`crate::KEYSPACE`]) with its text index in
+    /// `index_dir` and its vector graphs in [`vectors_dir`]`(index_dir)`, and brings both
+    /// up to date with the store: both are derived from it, and can be deleted.
     pub fn open(
         db: &fjall::Database,
         index_dir: &Path,
@@ -397,7 +400,10 @@ impl Memory {
                 .map_err(|_| Error::Invalid("the stored id bound is not 8 bytes".into()))?,
             None => 0,
         };
-        let vectors = VectorIndex::new(vector::Config { dim: embedder.dim(), ..vector::Config::default() })?;
+        let vectors = VectorIndex::open(
+            vector::Config { dim: embedder.dim(), ..vector::Config::default() },
+            &vectors_dir(index_dir),
+        )?;
         let text = match TextIndex::open(index_dir) {
             Ok(text) => text,
             Err(error) => {
@@ -431,50 +437,6 @@ impl Memory {
         };
         memory.load(now)?;
         Ok(memory)
-    }
-
-    fn load(&self, now: UnixMillis) -> Result<(), Error> {
-        let indexed_up_to = self.text.indexed_up_to();
-        let resistance = self.consolidation_modulation(now).decay_resistance;
-        let mut max_id = 0;
-        let mut map = FxHashMap::default();
-        for entry in self.tree.prefix([CRYSTAL]) {
-            let (k, v) = entry.into_inner()?;
-            let mut crystal: Crystal =
-                serde_json::from_slice(&v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e))?;
-            max_id = max_id.max(crystal.id);
-            if is_live(&crystal) {
-                crystal.importance = self.importance(&crystal, now, resistance);
-            }
-            map.insert(crystal.id, crystal);
-        }
-        let mut scopes = Scopes::default();
-        for crystal in map.values() {
-            scopes.insert(crystal);
-        }
-        *write(&self.scopes) = scopes;
-        *write(&self.crystals) = map;
-        self.reembed_if_changed()?;
-        let lagging: Vec<Crystal> =
-            read(&self.crystals).values().filter(|c| indexed_up_to.is_none_or(|up_to| c.id > up_to)).cloned().collect();
-        for crystal in &lagging {
-            self.text.upsert(crystal.id, &self.document(crystal))?;
-        }
-        let crystals = read(&self.crystals);
-        for prefix in [EMBEDDING, CONTEXT, SENTENCES] {
-            for entry in self.tree.prefix([prefix]) {
-                let (k, v) = entry.into_inner()?;
-                let Some(id) = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else { continue };
-                // As `index` keeps it: only live crystals have vectors in the index.
-                if crystals.get(&id).is_some_and(is_live) {
-                    self.index_vector(prefix, id, &decode_vector(&v))?;
-                }
-            }
-        }
-        if indexed_up_to != Some(max_id) && max_id > 0 {
-            self.text.commit(max_id)?;
-        }
-        Ok(())
     }
 
     /// The embedder in use (named in the node's startup line).
@@ -747,6 +709,12 @@ impl Memory {
     pub fn embedding(&self, id: CrystalId) -> Option<Vec<f32>> {
         self.tree.get(key(EMBEDDING, id)).ok().flatten().map(|b| decode_vector(&b))
     }
+}
+
+/// Where the engine whose text index is in `index_dir` keeps its vector graphs: the sibling
+/// directory `vectors`.
+pub fn vectors_dir(index_dir: &Path) -> std::path::PathBuf {
+    index_dir.parent().unwrap_or(Path::new(".")).join("vectors")
 }
 
 /// Whether `c` is active and in a lifecycle that can be recalled (not archived or expired):

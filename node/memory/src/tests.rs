@@ -616,3 +616,46 @@ fn a_workflow_without_store_returns_its_augments_and_writes_nothing() {
     assert_eq!(m.get(crows).unwrap().curiosity_boost, 0.0);
     assert!(!m.history(crows).unwrap().audit.iter().any(|e| e.why == "augmented"));
 }
+
+#[test]
+fn a_restart_reads_the_vector_graphs_back_and_the_store_still_decides() {
+    // More memories than one segment holds (8192 vectors), each of four made-up words, and two
+    // near copies that consolidation merges once the graph holds both.
+    let syllables = ["ka", "lo", "mi", "re", "su", "ta", "ne", "po", "vi", "da", "go", "hu"];
+    let word = |k: usize| (0..5).map(|d| syllables[(k / 12usize.pow(d)) % 12]).collect::<String>();
+    let text = |i: usize| (0..4).map(|j| word(i * 4 + j)).collect::<Vec<_>>().join(" ");
+    let copy = "deploy the api with blue green switching";
+    let dir = tempfile::tempdir().unwrap();
+    let (loser, answers) = {
+        let m = open(dir.path());
+        let kind = |text: &str| NewMemory { kind: MemoryKind::Interaction, ..memory(text) };
+        let mut news: Vec<NewMemory> = (0..9000).map(|i| memory(&text(i))).collect();
+        news.insert(100, kind(copy));
+        news.insert(200, kind(&format!("{copy}!")));
+        let added = m.add_many(news, "user", NOW).unwrap();
+        let (a, b) = (added[100].crystal.id, added[200].crystal.id);
+        assert!(m.wait_indexed(std::time::Duration::from_secs(300)));
+        assert_eq!(m.vector_stats().segments.len(), 1, "{:?}", m.vector_stats());
+        accessed(&m, &[(a, 40), (b, 20)]);
+        assert_eq!(m.consolidate(NOW).unwrap().merged, 1);
+        let answers: Vec<_> = (0..9000).step_by(450).map(|i| m.vector_hits(&text(i), 5).unwrap()).collect();
+        m.flush().unwrap();
+        (b, answers)
+    };
+    let m = open(dir.path());
+    assert_eq!(m.get(loser).unwrap().lifecycle, Lifecycle::Archived);
+    let stats = m.vector_stats();
+    assert_eq!((stats.live, stats.tail, stats.segments.len(), stats.builds), (9001, 810, 1, 0), "{stats:?}");
+    assert_eq!(stats.segments[0].dead, 1, "the archived memory's vector is dead in the graph read back");
+    // The same answers; the tail's vectors come back from the store's 16 bits, so scores may
+    // move in the fourth decimal.
+    for (i, before) in (0..9000).step_by(450).zip(answers) {
+        let after = m.vector_hits(&text(i), 5).unwrap();
+        let ids = |hits: &[(CrystalId, f32)]| hits.iter().map(|h| h.0).collect::<Vec<_>>();
+        assert_eq!(ids(&after), ids(&before), "query {i}");
+        assert!(after.iter().zip(&before).all(|(a, b)| (a.1 - b.1).abs() < 1e-3), "{after:?} vs {before:?}");
+    }
+    assert!(m.vector_hits(copy, 10).unwrap().iter().all(|&(id, _)| id != loser));
+    assert!(m.wait_indexed(std::time::Duration::from_secs(60)));
+    assert_eq!(m.vector_stats().builds, 0, "nothing needed building");
+}

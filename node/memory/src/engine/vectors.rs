@@ -73,21 +73,29 @@ impl Memory {
         Ok(out)
     }
 
-    /// Puts a stored vector record (`prefix` says which) into the vector index under its key;
-    /// a sentence record holds one vector per sentence.
+    /// Puts a stored vector record (`prefix` says which) into the vector index under its keys.
     pub(super) fn index_vector(&self, prefix: u8, id: CrystalId, vector: &[f32]) -> Result<(), Error> {
-        match prefix {
-            CONTEXT => self.vectors.insert(id | CONTEXT_BIT, vector)?,
-            SENTENCES if id <= ID_BITS => {
-                let dim = self.embedder.dim().max(1);
-                for (n, one) in (1..=MAX_SENTENCES as u64).zip(vector.chunks_exact(dim)) {
-                    self.vectors.insert(id | (n << SENTENCE_SHIFT), one)?;
-                }
-            }
-            SENTENCES => {}
-            _ => self.vectors.insert(id, vector)?,
+        for (key, one) in self.index_keys(prefix, id, vector) {
+            self.vectors.insert(key, one)?;
         }
         Ok(())
+    }
+
+    /// The vector-index keys of a stored vector record (`prefix` says which), each with its
+    /// vector: a sentence record holds one vector per sentence.
+    pub(super) fn index_keys<'a>(&self, prefix: u8, id: CrystalId, vector: &'a [f32]) -> Vec<(u64, &'a [f32])> {
+        match prefix {
+            CONTEXT => vec![(id | CONTEXT_BIT, vector)],
+            SENTENCES if id <= ID_BITS => {
+                let dim = self.embedder.dim().max(1);
+                (1..=MAX_SENTENCES as u64)
+                    .zip(vector.chunks_exact(dim))
+                    .map(|(n, one)| (id | (n << SENTENCE_SHIFT), one))
+                    .collect()
+            }
+            SENTENCES => Vec::new(),
+            _ => vec![(id, vector)],
+        }
     }
 
     /// The `search.depth` vector-index keys nearest to `embedding` among the vectors of the

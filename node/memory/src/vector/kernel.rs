@@ -74,6 +74,13 @@ pub(crate) fn quantise(unit: &[f32]) -> Vec<i16> {
     unit.iter().map(|&x| (x * Q14_ONE).round().clamp(-Q14_ONE, Q14_ONE) as i16).collect()
 }
 
+/// Whether two [`quantise`]d vectors are the same one, to within one step in every value:
+/// what a vector kept in 16 bits and read back gives (the store's precision is finer than a
+/// step, but reading it back can move a value across a rounding boundary).
+pub(crate) fn same(a: &[i16], b: &[i16]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| (i32::from(x) - i32::from(y)).abs() <= 1)
+}
+
 /// Dot product of the common prefix of two [`quantise`]d vectors, as a float: the cosine
 /// similarity of the unit vectors they encode.
 #[inline]

@@ -22,10 +22,22 @@
 //! a hit counts only while that number is its id's live one. Dead vectors are filtered from
 //! results and dropped when their segment is rebuilt or merged.
 //!
+//! An index opened on a directory ([`VectorIndex::open`]) writes each segment there when it is
+//! built and removes it when it is replaced ([`persist`]), and at the next start reads the
+//! graphs back instead of building them again: at a million vectors, seconds instead of minutes
+//! of both cores. Which stored vector is live is decided by the caller's store, the source of
+//! truth: until [`VectorIndex::restored`], an insert whose vector a loaded graph holds under the
+//! same id (to within one step of the stored precision) takes the graph's copy, and anything else goes to the tail as usual. So a crash, a
+//! lost or damaged file, or a store changed since the files were written cost only a rebuild of
+//! what differs, never a wrong answer.
+//!
 //! Queries and inserts of the wrong dimension, zero vectors and non-finite values are refused
 //! with an [`Error`]; nothing here panics on input, and no score is NaN.
 
+mod builder;
 pub(crate) mod kernel;
+mod persist;
+mod restore;
 mod segment;
 mod topk;
 
@@ -34,11 +46,12 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::panic::{self, AssertUnwindSafe};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +93,9 @@ pub enum Error {
     /// The OS refused the builder thread.
     #[error("cannot start the segment builder thread")]
     Spawn(#[source] std::io::Error),
+    /// The directory of the index's segments could not be made or read.
+    #[error("cannot use the vector segment directory {0}")]
+    Dir(PathBuf, #[source] std::io::Error),
 }
 
 /// How the index is shaped and tuned; the defaults meet DESIGN §12 at 100k 384-d vectors.
@@ -240,6 +256,15 @@ struct TailEntry {
     point: Point,
 }
 
+/// A vector a loaded graph holds, waiting for the store to say it is live (see
+/// [`VectorIndex::open`]).
+#[derive(Debug)]
+struct Loaded {
+    seq: u64,
+    uid: u64,
+    point: Point,
+}
+
 /// Everything searches read and inserts change, behind one lock.
 ///
 /// Invariants: each id in `live` has exactly one stored vector with its `seq`, in `home`; the
@@ -258,6 +283,9 @@ struct State {
     build_time_total: Duration,
     recent_builds: VecDeque<BuildStats>,
     builder_failed: bool,
+    /// Between [`VectorIndex::open`] and [`VectorIndex::restored`]: the newest vector of each
+    /// id in the loaded graphs.
+    restoring: Option<FxHashMap<u64, Loaded>>,
 }
 
 impl State {
@@ -287,6 +315,8 @@ struct Control {
 #[derive(Debug)]
 struct Shared {
     config: Config,
+    /// Where segments are written, if anywhere.
+    dir: Option<PathBuf>,
     state: RwLock<State>,
     control: Mutex<Control>,
     /// Wakes the builder.
@@ -313,12 +343,17 @@ struct Job {
 }
 
 impl VectorIndex {
-    /// Makes an empty index and starts its builder thread.
+    /// Makes an empty index, kept in memory only, and starts its builder thread.
     pub fn new(config: Config) -> Result<Self, Error> {
         config.check()?;
+        Self::start(config, None, State::default(), 0)
+    }
+
+    fn start(config: Config, dir: Option<PathBuf>, state: State, last_uid: u64) -> Result<Self, Error> {
         let shared = Arc::new(Shared {
             config,
-            state: RwLock::new(State::default()),
+            dir,
+            state: RwLock::new(state),
             control: Mutex::new(Control::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
@@ -338,10 +373,10 @@ impl VectorIndex {
                     .thread_name(|i| format!("vector-build-{i}"))
                     .build()
                 {
-                    Ok(pool) => pool.install(|| worker.run_builder()),
+                    Ok(pool) => pool.install(|| worker.run_builder(last_uid)),
                     Err(error) => {
                         tracing::warn!(%error, "no thread pool of its own for vector segment builds");
-                        worker.run_builder()
+                        worker.run_builder(last_uid)
                     }
                 }
             })
@@ -357,20 +392,27 @@ impl VectorIndex {
     /// Stores `vector` (normalised) under `id`, replacing the id's previous vector if any.
     pub fn insert(&self, id: u64, vector: &[f32]) -> Result<(), Error> {
         let point = self.shared.unit(vector)?;
-        let shared = &self.shared;
-        let full = {
-            let mut state = shared.write();
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            let compact = match state.live.insert(id, Slot { seq, home: Home::Tail, point: point.clone() }) {
-                Some(old) => state.bury(old, shared.config.compact_dead_fraction),
-                None => false,
-            };
-            state.tail.push(TailEntry { entry: Entry { id, seq }, point });
-            compact || state.tail.len() >= shared.config.seal_threshold
-        };
+        let full = self.shared.store(&mut self.shared.write(), id, point);
         if full {
-            shared.want();
+            self.shared.want();
+        }
+        Ok(())
+    }
+
+    /// [`VectorIndex::insert`] of many: the vectors are checked and quantised on every core,
+    /// then stored under one lock. Nothing is stored when one is refused.
+    pub fn insert_many(&self, items: &[(u64, &[f32])]) -> Result<(), Error> {
+        let points: Vec<Point> =
+            items.par_iter().map(|(_, vector)| self.shared.unit(vector)).collect::<Result<_, _>>()?;
+        let mut full = false;
+        {
+            let mut state = self.shared.write();
+            for (&(id, _), point) in items.iter().zip(points) {
+                full |= self.shared.store(&mut state, id, point);
+            }
+        }
+        if full {
+            self.shared.want();
         }
         Ok(())
     }
@@ -592,6 +634,30 @@ impl Shared {
         Ok(Point(Arc::from(kernel::quantise(&unit))))
     }
 
+    /// Stores `point` as `id`'s live vector: the loaded graph's copy while restoring, if it
+    /// holds the same one, else in the tail. True when the builder has work.
+    fn store(&self, state: &mut State, id: u64, point: Point) -> bool {
+        let loaded = state.restoring.as_mut().and_then(|restoring| {
+            restoring
+                .remove_entry(&id)
+                .and_then(|(_, loaded)| kernel::same(&loaded.point.0, &point.0).then_some(loaded))
+        });
+        if let Some(Loaded { seq, uid, point }) = loaded {
+            if let Some(old) = state.live.insert(id, Slot { seq, home: Home::Segment(uid), point }) {
+                state.bury(old, self.config.compact_dead_fraction);
+            }
+            return false;
+        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let compact = match state.live.insert(id, Slot { seq, home: Home::Tail, point: point.clone() }) {
+            Some(old) => state.bury(old, self.config.compact_dead_fraction),
+            None => false,
+        };
+        state.tail.push(TailEntry { entry: Entry { id, seq }, point });
+        compact || state.tail.len() >= self.config.seal_threshold
+    }
+
     /// Tells the builder there may be work (once: while it has not taken the news, telling it
     /// again wakes nothing).
     fn want(&self) {
@@ -607,188 +673,4 @@ impl Shared {
         self.control().wanted = true;
         self.wake.notify_one();
     }
-
-    /// Waits while a bulk load is arriving and the tail is full: a build then would take the
-    /// CPU from the inserts (a lower priority does not keep it off the cores between their
-    /// batches), and seal graphs that the next seals soon merge again. It watches the tail for
-    /// [`BULK_PAUSE`] and seals once fewer than [`BULK_INSERTS`] arrived meanwhile, or once the
-    /// tail, which every search scans exactly, holds [`BULK_TAIL`] seals' worth, or a seal is
-    /// asked for. False when told to stop.
-    fn wait_for_a_pause(&self) -> bool {
-        // When the watch began, and the tail's length then.
-        let mut watch: Option<(Instant, usize)> = None;
-        loop {
-            let (tail, full) = {
-                let state = self.read();
-                let forced = state.tail.first().is_some_and(|t| t.entry.seq < state.seal_below);
-                let tail = state.tail.len();
-                let cap = self.config.seal_threshold.saturating_mul(BULK_TAIL);
-                (tail, tail >= self.config.seal_threshold && tail < cap && !forced)
-            };
-            if !full {
-                return true;
-            }
-            let now = Instant::now();
-            let (began, then) = *watch.get_or_insert((now, tail));
-            let watched = now.duration_since(began);
-            if watched >= BULK_PAUSE {
-                if tail.saturating_sub(then) < BULK_INSERTS {
-                    return true;
-                }
-                watch = Some((now, tail));
-                continue;
-            }
-            let mut control = self.control();
-            if control.stop {
-                return false;
-            }
-            // Marked as told, so inserts meanwhile do not wake it (see `want`); a seal asked
-            // for or a stop does. The work is planned after the watch either way.
-            control.wanted = true;
-            drop(self.wake.wait_timeout(control, BULK_PAUSE - watched).unwrap_or_else(PoisonError::into_inner));
-        }
-    }
-
-    /// The builder thread: sleeps until there may be work, then runs jobs until there is none.
-    fn run_builder(&self) {
-        // Segment uids; only this thread makes segments.
-        let mut next_uid = 0;
-        loop {
-            {
-                let mut control = self.control();
-                loop {
-                    if control.stop {
-                        return;
-                    }
-                    if control.wanted {
-                        control.wanted = false;
-                        control.busy = true;
-                        break;
-                    }
-                    control.busy = false;
-                    self.idle.notify_all();
-                    control = self.wake.wait(control).unwrap_or_else(PoisonError::into_inner);
-                }
-            }
-            if !self.wait_for_a_pause() {
-                return;
-            }
-            while let Some(job) = self.plan() {
-                if self.control().stop {
-                    return;
-                }
-                next_uid += 1;
-                self.run(job, next_uid);
-            }
-        }
-    }
-
-    /// The next build worth doing, by priority: seal the tail (searches scan it exactly),
-    /// compact a mostly dead segment, merge a size class.
-    fn plan(&self) -> Option<Job> {
-        let config = &self.config;
-        let state = self.read();
-        if state.builder_failed {
-            return None;
-        }
-        let live = |entry: Entry| state.is_live(entry);
-
-        let forced = state.tail.first().is_some_and(|t| t.entry.seq < state.seal_below);
-        if state.tail.len() >= config.seal_threshold || forced {
-            let consumed = state.tail.len().min(config.seal_threshold);
-            let (entries, points) =
-                state.tail[..consumed].iter().filter(|t| live(t.entry)).map(|t| (t.entry, t.point.clone())).unzip();
-            return Some(Job { source: Source::Tail(consumed), entries, points });
-        }
-
-        let dead = state.segments.iter().find(|s| s.dead() as f64 > s.len() as f64 * config.compact_dead_fraction);
-        let inputs: Vec<&Arc<Segment>> = match dead {
-            Some(segment) => vec![segment],
-            None => merge_candidates(&state.segments, config)?,
-        };
-        let mut entries = Vec::new();
-        let mut points = Vec::new();
-        for segment in &inputs {
-            segment.live_entries(&live, &mut entries, &mut points);
-        }
-        Some(Job { source: Source::Segments(inputs.iter().map(|s| s.uid).collect()), entries, points })
-    }
-
-    /// Builds the job's segment without any lock, then swaps it in for its source.
-    fn run(&self, job: Job, uid: u64) {
-        let Job { source, entries, points } = job;
-        let segment = if entries.is_empty() {
-            None
-        } else {
-            let params = self.config.params();
-            match panic::catch_unwind(AssertUnwindSafe(|| Segment::build(uid, entries, points, params))) {
-                Ok(segment) => Some(Arc::new(segment)),
-                Err(_) => {
-                    tracing::error!(uid, "vector segment build panicked; the index stops building");
-                    self.write().builder_failed = true;
-                    return;
-                }
-            }
-        };
-
-        let mut state = self.write();
-        let (inputs, replaced) = match &source {
-            Source::Tail(consumed) => {
-                state.tail.drain(..*consumed);
-                (0, Vec::new())
-            }
-            Source::Segments(uids) => {
-                let (replaced, kept) =
-                    std::mem::take(&mut state.segments).into_iter().partition(|s| uids.contains(&s.uid));
-                state.segments = kept;
-                (uids.len(), replaced)
-            }
-        };
-        if let Some(segment) = segment {
-            // Vectors removed or replaced while the graph was built are dead on arrival.
-            for &entry in segment.entries() {
-                match state.live.get_mut(&entry.id) {
-                    Some(slot) if slot.seq == entry.seq => slot.home = Home::Segment(uid),
-                    _ => segment.kill_one(),
-                }
-            }
-            let took = segment.build_time();
-            tracing::debug!(uid, inputs, len = segment.len(), ?took, "vector segment built");
-            state.builds += 1;
-            state.build_time_total += took;
-            if state.recent_builds.len() >= RECENT_BUILDS {
-                state.recent_builds.pop_front();
-            }
-            state.recent_builds.push_back(BuildStats { inputs, len: segment.len(), took });
-            state.segments.push(segment);
-        }
-        drop(state);
-        // Freeing the replaced graphs can take a while; searches need not wait for it.
-        drop(replaced);
-    }
-}
-
-/// The segments to merge next, if any: `merge_factor` of the smallest size class that has as
-/// many, where class `c` holds segments of up to `seal_threshold × merge_factor^c` live vectors.
-fn merge_candidates<'a>(segments: &'a [Arc<Segment>], config: &Config) -> Option<Vec<&'a Arc<Segment>>> {
-    if config.merge_factor < 2 {
-        return None;
-    }
-    let class = |segment: &Segment| {
-        let live = segment.len().saturating_sub(segment.dead());
-        let (mut class, mut cap) = (0u32, config.seal_threshold);
-        while live > cap {
-            class += 1;
-            cap = cap.saturating_mul(config.merge_factor);
-        }
-        class
-    };
-    let mut sized: Vec<(u32, usize, &Arc<Segment>)> =
-        segments.iter().map(|s| (class(s), s.len().saturating_sub(s.dead()), s)).collect();
-    sized.sort_by_key(|&(class, live, _)| (class, live));
-    sized.chunk_by(|a, b| a.0 == b.0).find_map(|group| {
-        let group = group.get(..config.merge_factor)?;
-        let total: usize = group.iter().map(|&(_, live, _)| live).sum();
-        (total <= config.max_segment_len).then(|| group.iter().map(|&(_, _, s)| s).collect())
-    })
 }

@@ -1,13 +1,17 @@
 //! A sealed segment: an HNSW graph over a fixed set of vectors, built once and then only read.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use instant_distance::{Builder, HnswMap, Search};
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::kernel::dot_q14;
+use super::persist::{self, Header, ReadError};
 use super::topk::{Hit, TopK};
 
 /// Search scratch kept per segment; more than this many concurrent searches allocate afresh.
@@ -19,6 +23,33 @@ const SEARCH_POOL: usize = 8;
 #[derive(Clone, Debug)]
 pub(super) struct Point(pub(super) Arc<[i16]>);
 
+/// On disk a point is its values' little-endian bytes, one byte string.
+impl Serialize for Point {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = self.0.iter().flat_map(|x| x.to_le_bytes()).collect();
+        serializer.serialize_bytes(&bytes)
+    }
+}
+
+impl<'de> Deserialize<'de> for Point {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Bytes;
+        impl Visitor<'_> for Bytes {
+            type Value = Point;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a vector's bytes")
+            }
+            fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<Point, E> {
+                if bytes.len() % 2 != 0 {
+                    return Err(E::invalid_length(bytes.len(), &self));
+                }
+                Ok(Point(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()))
+            }
+        }
+        deserializer.deserialize_bytes(Bytes)
+    }
+}
+
 impl instant_distance::Point for Point {
     fn distance(&self, other: &Self) -> f32 {
         // Cosine distance; integer arithmetic, so never NaN.
@@ -27,7 +58,7 @@ impl instant_distance::Point for Point {
 }
 
 /// Which version of which id a stored vector is: a hit counts only while `seq` is the id's live one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Entry {
     pub(super) id: u64,
     pub(super) seq: u64,
@@ -40,6 +71,13 @@ pub(super) struct BuildParams {
     pub(super) ef_search: usize,
     pub(super) heuristic: bool,
     pub(super) seed: u64,
+}
+
+impl BuildParams {
+    /// The file header of a segment built with these parameters.
+    fn header(&self, dim: usize, uid: u64, len: usize, took: Duration, at: SystemTime) -> Header {
+        Header::new(dim, self.ef_construction, self.ef_search, self.heuristic, uid, len, took, at)
+    }
 }
 
 /// One sealed segment.
@@ -87,6 +125,47 @@ impl Segment {
             built_at: SystemTime::now(),
             pool: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Writes the segment's file into `dir` (see [`persist`]).
+    pub(super) fn save(&self, dir: &Path, dim: usize, params: BuildParams) -> std::io::Result<()> {
+        persist::write(dir, &params.header(dim, self.uid, self.len, self.build_time, self.built_at), &self.map)
+    }
+
+    /// Segment `uid` read back from `file`, every entry counted live until told otherwise:
+    /// refused unless built with `dim` and `params`, and its vectors all of `dim` values.
+    pub(super) fn read(file: &Path, uid: u64, dim: usize, params: BuildParams) -> Result<Self, ReadError> {
+        let expected = params.header(dim, uid, 0, Duration::ZERO, SystemTime::UNIX_EPOCH);
+        let (header, map): (Header, HnswMap<Point, Entry>) = persist::read(file, &expected)?;
+        let mut points = 0;
+        for (_, point) in map.iter() {
+            if point.0.len() != dim {
+                return Err(ReadError::Format);
+            }
+            points += 1;
+        }
+        if header.uid != uid || points != header.len || map.values.len() as u64 != points {
+            return Err(ReadError::Format);
+        }
+        Ok(Self {
+            uid,
+            len: map.values.len(),
+            map,
+            dead: AtomicUsize::new(0),
+            build_time: header.build_time(),
+            built_at: header.built_at(),
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Each entry with its vector, in storage order.
+    pub(super) fn stored(&self) -> impl Iterator<Item = (&Entry, &Point)> {
+        self.map.values.iter().zip(self.map.iter().map(|(_, point)| point))
+    }
+
+    /// Sets how many entries are dead; the caller holds the index's write lock.
+    pub(super) fn set_dead(&self, dead: usize) {
+        self.dead.store(dead, Ordering::Relaxed);
     }
 
     /// How many vectors the graph holds, live or dead.

@@ -366,3 +366,157 @@ fn a_filtered_search_returns_at_least_what_it_was_asked_for_whenever_that_many_p
     let expected: Vec<u64> = if graph_found_far { vec![far] } else { Vec::new() };
     assert_eq!(ids(&index.search_where(&query, 32, 0, &only).expect("search")), expected);
 }
+
+/// The segment files in `dir`.
+fn segment_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "hnsw"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// An index on `dir` holding `vectors` in sealed segments of `seal` each, then dropped.
+fn write_segments(dir: &std::path::Path, config: &Config, vectors: &[Vec<f32>]) -> Vec<Vec<u64>> {
+    let index = VectorIndex::open(config.clone(), dir).expect("open");
+    index.restored();
+    for (id, v) in vectors.iter().enumerate() {
+        index.insert(id as u64, v).expect("insert");
+    }
+    index.seal();
+    assert!(index.wait_idle(IDLE));
+    assert_eq!(index.stats().tail, 0);
+    let answers = vectors.iter().step_by(97).map(|q| ids(&index.search(q, 10).expect("search"))).collect();
+    drop(index);
+    answers
+}
+
+#[test]
+fn a_reopened_index_reads_its_graphs_back_instead_of_building_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(32, 1000, 64);
+    let vectors = Rng(41).clustered(3000, 32, 30, 0.6);
+    let before = write_segments(dir.path(), &config, &vectors);
+    assert_eq!(segment_files(dir.path()).len(), 3, "one file per sealed segment");
+
+    let index = VectorIndex::open(config, dir.path()).expect("reopen");
+    assert_eq!(index.len(), 0, "nothing is live before the store says so");
+    for (id, v) in vectors.iter().enumerate() {
+        index.insert(id as u64, v).expect("insert");
+    }
+    index.restored();
+    let stats = index.stats();
+    assert_eq!((stats.live, stats.tail, stats.segments.len()), (3000, 0, 3));
+    assert!(stats.segments.iter().all(|s| s.dead == 0), "{:?}", stats.segments);
+    let after: Vec<Vec<u64>> = vectors.iter().step_by(97).map(|q| ids(&index.search(q, 10).expect("search"))).collect();
+    assert_eq!(after, before, "the same graphs give the same answers");
+    assert!(index.wait_idle(IDLE));
+    assert_eq!(index.stats().builds, 0, "nothing was built again");
+}
+
+#[test]
+fn the_store_decides_what_a_reopened_index_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(32, 1000, 64);
+    let mut rng = Rng(43);
+    let vectors = rng.clustered(2000, 32, 20, 0.6);
+    write_segments(dir.path(), &config, &vectors);
+
+    // Since the files were written, the store replaced id 5's vector, lost ids 10..20 and
+    // gained id 5000.
+    let replacement = rng.vector(32);
+    let added = rng.vector(32);
+    let index = VectorIndex::open(config, dir.path()).expect("reopen");
+    for (id, v) in vectors.iter().enumerate().filter(|(id, _)| !(10..20).contains(id)) {
+        index.insert(id as u64, if id == 5 { &replacement } else { v }).expect("insert");
+    }
+    index.insert(5000, &added).expect("insert");
+    index.restored();
+
+    let stats = index.stats();
+    assert_eq!((stats.live, stats.tail), (1991, 2), "the new vectors wait in the tail: {stats:?}");
+    assert_eq!(stats.segments.iter().map(|s| s.dead).sum::<usize>(), 11);
+    assert_eq!(ids(&index.search(&replacement, 1).expect("search")), [5]);
+    assert_eq!(ids(&index.search(&added, 1).expect("search")), [5000]);
+    let old_five = index.exact(&vectors[5], 2000).expect("exact");
+    assert!(old_five.iter().all(|&(id, _)| !(10..20).contains(&id)), "a lost id never comes back");
+    let five = old_five.iter().find(|&&(id, _)| id == 5).expect("5 is live");
+    assert!(five.1 < 0.99, "id 5 answers with its new vector, not the one in the file");
+    for id in 0..2000u64 {
+        assert_eq!(index.contains(id), !(10..20).contains(&id), "id {id}");
+    }
+}
+
+#[test]
+fn an_unusable_file_is_removed_and_its_vectors_indexed_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(32, 1000, 64);
+    let vectors = Rng(47).clustered(2000, 32, 20, 0.6);
+    write_segments(dir.path(), &config, &vectors);
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), 2);
+    // One byte flipped in the middle of the first file, and a write cut short left behind.
+    let mut bytes = std::fs::read(&files[0]).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&files[0], bytes).expect("write");
+    std::fs::write(dir.path().join("seg-00000000000000ff.tmp"), b"half a graph").expect("write");
+
+    let index = VectorIndex::open(config.clone(), dir.path()).expect("reopen");
+    assert_eq!(segment_files(dir.path()), files[1..], "the damaged file is gone, the other kept");
+    assert!(!dir.path().join("seg-00000000000000ff.tmp").exists());
+    for (id, v) in vectors.iter().enumerate() {
+        index.insert(id as u64, v).expect("insert");
+    }
+    index.restored();
+    assert_eq!(index.len(), 2000);
+    assert_search_matches_exact(&index, &vectors[..50], 10);
+    assert!(index.wait_idle(IDLE));
+    let stats = index.stats();
+    assert_eq!((stats.builds, stats.segments.len()), (1, 2), "the damaged segment's vectors sealed again");
+    drop(index);
+
+    // Graphs built with other parameters are not used either.
+    let other = Config { ef_search: 32, ..config };
+    let index = VectorIndex::open(other, dir.path()).expect("reopen");
+    assert!(segment_files(dir.path()).is_empty());
+    for (id, v) in vectors.iter().enumerate() {
+        index.insert(id as u64, v).expect("insert");
+    }
+    index.restored();
+    assert_eq!((index.len(), index.stats().segments.len()), (2000, 0));
+}
+
+#[test]
+fn merged_and_emptied_segments_leave_no_file_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = Config { merge_factor: 3, ..config(16, 300, 64) };
+    let vectors = Rng(53).vectors(900, 16);
+    let index = VectorIndex::open(config.clone(), dir.path()).expect("open");
+    index.restored();
+    for (id, v) in vectors.iter().enumerate() {
+        index.insert(id as u64, v).expect("insert");
+    }
+    assert!(index.wait_idle(IDLE));
+    assert_eq!(index.stats().segments.len(), 1, "three seals merged into one");
+    assert_eq!(segment_files(dir.path()).len(), 1, "the merged segments' files are removed");
+    drop(index);
+
+    // A store that lost everything: the graph holds nothing live, and its file goes.
+    let index = VectorIndex::open(config, dir.path()).expect("reopen");
+    index.restored();
+    assert_eq!((index.len(), index.stats().segments.len()), (0, 0));
+    assert!(segment_files(dir.path()).is_empty());
+}
+
+#[test]
+fn a_directory_that_cannot_be_made_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a directory").expect("write");
+    let error = VectorIndex::open(config(8, 100, 16), &file.join("vectors")).expect_err("refused");
+    assert!(matches!(error, Error::Dir(..)), "{error:?}");
+    assert!(error.to_string().contains("a-file"), "{error}");
+}

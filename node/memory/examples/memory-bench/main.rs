@@ -28,8 +28,11 @@ use druse_memory::decay::DecayClass;
 use druse_memory::embed::{self, Embedder, Hashing, MiniLm};
 use druse_memory::engine::{Config as EngineConfig, NewMemory, Query};
 use druse_memory::governance::{Caller, Scope};
-use druse_memory::index::{self as vector, BuildStats, VectorIndex};
+use druse_memory::index::{self as vector, BuildStats};
+
+mod index;
 use druse_protocol::body::SemanticType;
+use index::IndexArgs;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -87,41 +90,6 @@ struct EngineArgs {
     /// activated, promoted and merged crystals to handle.
     #[arg(long, default_value_t = 40)]
     popular_clusters: usize,
-}
-
-/// The index-only run; its defaults are [`vector::Config::default`]'s.
-#[derive(Debug, Args)]
-struct IndexArgs {
-    #[command(flatten)]
-    data: DataArgs,
-    /// Vector dimension.
-    #[arg(long, default_value_t = 384)]
-    dim: usize,
-    /// Overrides `Config::seal_threshold`.
-    #[arg(long)]
-    seal: Option<usize>,
-    /// Overrides `Config::ef_search`.
-    #[arg(long)]
-    ef_search: Option<usize>,
-    /// Overrides `Config::ef_construction`.
-    #[arg(long)]
-    ef_construction: Option<usize>,
-    /// Overrides `Config::merge_factor` (below 2 disables merging).
-    #[arg(long)]
-    merge_factor: Option<usize>,
-    /// Overrides `Config::max_segment_len`.
-    #[arg(long)]
-    max_segment: Option<usize>,
-    /// Overrides `Config::heuristic` (HNSW neighbour diversity heuristic).
-    #[arg(long)]
-    heuristic: Option<bool>,
-    /// Seals the tail after loading, so every vector is in a graph (the worst case for recall).
-    #[arg(long)]
-    seal_all: bool,
-    /// Searches to time while the builder is still busy after loading (0: none). They slow
-    /// the builds down, so build timings from such a run are not comparable.
-    #[arg(long, default_value_t = 0)]
-    during_build: usize,
 }
 
 /// When the run started, and when it last made progress (seconds after the start).
@@ -410,7 +378,7 @@ fn turn(text: &str, session: &str, at: u64) -> anyhow::Result<NewMemory> {
 
 /// Real conversation turns to time adds with: the labelled set the retrieval test uses.
 fn sample_turns() -> anyhow::Result<Vec<String>> {
-    let set: serde_json::Value = serde_json::from_str(include_str!("../../tests/data/retrieval.json"))?;
+    let set: serde_json::Value = serde_json::from_str(include_str!("../../../tests/data/retrieval.json"))?;
     let mut out = Vec::new();
     for conversation in set["conversations"].as_array().into_iter().flatten() {
         for session in conversation["sessions"].as_array().into_iter().flatten() {
@@ -463,13 +431,12 @@ impl Drop for Scratch {
 }
 
 fn open(dir: &Path, embedder: Arc<dyn Embedder>, now: u64) -> anyhow::Result<Memory> {
-    // As the node opens its store: a 64 MiB cache and 512 MiB of journal.
-    let db = fjall::Database::builder(dir.join("db"))
-        .cache_size(64 << 20)
-        .max_journaling_size(512 << 20)
-        .open()
-        .context("store")?;
-    Ok(Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder, now)?)
+    Ok(Memory::open(&open_store(dir)?, &dir.join("index"), EngineConfig::default(), embedder, now)?)
+}
+
+/// The store as the node opens it: a 64 MiB cache and 512 MiB of journal.
+fn open_store(dir: &Path) -> anyhow::Result<fjall::Database> {
+    fjall::Database::builder(dir.join("db")).cache_size(64 << 20).max_journaling_size(512 << 20).open().context("store")
 }
 
 /// One size's figures.
@@ -484,6 +451,81 @@ struct Row {
     add: (f64, f64),
     consolidation: Duration,
     purge: Duration,
+    /// The process's resident memory with the store loaded, less what it held before the
+    /// store was opened (the synthetic data), in MiB.
+    resident_mib: f64,
+    restart: Restart,
+}
+
+/// The engine opened again on the same store.
+struct Restart {
+    /// Until the store was open, and until `Memory::open` returned.
+    store: Duration,
+    open: Duration,
+    /// Until the first search answered.
+    first_answer: Duration,
+    /// The vector search's recall@k against exact search, right after the start.
+    recall: f64,
+    /// Vectors found in the graphs read back, and put in the tail.
+    from_graphs: usize,
+    tail: usize,
+    /// Segments built after the start, until the index was idle.
+    builds: u64,
+}
+
+/// Waits up to an hour for the vector index's builds, telling the watchdog the wait is
+/// progress: at a million memories they take about ten minutes.
+fn wait_indexed(memory: &Memory) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3600) {
+        if memory.wait_indexed(Duration::from_secs(10)) {
+            return true;
+        }
+        progress();
+    }
+    false
+}
+
+/// A figure of this process's from /proc/self/status (`VmRSS`, `VmHWM`), in MiB.
+fn status_mib(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix(" kB")?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Closes `memory` and opens it again on `dir`: how long until it answers, and how well.
+fn restart(memory: Memory, dir: &Path, embedder: &Arc<Synthetic>, k: usize, now: u64) -> anyhow::Result<Restart> {
+    memory.flush()?;
+    drop(memory);
+    let started = Instant::now();
+    let db = open_store(dir)?;
+    let store = started.elapsed();
+    let memory = Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder.clone(), now)?;
+    let open = started.elapsed();
+    let query = |j: usize| format!("#q{j}");
+    memory.search(&Query { q: query(0), k, ..Query::default() }, Caller::LocalAgent, now)?;
+    let first_answer = started.elapsed();
+    let stats = memory.vector_stats();
+    let mut recalls = Vec::new();
+    for j in 0..embedder.queries.len() {
+        let found = memory.vector_hits(&query(j), k)?;
+        recalls.push(recall(&ids(&found), &ids(&memory.vector_hits_exact(&query(j), k)?)));
+        progress();
+    }
+    if !wait_indexed(&memory) {
+        bail!("the vector index was still building an hour after the restart");
+    }
+    Ok(Restart {
+        store,
+        open,
+        first_answer,
+        recall: mean(&recalls),
+        from_graphs: stats.live - stats.tail.min(stats.live),
+        tail: stats.tail,
+        builds: memory.vector_stats().builds,
+    })
 }
 
 fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<Row> {
@@ -494,6 +536,8 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
         centroids: Arc::new(data.centroids),
         fallback: Hashing::new(DIM),
     });
+    // The synthetic vectors are the bench's, not the engine's: resident memory counts from here.
+    let baseline = status_mib("VmRSS");
     let dir = Scratch::new(&format!("load-{n}"))?;
     let memory = open(&dir.0, embedder.clone(), START_MS)?;
 
@@ -507,7 +551,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
         progress();
     }
     let load = started.elapsed();
-    if !memory.wait_indexed(Duration::from_secs(3600)) {
+    if !wait_indexed(&memory) {
         bail!("the vector index was still building after an hour");
     }
     progress();
@@ -572,6 +616,18 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
         report.purged,
         purge.as_secs_f64()
     );
+    let resident_mib = status_mib("VmRSS") - baseline;
+    let restart = restart(memory, &dir.0, &embedder, k, now + 3_600_000)?;
+    println!(
+        "  n={n}: restart: store open in {:.2} s, memory in {:.2} s, first answer {:.2} s after the start, recall@{k} {:.4}; {} vectors from the graphs read back, {} to the tail, {} segments built after it",
+        restart.store.as_secs_f64(),
+        restart.open.as_secs_f64(),
+        restart.first_answer.as_secs_f64(),
+        restart.recall,
+        restart.from_graphs,
+        restart.tail,
+        restart.builds
+    );
     Ok(Row {
         n,
         search: p50_p99(search),
@@ -582,6 +638,8 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
         add,
         consolidation,
         purge,
+        resident_mib,
+        restart,
     })
 }
 
@@ -651,6 +709,27 @@ fn engine(args: &EngineArgs) -> anyhow::Result<()> {
     }
     println!("(add: a conversation turn embedded by hashing, stored and indexed into the loaded store)");
     println!();
+    println!("A restart on the loaded store (after consolidation), and the process's memory");
+    println!(
+        "{:>8} {:>9} {:>13} {:>16} {:>12} {:>15}",
+        "N", "open", "first answer", "recall@k after", "resident", "resident/1M"
+    );
+    for r in &rows {
+        println!(
+            "{:>8} {:>7.2} s {:>11.2} s {:>16.4} {:>8.0} MiB {:>11.0} MiB",
+            r.n,
+            r.restart.open.as_secs_f64(),
+            r.restart.first_answer.as_secs_f64(),
+            r.restart.recall,
+            r.resident_mib,
+            r.resident_mib * 1e6 / r.n.max(1) as f64
+        );
+    }
+    println!(
+        "(resident: the process with that store loaded, after its measurements, less the synthetic data it held before; the process's peak was {:.0} MiB)",
+        status_mib("VmHWM")
+    );
+    println!();
     println!("Memory add on a fresh store (embed, store durably, index; conversation turns with context)");
     println!("{:<18} {:>6} {:>9} {:>9}", "embedder", "adds", "p50 ms", "p99 ms");
     fresh_adds("hashing-384", Arc::new(Hashing::new(DIM)), &turns, args.adds)?;
@@ -661,134 +740,18 @@ fn engine(args: &EngineArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The `k` nearest of the f32 originals by brute force (`vector::dot`), as indices into `data`.
-fn exact_f32(data: &[Vec<f32>], query: &[f32], k: usize) -> Vec<usize> {
-    let mut scored: Vec<(f32, usize)> = data.iter().enumerate().map(|(i, v)| (vector::dot(query, v), i)).collect();
-    let k = k.min(scored.len());
-    if k == 0 {
-        return Vec::new();
-    }
-    scored.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
-    scored[..k].iter().map(|&(_, i)| i).collect()
-}
-
-fn index_config(args: &IndexArgs) -> vector::Config {
-    let defaults = vector::Config::default();
-    vector::Config {
-        dim: args.dim,
-        seal_threshold: args.seal.unwrap_or(defaults.seal_threshold),
-        ef_search: args.ef_search.unwrap_or(defaults.ef_search),
-        ef_construction: args.ef_construction.unwrap_or(defaults.ef_construction),
-        merge_factor: args.merge_factor.unwrap_or(defaults.merge_factor),
-        max_segment_len: args.max_segment.unwrap_or(defaults.max_segment_len),
-        heuristic: args.heuristic.unwrap_or(defaults.heuristic),
-        ..defaults
-    }
-}
-
-fn index_run(args: &IndexArgs, n: usize) -> anyhow::Result<String> {
-    let k = args.data.k;
-    let data = Data::new(&args.data, n, args.dim, false);
-    let index = VectorIndex::new(index_config(args)).context("index")?;
-    let started = Instant::now();
-    for (id, v) in data.vectors.iter().enumerate() {
-        index.insert(id as u64, v).context("insert")?;
-    }
-    progress();
-    let load = started.elapsed();
-    if args.seal_all {
-        index.seal();
-    }
-    // Searches while the builder works: they must not wait for it (they share the 2 cores).
-    let mut during = Vec::new();
-    for (_, q) in data.queries.iter().cycle().take(args.during_build) {
-        if !index.stats().building {
-            break;
-        }
-        timed(&mut during, || index.search(q, k))?;
-    }
-    if !index.wait_idle(Duration::from_secs(3600)) {
-        bail!("builder still busy after an hour");
-    }
-    let stats = index.stats();
-    println!(
-        "  n={n}: load {:.2} s, builds done {:.1} s after start; {}",
-        load.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        describe_builds(&stats.recent_builds)
-    );
-    println!("  n={n}: {}", describe_shape(&stats));
-    if !during.is_empty() {
-        let (p50, p99) = p50_p99(during.clone());
-        println!("  n={n}: {} searches during builds: p50 {p50:.3} ms, p99 {p99:.3} ms", during.len());
-    }
-    for (_, q) in data.queries.iter().take(20) {
-        index.search(q, k)?;
-    }
-    let (mut latencies, mut exact_latencies) = (Vec::new(), Vec::new());
-    let (mut copies, mut fresh, mut vs_f32) = (Vec::new(), Vec::new(), Vec::new());
-    for (copy, q) in &data.queries {
-        let found = ids(&timed(&mut latencies, || index.search(q, k))?);
-        let truth = ids(&timed(&mut exact_latencies, || index.exact(q, k))?);
-        let r = recall(&found, &truth);
-        if *copy {
-            copies.push(r)
-        } else {
-            fresh.push(r)
-        }
-        // Against the f32 originals, so Q14 storage is measured too.
-        let f32_truth: Vec<u64> = exact_f32(&data.vectors, q, k).into_iter().map(|i| i as u64).collect();
-        vs_f32.push(recall(&found, &f32_truth));
-        progress();
-    }
-    let (p50, p99) = p50_p99(latencies);
-    Ok(format!(
-        "{:>8} {:>9.3} {:>9.3} {:>10.4} {:>9.4} {:>9.4} {:>10.4} {:>14.3}",
-        n,
-        p50,
-        p99,
-        mean(&[copies.clone(), fresh.clone()].concat()),
-        mean(&copies),
-        mean(&fresh),
-        mean(&vs_f32),
-        p50_p99(exact_latencies).0
-    ))
-}
-
-fn index(args: &IndexArgs) -> anyhow::Result<()> {
-    let config = index_config(args);
-    println!(
-        "memory-bench index: dim {} clusters {} noise {} | seal {} ef_construction {} ef_search {} heuristic {} merge_factor {} max_segment {} | {} queries, k {}",
-        config.dim,
-        args.data.clusters,
-        args.data.noise,
-        config.seal_threshold,
-        config.ef_construction,
-        config.ef_search,
-        config.heuristic,
-        config.merge_factor,
-        config.max_segment_len,
-        args.data.queries,
-        args.data.k,
-    );
-    let rows = args.data.sizes.iter().map(|&n| index_run(args, n)).collect::<anyhow::Result<Vec<_>>>()?;
-    println!();
-    println!(
-        "{:>8} {:>9} {:>9} {:>10} {:>9} {:>9} {:>10} {:>14}",
-        "N", "p50 ms", "p99 ms", "recall@k", "copies", "fresh", "vs f32", "exact scan ms"
-    );
-    for row in rows {
-        println!("{row}");
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     druse_memory::embed::settle_compute_threads();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "druse_memory=info".into()),
+        )
+        .init();
     let cli = Cli::parse();
     watchdog(Duration::from_secs(600));
     match &cli.mode {
-        Some(Mode::Index(args)) => index(args),
+        Some(Mode::Index(args)) => index::index(args),
         None => engine(&cli.engine),
     }
 }
