@@ -40,7 +40,7 @@ impl<'de> Deserialize<'de> for Point {
                 f.write_str("a vector's bytes")
             }
             fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<Point, E> {
-                if bytes.len() % 2 != 0 {
+                if !bytes.len().is_multiple_of(2) {
                     return Err(E::invalid_length(bytes.len(), &self));
                 }
                 Ok(Point(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()))
