@@ -72,13 +72,15 @@ impl VectorIndex {
             if state.restoring.take().is_none() {
                 return;
             }
-            let state = &mut *state;
+            let live: Vec<usize> = state
+                .segments
+                .iter()
+                .map(|segment| segment.stored().filter(|(entry, _)| state.is_live(**entry)).count())
+                .collect();
+            let mut live = live.into_iter();
             let mut emptied = Vec::new();
             state.segments.retain(|segment| {
-                let live = segment
-                    .stored()
-                    .filter(|(entry, _)| state.live.get(&entry.id).is_some_and(|slot| slot.seq == entry.seq))
-                    .count();
+                let live = live.next().unwrap_or(0);
                 segment.set_dead(segment.len() - live);
                 if live == 0 {
                     emptied.push(Arc::clone(segment));

@@ -158,7 +158,8 @@ impl Segment {
         })
     }
 
-    /// Each entry with its vector, in storage order.
+    /// Each entry with its vector, in storage order (`iter` yields points in id order, the
+    /// order `values` is stored in).
     pub(super) fn stored(&self) -> impl Iterator<Item = (&Entry, &Point)> {
         self.map.values.iter().zip(self.map.iter().map(|(_, point)| point))
     }
@@ -221,8 +222,7 @@ impl Segment {
 
     /// Offers every live vector of the segment to `top`: the exact scan.
     pub(super) fn scan(&self, query: &[i16], live: &impl Fn(Entry) -> bool, top: &mut TopK) {
-        // `iter` yields points in id order, the order `values` is stored in.
-        for ((_, point), entry) in self.map.iter().zip(&self.map.values) {
+        for (entry, point) in self.stored() {
             let hit = Hit { score: dot_q14(query, &point.0), id: entry.id };
             if top.admits(hit) && live(*entry) {
                 top.offer(hit);
@@ -237,7 +237,7 @@ impl Segment {
         entries: &mut Vec<Entry>,
         points: &mut Vec<Point>,
     ) {
-        for ((_, point), entry) in self.map.iter().zip(&self.map.values) {
+        for (entry, point) in self.stored() {
             if live(*entry) {
                 entries.push(*entry);
                 points.push(point.clone());
