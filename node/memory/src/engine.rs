@@ -302,6 +302,13 @@ struct Changes {
     purge: Vec<CrystalId>,
 }
 
+/// How long each step of a commit took (see [`Memory::commit_timed`]).
+struct CommitTimes {
+    write: std::time::Duration,
+    sync: std::time::Duration,
+    index: std::time::Duration,
+}
+
 /// The memory engine. Share it behind an `Arc`; its methods block (embedding, disk), so async
 /// callers use `spawn_blocking`.
 pub struct Memory {
@@ -548,10 +555,20 @@ impl Memory {
     /// Writes a set of changes in one batch (one atomic commit) and makes it durable, then
     /// updates the in-memory map and the derived indexes.
     fn commit(&self, changes: Changes) -> Result<(), Error> {
+        self.commit_timed(changes).map(drop)
+    }
+
+    /// [`Memory::commit`], saying how long it took to write the changes to the store, to make
+    /// them durable, and to bring the indexes up to date.
+    fn commit_timed(&self, changes: Changes) -> Result<CommitTimes, Error> {
+        let started = std::time::Instant::now();
         self.store(&changes)?;
+        let written = started.elapsed();
         self.sync()?;
+        let synced = started.elapsed();
         let pending = self.index(changes)?;
-        self.commit_text(pending)
+        self.commit_text(pending)?;
+        Ok(CommitTimes { write: written, sync: synced - written, index: started.elapsed() - synced })
     }
 
     /// Brings the in-memory map and the derived indexes up to date with stored changes; the
@@ -583,16 +600,14 @@ impl Memory {
         for (prefix, id, vector) in &vectors {
             self.index_vector(*prefix, *id, vector)?;
         }
-        for id in unrecallable {
-            vector_keys(id).for_each(|vkey| _ = self.vectors.remove(vkey));
-        }
+        self.vectors.remove_many(unrecallable.into_iter().flat_map(vector_keys));
         let mut pending = TextPending { removed: !purge.is_empty(), docs: texts.len(), ..TextPending::default() };
         for (id, indexed) in &texts {
             self.text.upsert(*id, indexed)?;
             pending.up_to = pending.up_to.max(Some(*id));
         }
+        self.vectors.remove_many(purge.iter().copied().flat_map(vector_keys));
         for id in &purge {
-            vector_keys(*id).for_each(|vkey| _ = self.vectors.remove(vkey));
             self.text.remove(*id);
         }
         Ok(pending)

@@ -4,11 +4,45 @@
 use std::collections::{HashMap, HashSet};
 
 use druse_protocol::UnixMillis;
+use rayon::prelude::*;
 
 use super::{AuditEntry, Changes, Error, Memory, audit, is_live, lock, read};
 use crate::consolidation::Report;
 use crate::crystal::{Crystal, CrystalId, Lifecycle, Namespace};
+use crate::hormones::ConsolidationModulation;
 use crate::vector::kernel::dot;
+
+/// Crystals one task of a pass decides for.
+const DECIDED_PER_TASK: usize = 16 * 1024;
+
+/// What phases 1 and 2 of a pass decided, for some of the crystals.
+#[derive(Default)]
+struct Decided {
+    scored: usize,
+    activated: usize,
+    expired: usize,
+    purge: Vec<CrystalId>,
+    audit: Vec<AuditEntry>,
+    /// Crystals whose lifecycle changes.
+    changed: Vec<Crystal>,
+    /// New importance of crystals that otherwise stay as they are.
+    refreshed: Vec<(CrystalId, f64)>,
+    promoted: Vec<Promoted>,
+}
+
+impl Decided {
+    fn join(mut self, other: Self) -> Self {
+        self.scored += other.scored;
+        self.activated += other.activated;
+        self.expired += other.expired;
+        self.purge.extend(other.purge);
+        self.audit.extend(other.audit);
+        self.changed.extend(other.changed);
+        self.refreshed.extend(other.refreshed);
+        self.promoted.extend(other.promoted);
+        self
+    }
+}
 
 /// A promoted crystal, waiting for phase 3.
 struct Promoted {
@@ -28,75 +62,97 @@ impl Memory {
     /// 2 s on sled, nearly all of it writes.
     pub fn consolidate(&self, now: UnixMillis) -> Result<Report, Error> {
         let _writer = lock(&self.write);
+        let started = std::time::Instant::now();
         let modulation = self.consolidation_modulation(now);
-        let cfg = &self.config.consolidation;
-        let mut report = Report { merge_threshold: modulation.merge_threshold, ..Report::default() };
-        let mut changes = Changes::default();
-        // Crystals this pass changes, by id: phase 3 reads and changes them again.
-        let mut changed: HashMap<CrystalId, Crystal> = HashMap::new();
-        // New importance of crystals that otherwise stay as they are.
-        let mut refreshed: HashMap<CrystalId, f64> = HashMap::new();
-        let mut promoted: Vec<Promoted> = Vec::new();
-        {
+        // Each core decides for a share of the crystals.
+        let decided = {
             let crystals = read(&self.crystals);
-            for c in crystals.values() {
-                if c.lifecycle == Lifecycle::Expired {
-                    changes.purge.push(c.id);
-                    changes.audit.push(audit(
-                        c,
-                        "consolidation",
-                        now,
-                        "expired",
-                        "purged",
-                        "purge of expired crystals",
-                    ));
-                    continue;
-                }
-                if !is_live(c) {
-                    continue;
-                }
-                report.scored += 1;
-                let importance = self.importance(c, now, modulation.decay_resistance);
-                let to = if c.ttl_passed(now) && c.lifecycle.can_become(Lifecycle::Expired) {
-                    report.expired += 1;
-                    Some((Lifecycle::Expired, "ttl elapsed"))
-                } else if importance < cfg.forget_threshold
-                    && !c.is_decay_immune()
-                    && c.lifecycle.can_become(Lifecycle::Expired)
-                {
-                    report.expired += 1;
-                    Some((Lifecycle::Expired, "importance below the forget threshold"))
-                } else {
-                    if importance > cfg.promote_threshold && !c.is_decay_immune() {
-                        promoted.push(Promoted { id: c.id, importance, namespace: c.namespace.clone() });
+            let all: Vec<&Crystal> = crystals.values().collect();
+            all.par_chunks(DECIDED_PER_TASK)
+                .map(|share| {
+                    let mut decided = Decided::default();
+                    for c in share {
+                        self.decide(c, now, &modulation, &mut decided);
                     }
-                    if c.lifecycle == Lifecycle::Generated
-                        && c.access_count >= cfg.activate_after_accesses
-                        && importance >= cfg.promote_threshold
-                    {
-                        report.activated += 1;
-                        Some((Lifecycle::Activated, "accessed often, high importance"))
-                    } else {
-                        None
-                    }
-                };
-                if let Some((to, why)) = to {
-                    let mut next = c.clone();
-                    next.importance = importance;
-                    transition(&mut next, to, now, why, &mut changes.audit);
-                    changed.insert(next.id, next);
-                } else if importance != c.importance {
-                    refreshed.insert(c.id, importance);
-                }
-            }
-        }
+                    decided
+                })
+                .reduce(Decided::default, Decided::join)
+        };
+        let Decided { scored, activated, expired, purge, audit, changed, refreshed, promoted } = decided;
+        let mut report =
+            Report { scored, activated, expired, merge_threshold: modulation.merge_threshold, ..Report::default() };
+        let mut changes = Changes { purge, audit, ..Changes::default() };
+        // Crystals this pass changes, by id: phase 3 reads and changes them again.
+        let mut changed: HashMap<CrystalId, Crystal> = changed.into_iter().map(|c| (c.id, c)).collect();
+        // New importance of crystals that otherwise stay as they are.
+        let refreshed: HashMap<CrystalId, f64> = refreshed.into_iter().collect();
         report.merged =
             self.merge(promoted, modulation.merge_threshold, now, &refreshed, &mut changed, &mut changes.audit);
         report.purged = changes.purge.len();
         changes.importance = refreshed.into_iter().filter(|(id, _)| !changed.contains_key(id)).collect();
         changes.crystals = changed.into_values().collect();
-        self.commit(changes)?;
+        let decided = started.elapsed();
+        let took = self.commit_timed(changes)?;
+        tracing::info!(
+            scored = report.scored,
+            activated = report.activated,
+            expired = report.expired,
+            merged = report.merged,
+            purged = report.purged,
+            decide_ms = decided.as_millis() as u64,
+            write_ms = took.write.as_millis() as u64,
+            sync_ms = took.sync.as_millis() as u64,
+            index_ms = took.index.as_millis() as u64,
+            "consolidation pass"
+        );
         Ok(report)
+    }
+
+    /// Phases 1 and 2 for one crystal: purged if it expired at the last pass; else scored,
+    /// and expired, activated or promoted as its importance says.
+    fn decide(&self, c: &Crystal, now: UnixMillis, modulation: &ConsolidationModulation, decided: &mut Decided) {
+        let cfg = &self.config.consolidation;
+        if c.lifecycle == Lifecycle::Expired {
+            decided.purge.push(c.id);
+            decided.audit.push(audit(c, "consolidation", now, "expired", "purged", "purge of expired crystals"));
+            return;
+        }
+        if !is_live(c) {
+            return;
+        }
+        decided.scored += 1;
+        let importance = self.importance(c, now, modulation.decay_resistance);
+        let to = if c.ttl_passed(now) && c.lifecycle.can_become(Lifecycle::Expired) {
+            decided.expired += 1;
+            Some((Lifecycle::Expired, "ttl elapsed"))
+        } else if importance < cfg.forget_threshold
+            && !c.is_decay_immune()
+            && c.lifecycle.can_become(Lifecycle::Expired)
+        {
+            decided.expired += 1;
+            Some((Lifecycle::Expired, "importance below the forget threshold"))
+        } else {
+            if importance > cfg.promote_threshold && !c.is_decay_immune() {
+                decided.promoted.push(Promoted { id: c.id, importance, namespace: c.namespace.clone() });
+            }
+            if c.lifecycle == Lifecycle::Generated
+                && c.access_count >= cfg.activate_after_accesses
+                && importance >= cfg.promote_threshold
+            {
+                decided.activated += 1;
+                Some((Lifecycle::Activated, "accessed often, high importance"))
+            } else {
+                None
+            }
+        };
+        if let Some((to, why)) = to {
+            let mut next = c.clone();
+            next.importance = importance;
+            transition(&mut next, to, now, why, &mut decided.audit);
+            decided.changed.push(next);
+        } else if importance != c.importance {
+            decided.refreshed.push((c.id, importance));
+        }
     }
 
     /// Phase 3: pairs of promoted crystals in one namespace whose embeddings overlap. The more

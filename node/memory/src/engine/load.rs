@@ -1,11 +1,12 @@
 //! Opening the engine: the crystals and their vectors read from the store, the derived
 //! indexes brought up to date with it.
 
-use rayon::iter::{IntoParallelRefIterator, ParallelIterator};
+use std::ops::Bound;
+
 use rustc_hash::FxHashMap;
 
 use super::codec::decode_vector;
-use super::{CONTEXT, CRYSTAL, EMBEDDING, Error, Memory, SENTENCES, Scopes, is_live, read, write};
+use super::{CONTEXT, CRYSTAL, EMBEDDING, Error, Memory, SENTENCES, Scopes, is_live, key, read, write};
 use crate::crystal::Crystal;
 use druse_protocol::UnixMillis;
 
@@ -86,10 +87,11 @@ impl Memory {
         Ok(())
     }
 
-    /// Reads every record under `prefix` in key order, in batches that `decode` turns into
-    /// values on every core and `take` then consumes in order (the vectors go into the index
-    /// under one lock a batch). Reading the store, not decoding, is most of a start: at 100k
-    /// memories the batching did not make it faster.
+    /// Reads every record under `prefix` (keys of a prefix byte and a big-endian id), in
+    /// batches that `decode` turns into values and `take` then consumes (the vectors go into
+    /// the index under one lock a batch). Reading the store is most of a start, so the ids
+    /// are split into one range per core, each read and decoded by a thread of its own;
+    /// batches reach `take` in no set order.
     fn each_batch<T: Send>(
         &self,
         prefix: u8,
@@ -97,14 +99,114 @@ impl Memory {
         mut take: impl FnMut(Vec<T>) -> Result<(), Error>,
     ) -> Result<(), Error> {
         const BATCH: usize = 4096;
-        let mut records = self.tree.prefix([prefix]);
-        loop {
-            let batch =
-                records.by_ref().take(BATCH).map(|entry| Ok(entry.into_inner()?)).collect::<Result<Vec<_>, Error>>()?;
-            if batch.is_empty() {
-                return Ok(());
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ranges = self.id_ranges(prefix, threads)?;
+        let (sender, batches) = std::sync::mpsc::sync_channel::<Result<Vec<T>, Error>>(2 * threads);
+        std::thread::scope(|scope| {
+            for range in ranges {
+                let (sender, decode) = (sender.clone(), &decode);
+                scope.spawn(move || {
+                    let mut records = self.tree.range(range);
+                    loop {
+                        let batch = records
+                            .by_ref()
+                            .take(BATCH)
+                            .map(|entry| {
+                                let (k, v) = entry.into_inner()?;
+                                decode(&k, &v)
+                            })
+                            .collect::<Result<Vec<_>, Error>>();
+                        let done = batch.as_ref().is_ok_and(Vec::is_empty);
+                        let failed = batch.is_err();
+                        // A closed channel means the reader stopped at an error of its own.
+                        if done || sender.send(batch).is_err() || failed {
+                            return;
+                        }
+                    }
+                });
             }
-            take(batch.par_iter().map(|(k, v)| decode(k, v)).collect::<Result<_, _>>()?)?;
+            drop(sender);
+            batches.into_iter().try_for_each(|batch| take(batch?))
+        })
+    }
+
+    /// `parts` ranges of keys that together cover every key under `prefix`, split evenly by
+    /// id between the first and the last (ids rise as records are made, so the records
+    /// spread about evenly too); none when there is no key.
+    fn id_ranges(&self, prefix: u8, parts: usize) -> Result<Vec<KeyRange>, Error> {
+        let first = self.tree.prefix([prefix]).next().map(|entry| entry.key()).transpose()?;
+        let last = self.tree.prefix([prefix]).next_back().map(|entry| entry.key()).transpose()?;
+        let id = |key: &Option<fjall::Slice>| {
+            key.as_ref().and_then(|k| k.get(1..9)?.try_into().ok()).map(u64::from_be_bytes)
+        };
+        let (Some(lo), Some(hi)) = (id(&first), id(&last)) else {
+            if first.is_none() {
+                return Ok(Vec::new());
+            }
+            // A key of another shape: one range over the whole prefix.
+            let end = prefix.checked_add(1).map_or(Bound::Unbounded, |next| Bound::Excluded(vec![next]));
+            return Ok(vec![(Bound::Included(vec![prefix]), end)]);
+        };
+        let span = u128::from(hi.saturating_sub(lo)) + 1;
+        let parts = parts.clamp(1, usize::try_from(span).unwrap_or(usize::MAX));
+        let bound = |i: usize| lo + u64::try_from(span * i as u128 / parts as u128).unwrap_or(u64::MAX);
+        Ok((0..parts)
+            .map(|i| {
+                let end = match i + 1 == parts {
+                    true => Bound::Included(key(prefix, hi).to_vec()),
+                    false => Bound::Excluded(key(prefix, bound(i + 1)).to_vec()),
+                };
+                (Bound::Included(key(prefix, bound(i)).to_vec()), end)
+            })
+            .collect())
+    }
+}
+
+/// A range of keys in the engine's keyspace.
+type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::{Config, Memory, key};
+    use crate::embed::Hashing;
+
+    /// A prefix no record of the engine's uses.
+    const SPARE: u8 = b'#';
+
+    fn read_all(m: &Memory, parts: usize) -> Vec<Vec<u8>> {
+        let ranges = m.id_ranges(SPARE, parts).unwrap();
+        assert!(ranges.len() <= parts.max(1), "{} ranges for {parts} parts", ranges.len());
+        ranges.into_iter().flat_map(|range| m.tree.range(range).map(|entry| entry.key().unwrap().to_vec())).collect()
+    }
+
+    #[test]
+    fn the_ranges_a_start_reads_in_parallel_cover_every_key_once_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::testing::database(&dir.path().join("db"));
+        let m =
+            Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), 0).unwrap();
+        assert!(m.id_ranges(SPARE, 4).unwrap().is_empty(), "no key, nothing to read");
+        m.tree.insert(key(SPARE, 42), b"one").unwrap();
+        assert_eq!(read_all(&m, 4), vec![key(SPARE, 42).to_vec()], "one key is one range");
+        let ids = [0, 1, 2, 3, 1000, 1001, 77_777, u64::MAX - 1, u64::MAX];
+        for id in ids {
+            m.tree.insert(key(SPARE, id), b"v").unwrap();
         }
+        // Neighbours on either side must stay out.
+        m.tree.insert([SPARE - 1, 0xff], b"before").unwrap();
+        m.tree.insert([SPARE + 1], b"after").unwrap();
+        let mut want: Vec<u64> = ids.into_iter().chain([42]).collect();
+        want.sort_unstable();
+        let want: Vec<Vec<u8>> = want.into_iter().map(|id| key(SPARE, id).to_vec()).collect();
+        for parts in [1, 2, 3, 8, 64] {
+            assert_eq!(read_all(&m, parts), want, "{parts} parts");
+        }
+        // A key of another shape under the prefix: one range over all of it.
+        m.tree.insert([SPARE], b"short").unwrap();
+        let all = read_all(&m, 4);
+        assert_eq!(all.len(), want.len() + 1);
+        assert_eq!(all[0], vec![SPARE]);
     }
 }

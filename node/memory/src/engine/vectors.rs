@@ -1,6 +1,7 @@
 //! A memory's vectors: its own, its context's and its sentences', each a key of its own in the
 //! vector index, and how they are embedded and indexed.
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::codec::{CONTEXT_BIT, ID_BITS, SENTENCE_SHIFT};
@@ -16,6 +17,10 @@ pub(super) type Embedded = (Vec<f32>, Vec<f32>);
 /// memories of a few vectors each); a larger one only when the index's graphs could not serve
 /// it (see [`Memory::scoped_vector_hits`]).
 const SCOPED_SCORING_ALWAYS: usize = 4096;
+
+/// Members of a namespace scored by one task of a scoped search: larger ones are split
+/// across the cores. Tests split their few members too, so the split is what they check.
+const SCORED_PER_TASK: usize = if cfg!(test) { 8 } else { 4096 };
 
 /// What a vector search scoped to one namespace looks for (see [`Memory::scoped_vector_hits`]).
 pub(super) struct ScopedSearch<'a> {
@@ -112,7 +117,7 @@ impl Memory {
         search: ScopedSearch<'_>,
         embedding: &[f32],
         crystals: &FxHashMap<CrystalId, Crystal>,
-        admits: &dyn Fn(&Crystal) -> bool,
+        admits: &(dyn Fn(&Crystal) -> bool + Sync),
     ) -> Result<Option<Vec<(u64, f32)>>, Error> {
         let ScopedSearch { namespace, depth, at_least, own_only } = search;
         let scopes = read(&self.scopes);
@@ -123,33 +128,68 @@ impl Memory {
         if count > SCOPED_SCORING_ALWAYS && graph_serves {
             return Ok(None);
         }
+        if depth == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let members: Vec<CrystalId> = members.into_iter().flatten().copied().collect();
         let scorer = self.vectors.scorer(embedding)?;
-        let mut scored = Vec::with_capacity(count * 3);
-        for &id in members.into_iter().flatten() {
-            if !crystals.get(&id).is_some_and(admits) {
-                continue;
+        // Each core scores a share of the members, keeping its best `depth` keys; a member is
+        // looked up and checked only when one of its keys would make that share's best.
+        let share = |chunk: &[CrystalId]| {
+            let mut best: Vec<(u64, f32)> = Vec::with_capacity(2 * depth + MAX_SENTENCES + 2);
+            let mut floor = f32::NEG_INFINITY;
+            let mut keys: Vec<(u64, f32)> = Vec::with_capacity(MAX_SENTENCES + 2);
+            for &id in chunk {
+                keys.clear();
+                keys.extend(scorer.score(id).map(|score| (id, score)));
+                if !own_only {
+                    let context = id | CONTEXT_BIT;
+                    keys.extend(scorer.score(context).map(|score| (context, score)));
+                    // Sentence keys are numbered from 1 without gaps.
+                    for n in 1..=MAX_SENTENCES as u64 {
+                        let vkey = id | (n << SENTENCE_SHIFT);
+                        let Some(score) = scorer.score(vkey) else { break };
+                        keys.push((vkey, score));
+                    }
+                }
+                let top = keys.iter().map(|&(_, score)| score).fold(f32::NEG_INFINITY, f32::max);
+                if top < floor || !crystals.get(&id).is_some_and(admits) {
+                    continue;
+                }
+                best.extend(keys.iter().filter(|&&(_, score)| score >= floor));
+                if best.len() >= 2 * depth {
+                    floor = keep_best(&mut best, depth);
+                }
             }
-            if own_only {
-                scored.extend(scorer.score(id).map(|score| (id, score)));
-                continue;
-            }
-            for vkey in [id, id | CONTEXT_BIT] {
-                scored.extend(scorer.score(vkey).map(|score| (vkey, score)));
-            }
-            // Sentence keys are numbered from 1 without gaps.
-            for n in 1..=MAX_SENTENCES as u64 {
-                let vkey = id | (n << SENTENCE_SHIFT);
-                let Some(score) = scorer.score(vkey) else { break };
-                scored.push((vkey, score));
-            }
-        }
+            best
+        };
+        let mut scored = members.par_chunks(SCORED_PER_TASK).map(share).reduce(Vec::new, |mut all, more| {
+            all.extend(more);
+            keep_best(&mut all, depth);
+            all
+        });
         drop(scorer);
-        let best_first = |a: &(u64, f32), b: &(u64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if scored.len() > depth && depth > 0 {
-            scored.select_nth_unstable_by(depth - 1, best_first);
-        }
-        scored.truncate(depth);
+        keep_best(&mut scored, depth);
         scored.sort_unstable_by(best_first);
         Ok(Some(scored))
     }
+}
+
+/// Best first, equal scores by key, as the vector index orders them.
+fn best_first(a: &(u64, f32), b: &(u64, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// Keeps the best `depth` of `scored` (in no order), and says the score a key must reach to
+/// be among them once `depth` are kept.
+fn keep_best(scored: &mut Vec<(u64, f32)>, depth: usize) -> f32 {
+    if depth == 0 || scored.len() < depth {
+        scored.truncate(depth);
+        return f32::NEG_INFINITY;
+    }
+    if scored.len() > depth {
+        scored.select_nth_unstable_by(depth - 1, best_first);
+        scored.truncate(depth);
+    }
+    scored.iter().map(|&(_, score)| score).fold(f32::INFINITY, f32::min)
 }

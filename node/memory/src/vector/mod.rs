@@ -419,14 +419,25 @@ impl VectorIndex {
 
     /// Hides `id` from every later search; false when it was not stored.
     pub fn remove(&self, id: u64) -> bool {
+        self.remove_many([id]) == 1
+    }
+
+    /// [`VectorIndex::remove`] for each of `ids`, taking the lock once a few thousand (so a
+    /// search waits for no more); how many had a live vector.
+    pub fn remove_many(&self, ids: impl IntoIterator<Item = u64>) -> usize {
+        const PER_LOCK: usize = 4096;
         let shared = &self.shared;
-        let (found, compact) = {
+        let mut ids = ids.into_iter().peekable();
+        let (mut found, mut compact) = (0, false);
+        while ids.peek().is_some() {
             let mut state = shared.write();
-            match state.live.remove(&id) {
-                Some(old) => (true, state.bury(old, shared.config.compact_dead_fraction)),
-                None => (false, false),
+            for id in ids.by_ref().take(PER_LOCK) {
+                if let Some(old) = state.live.remove(&id) {
+                    found += 1;
+                    compact |= state.bury(old, shared.config.compact_dead_fraction);
+                }
             }
-        };
+        }
         if compact {
             shared.want();
         }
