@@ -91,7 +91,7 @@ impl Memory {
         report.purged = changes.purge.len();
         changes.importance = refreshed.into_iter().filter(|(id, _)| !changed.contains_key(id)).collect();
         changes.crystals = changed.into_values().collect();
-        let decided = started.elapsed();
+        let deciding = started.elapsed();
         let took = self.commit_timed(changes)?;
         tracing::info!(
             scored = report.scored,
@@ -99,7 +99,7 @@ impl Memory {
             expired = report.expired,
             merged = report.merged,
             purged = report.purged,
-            decide_ms = decided.as_millis() as u64,
+            decide_ms = deciding.as_millis() as u64,
             write_ms = took.write.as_millis() as u64,
             sync_ms = took.sync.as_millis() as u64,
             index_ms = took.index.as_millis() as u64,

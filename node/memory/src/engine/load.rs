@@ -116,11 +116,18 @@ impl Memory {
                                 decode(&k, &v)
                             })
                             .collect::<Result<Vec<_>, Error>>();
-                        let done = batch.as_ref().is_ok_and(Vec::is_empty);
-                        let failed = batch.is_err();
-                        // A closed channel means the reader stopped at an error of its own.
-                        if done || sender.send(batch).is_err() || failed {
-                            return;
+                        match batch {
+                            Ok(batch) if batch.is_empty() => return,
+                            // A closed channel means the reader stopped at an error of its own.
+                            Ok(batch) => {
+                                if sender.send(Ok(batch)).is_err() {
+                                    return;
+                                }
+                            }
+                            Err(error) => {
+                                _ = sender.send(Err(error));
+                                return;
+                            }
                         }
                     }
                 });
