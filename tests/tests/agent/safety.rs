@@ -310,8 +310,10 @@ async fn a_hung_model_call_holds_no_other_thread_and_bad_tool_arguments_are_erro
         node.log_tail()
     );
     // The hung thread's run is dropped at its deadline and tried again later.
+    // The counter moves before the line reaches the log file: wait for both.
     eventually(Duration::from_secs(60), "the deadline to stop the hung run", async || {
         node.metric("druse_agent_batch_deadlines_total").await.is_ok_and(|v| v >= 1.0)
+            && node.log_text().contains("passed its deadline")
     })
     .await?;
     assert!(node.log_text().contains("passed its deadline"), "{}", node.log_tail());
