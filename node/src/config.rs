@@ -57,6 +57,10 @@ pub struct P2p {
     pub heartbeat: Duration,
     /// Most connections at once.
     pub max_connections: u32,
+    /// Peers the node keeps connections to: above a quarter more it closes the least useful,
+    /// below it dials peers it has heard of. At most `max_connections`; unset, 32 or
+    /// `max_connections` if that is lower.
+    pub target_peers: Option<u32>,
 }
 
 impl Default for P2p {
@@ -68,6 +72,7 @@ impl Default for P2p {
             mdns: net.mdns,
             heartbeat: net.heartbeat,
             max_connections: net.max_established,
+            target_peers: None,
         }
     }
 }
@@ -358,13 +363,16 @@ impl Config {
 
     /// The network layer's config.
     pub fn net(&self) -> druse_protocol::net::Config {
+        let defaults = druse_protocol::net::Config::default();
         druse_protocol::net::Config {
             listen: self.p2p.listen.clone(),
             bootstrap: self.p2p.bootstrap.clone(),
             mdns: self.p2p.mdns,
             heartbeat: self.p2p.heartbeat,
             max_established: self.p2p.max_connections,
-            ..druse_protocol::net::Config::default()
+            // Unset, the network layer's default, unless the connection limit is lower.
+            target_peers: self.p2p.target_peers.unwrap_or(defaults.target_peers).min(self.p2p.max_connections),
+            ..defaults
         }
     }
 
@@ -385,6 +393,14 @@ impl Config {
     pub fn check(&self) -> Result<(), Error> {
         if self.p2p.heartbeat.is_zero() {
             return Err(Error::Invalid("p2p.heartbeat must be positive".into()));
+        }
+        if let Some(target) = self.p2p.target_peers
+            && (target == 0 || target > self.p2p.max_connections)
+        {
+            return Err(Error::Invalid(format!(
+                "p2p.target_peers must be between 1 and p2p.max_connections ({}), not {target}",
+                self.p2p.max_connections
+            )));
         }
         if !(0.0..=1.0).contains(&self.market.min_success_rate) {
             return Err(Error::Invalid("market.min_success_rate must be in [0, 1]".into()));
@@ -453,6 +469,22 @@ mod tests {
             }
         }
         assert!(loaded >= 2, "expected the edge and management samples in {}", deploy.display());
+    }
+
+    #[test]
+    fn the_peer_target_is_checked_against_the_connection_limit() {
+        let config = Config::parse("[p2p]\ntarget_peers = 12\n").unwrap();
+        config.check().unwrap();
+        assert_eq!(config.net().target_peers, 12);
+        assert_eq!(Config::default().net().target_peers, 32);
+        // Unset, the target follows a lower connection limit instead of refusing it.
+        let capped = Config::parse("[p2p]\nmax_connections = 16\n").unwrap();
+        capped.check().unwrap();
+        assert_eq!(capped.net().target_peers, 16);
+        for bad in ["target_peers = 0", "max_connections = 16\ntarget_peers = 17"] {
+            let err = Config::parse(&format!("[p2p]\n{bad}\n")).unwrap().check().unwrap_err().to_string();
+            assert!(err.contains("p2p.target_peers"), "{bad}: {err}");
+        }
     }
 
     #[test]

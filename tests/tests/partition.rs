@@ -59,6 +59,7 @@ async fn start(name: &str, seed: u8, role: Role, links: u32) -> TestNode {
     TestNode::start(name, seed, role, &[], |config| {
         tweak(config);
         config.p2p.max_connections = links;
+        config.p2p.target_peers = Some(links);
     })
     .await
     .unwrap()

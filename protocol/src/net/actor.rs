@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::behaviour::{Behaviour, BehaviourEvent, KAD_PROTOCOL};
-use super::{Acceptance, Command, Error, Event, MessageId, PeerInfo, Registry, SyncChannel};
+use super::peers::{self, Closed, Connected};
+use super::{Acceptance, Command, Config, Error, Event, MessageId, PeerInfo, Registry, SyncChannel};
 use crate::{sync, topic};
 
 /// How long a leaving node lets in-flight work settle before it closes its connections.
@@ -47,11 +48,25 @@ pub(super) struct Actor {
     /// Sync requests sent by `Handle::sync`, answered when the peer answers or the request
     /// fails (request-response times every one out, so this map cannot grow without bound).
     pending_syncs: HashMap<OutboundRequestId, SyncReply>,
+    /// When each connected peer's first open connection opened.
+    connected_since: HashMap<PeerId, Instant>,
+    /// The connections the node keeps (see [`peers`]), and how long a new one is safe.
+    target_peers: usize,
+    peer_grace: Duration,
+    /// Peers the manager disconnected or a dial could not reach, not dialled again for a while.
+    closed: Closed,
+    /// When the manager last started a Kademlia bootstrap.
+    last_bootstrap: Option<Instant>,
+    /// Peers disconnected because the node had more than it keeps.
+    trimmed: Counter,
+    /// Peers dialled because the node had fewer than it keeps.
+    topped_up: Counter,
 }
 
 impl Actor {
     pub(super) fn new(
         swarm: Swarm<Behaviour>,
+        config: &Config,
         commands: mpsc::Receiver<Command>,
         events: mpsc::Sender<Event>,
         registry: &mut Registry,
@@ -63,6 +78,18 @@ impl Actor {
             "Swarm events dropped because the node's event channel was full",
             dropped.clone(),
         );
+        let trimmed = Counter::default();
+        registry.register(
+            "druse_net_peers_trimmed",
+            "Peers disconnected because the node had more connections than it keeps",
+            trimmed.clone(),
+        );
+        let topped_up = Counter::default();
+        registry.register(
+            "druse_net_peers_dialled",
+            "Known peers dialled because the node had fewer connections than it keeps",
+            topped_up.clone(),
+        );
         Self {
             swarm,
             commands,
@@ -72,6 +99,14 @@ impl Actor {
             pending_dials: HashMap::new(),
             connections: HashMap::new(),
             pending_syncs: HashMap::new(),
+            connected_since: HashMap::new(),
+            // More than the connection limit could never be reached; dials beyond it are refused.
+            target_peers: usize::try_from(config.target_peers.min(config.max_established)).unwrap_or(usize::MAX),
+            peer_grace: config.peer_grace,
+            closed: Closed::default(),
+            last_bootstrap: None,
+            trimmed,
+            topped_up,
         }
     }
 
@@ -103,6 +138,8 @@ impl Actor {
     /// handle is gone.
     pub(super) async fn run(mut self) {
         tracing::info!("network task started");
+        let mut tick = tokio::time::interval(peers::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let shutdown = loop {
             tokio::select! {
                 biased;
@@ -115,6 +152,7 @@ impl Actor {
                     None => break None,
                 },
                 event = self.swarm.select_next_some() => self.on_swarm_event(event),
+                _ = tick.tick() => self.manage_peers(),
             }
         };
         self.leave().await;
@@ -275,6 +313,7 @@ impl Actor {
                 let addr = endpoint.get_remote_address().clone();
                 self.connections.entry(peer_id).or_default().insert(connection_id, addr);
                 if num_established.get() == 1 {
+                    self.connected_since.insert(peer_id, Instant::now());
                     tracing::debug!(peer = %peer_id, "peer connected");
                     self.emit(Event::PeerConnected(peer_id));
                 }
@@ -287,11 +326,17 @@ impl Actor {
                     }
                 }
                 if num_established == 0 {
+                    self.connected_since.remove(&peer_id);
                     tracing::debug!(peer = %peer_id, "peer disconnected");
                     self.emit(Event::PeerDisconnected(peer_id));
                 }
             }
             SwarmEvent::OutgoingConnectionError { connection_id, peer_id, error } => {
+                // The peer manager leaves a peer it could not reach alone for a while, rather
+                // than dial it again every tick.
+                if let Some(peer) = peer_id.filter(|peer| !self.swarm.is_connected(peer)) {
+                    self.closed.insert(peer, Instant::now());
+                }
                 match self.pending_dials.remove(&connection_id) {
                     Some(reply) => {
                         let _ = reply.send(Err(Error::Dial(error.to_string())));
@@ -388,19 +433,99 @@ impl Actor {
         }
     }
 
-    /// Dials the peers mDNS found on the local network and tells Kademlia about them.
+    /// Dials the peers mDNS found on the local network, as many as the node has room for, and
+    /// tells Kademlia about all of them.
     fn on_discovered(&mut self, found: Vec<(PeerId, Multiaddr)>) {
         let mut by_peer: HashMap<PeerId, Vec<Multiaddr>> = HashMap::new();
         for (peer, addr) in found {
             self.swarm.behaviour_mut().kademlia.add_address(&peer, addr.clone());
             by_peer.entry(peer).or_default().push(addr);
         }
+        let mut room = self.target_peers.saturating_sub(self.swarm.network_info().num_peers());
         for (peer, addrs) in by_peer {
             if self.swarm.is_connected(&peer) {
                 continue;
             }
+            // Kademlia keeps the rest, for the peer manager to dial when it needs them.
+            let Some(left) = room.checked_sub(1) else { break };
+            room = left;
             if let Err(error) = self.swarm.dial(DialOpts::peer_id(peer).addresses(addrs).build()) {
                 tracing::debug!(%peer, %error, "cannot dial peer found by mDNS");
+            }
+        }
+    }
+
+    /// The peer manager's tick (see [`peers`]): trims above the high water mark, tops up below
+    /// the target.
+    fn manage_peers(&mut self) {
+        let now = Instant::now();
+        self.closed.expire(now);
+        let connected = self.swarm.network_info().num_peers();
+        if connected > peers::high_water(self.target_peers) {
+            self.trim(now);
+        } else if connected < self.target_peers {
+            self.top_up(self.target_peers - connected, now);
+        }
+    }
+
+    fn trim(&mut self, now: Instant) {
+        let gossipsub = &self.swarm.behaviour().gossipsub;
+        let mut meshes: HashMap<PeerId, usize> = HashMap::new();
+        for topic in gossipsub.topics() {
+            for peer in gossipsub.mesh_peers(topic) {
+                *meshes.entry(*peer).or_default() += 1;
+            }
+        }
+        let connected = self
+            .connected_since
+            .iter()
+            .map(|(peer, since)| Connected {
+                peer: *peer,
+                since: *since,
+                meshes: meshes.get(peer).copied().unwrap_or(0),
+                score: gossipsub.peer_score(peer).unwrap_or(0.0),
+            })
+            .collect();
+        let excess = peers::excess(connected, self.target_peers, self.peer_grace, now);
+        if !excess.is_empty() {
+            tracing::debug!(
+                peers = self.connected_since.len(),
+                closing = excess.len(),
+                "more peers than the node keeps"
+            );
+        }
+        for peer in excess {
+            if self.swarm.disconnect_peer_id(peer).is_ok() {
+                self.closed.insert(peer, now);
+                self.trimmed.inc();
+            }
+        }
+    }
+
+    fn top_up(&mut self, wanted: usize, now: Instant) {
+        let known: Vec<PeerId> = self
+            .swarm
+            .behaviour_mut()
+            .kademlia
+            .kbuckets()
+            .flat_map(|bucket| bucket.iter().map(|entry| *entry.node.key.preimage()).collect::<Vec<_>>())
+            .collect();
+        let candidates: Vec<PeerId> =
+            known.into_iter().filter(|peer| !self.swarm.is_connected(peer) && !self.closed.recent(peer, now)).collect();
+        if candidates.is_empty() {
+            if self.last_bootstrap.is_none_or(|at| now.saturating_duration_since(at) >= peers::BOOTSTRAP_EVERY) {
+                self.last_bootstrap = Some(now);
+                if let Err(error) = self.swarm.behaviour_mut().kademlia.bootstrap() {
+                    tracing::debug!(%error, "kademlia bootstrap not started");
+                }
+            }
+            return;
+        }
+        for peer in peers::shuffled(candidates).into_iter().take(wanted.min(peers::DIALS_PER_TICK)) {
+            // Kademlia supplies the addresses; a peer being dialled already is left alone.
+            let opts = DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
+            if self.swarm.dial(opts).is_ok() {
+                self.topped_up.inc();
             }
         }
     }

@@ -95,8 +95,11 @@ impl Behaviour {
                 .with_agent_version(format!("druse/{}", env!("CARGO_PKG_VERSION"))),
         );
 
-        let mut kademlia =
-            kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), kad::Config::new(KAD_PROTOCOL));
+        let mut kad_config = kad::Config::new(KAD_PROTOCOL);
+        // A bootstrap dials the peers it walks through, and gossipsub keeps every connection
+        // open: the peer manager bootstraps when it needs peers, not every five minutes.
+        kad_config.set_periodic_bootstrap_interval(None);
+        let mut kademlia = kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), kad_config);
         // Every druse node answers DHT queries: nodes on one LAN or machine never confirm an
         // external address, and in automatic mode they would all stay silent clients.
         kademlia.set_mode(Some(kad::Mode::Server));

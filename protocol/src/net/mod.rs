@@ -20,6 +20,7 @@
 
 mod actor;
 mod behaviour;
+mod peers;
 mod start;
 #[cfg(test)]
 mod tests;
@@ -40,6 +41,7 @@ pub use libp2p::gossipsub::MessageId;
 pub use libp2p::metrics::Registry;
 /// Addresses and peer ids, re-exported so the node needs no libp2p dependency of its own.
 pub use libp2p::{Multiaddr, PeerId};
+pub use peers::high_water as peer_high_water;
 pub use start::spawn;
 
 use crate::sync;
@@ -62,6 +64,11 @@ pub struct Config {
     pub max_established_per_peer: u32,
     /// At most this many connections in total.
     pub max_established: u32,
+    /// The peers the node keeps connections to: it trims back to this many once it has a
+    /// quarter more, and dials peers it knows of while it has fewer (see `peers`).
+    pub target_peers: u32,
+    /// A new connection is never trimmed before it is this old.
+    pub peer_grace: Duration,
     /// A connection no protocol uses is closed after this long.
     pub idle_timeout: Duration,
     /// Bound of the event channel; events that do not fit are dropped and counted.
@@ -83,6 +90,8 @@ impl Default for Config {
             heartbeat: Duration::from_secs(1),
             max_established_per_peer: 2,
             max_established: 128,
+            target_peers: 32,
+            peer_grace: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(60),
             event_buffer: 1024,
         }

@@ -33,7 +33,7 @@ pub fn spawn(
     let swarm = build_swarm(key.to_libp2p(), &config, registry)?;
     let (event_tx, event_rx) = mpsc::channel(config.event_buffer.max(1));
     let (command_tx, command_rx) = mpsc::channel(COMMAND_BUFFER);
-    let mut actor = Actor::new(swarm, command_rx, event_tx, registry);
+    let mut actor = Actor::new(swarm, &config, command_rx, event_tx, registry);
     actor.start(&config.listen, &bootstrap)?;
 
     let span = tracing::info_span!("net", peer = %local_peer_id);

@@ -309,6 +309,82 @@ async fn bootstrap_peers_are_dialled_at_start() {
     .expect("B never connected to its bootstrap peer");
 }
 
+/// Reports `Accept` for every gossip message `node` receives, so it forwards them, and sends
+/// `index` to `heard` for each.
+fn accept_everything(mut node: Node, index: usize, heard: mpsc::Sender<usize>) -> (Handle, TaskGuard) {
+    let handle = node.handle.clone();
+    let task = tokio::spawn(async move {
+        while let Some(event) = node.events.recv().await {
+            if let Event::Message { id, propagation_source, .. } = event {
+                let _ = node.handle.report(id, propagation_source, Acceptance::Accept).await;
+                let _ = heard.send(index).await;
+            }
+        }
+    });
+    (handle, TaskGuard(task))
+}
+
+/// Eight nodes that all dial each other, each keeping four: every node trims back under its
+/// high water mark (closing and redialling as the others trim too), and a message published
+/// afterwards still reaches every node.
+#[tokio::test(flavor = "multi_thread")]
+async fn crowded_nodes_trim_to_their_target_and_the_swarm_still_delivers() {
+    const TARGET: u32 = 4;
+    let kept = || Config { target_peers: TARGET, peer_grace: Duration::from_millis(300), ..config(TCP) };
+    let mut nodes = Vec::new();
+    for seed in 210..218 {
+        nodes.push(start(seed, kept()).await);
+    }
+    for i in 0..nodes.len() {
+        for j in i + 1..nodes.len() {
+            connect(&nodes[i], &nodes[j]).await;
+        }
+    }
+    let author = nodes[0].key.clone();
+    let (heard_tx, mut heard) = mpsc::channel(64);
+    let running: Vec<(Handle, TaskGuard)> =
+        nodes.into_iter().enumerate().map(|(i, node)| accept_everything(node, i, heard_tx.clone())).collect();
+
+    let high_water = peers::high_water(TARGET as usize);
+    let counts = timeout(WAIT * 3, async {
+        loop {
+            let mut counts = Vec::new();
+            for (handle, _) in &running {
+                counts.push(handle.peers().await.unwrap().len());
+            }
+            if counts.iter().all(|&n| (1..=high_water).contains(&n)) {
+                break counts;
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the nodes never came back under their high water mark");
+    assert!(counts.iter().any(|&n| n < 7), "nothing was trimmed: {counts:?}");
+
+    let (publisher, _) = &running[0];
+    let data = envelope(&author, 1);
+    timeout(WAIT, async {
+        loop {
+            match publisher.publish(crate::topic::REPORTS, data.clone()).await {
+                Ok(_) => break,
+                Err(Error::NoPeers) => sleep(Duration::from_millis(20)).await,
+                Err(e) => panic!("publish failed: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("no peer ever subscribed");
+    let mut reached = std::collections::BTreeSet::new();
+    timeout(WAIT, async {
+        while reached.len() < running.len() - 1 {
+            reached.insert(heard.recv().await.expect("every node stopped"));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the message reached only {reached:?} of nodes 1-7 (peer counts {counts:?})"));
+}
+
 #[test]
 fn spawning_outside_a_runtime_is_an_error() {
     let key = Keypair::from_seed([121; 32]);

@@ -73,6 +73,9 @@ struct Args {
     /// Connections each node keeps at most (`[p2p] max_connections`; the default if unset).
     #[arg(long)]
     max_connections: Option<u32>,
+    /// Peers each node keeps connections to (`[p2p] target_peers`; the default if unset).
+    #[arg(long)]
+    target_peers: Option<u32>,
     /// How long the idle swarm's CPU use is measured, once it is up.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     idle: Duration,
@@ -89,12 +92,15 @@ fn unlimited(config: &mut Config) {
 
 /// A swarm node's config: unlimited, with the run's heartbeat and connection limit.
 fn swarm_node(args: &Args) -> impl Fn(&mut Config) + use<> {
-    let (heartbeat, max_connections) = (args.heartbeat, args.max_connections);
+    let (heartbeat, max_connections, target_peers) = (args.heartbeat, args.max_connections, args.target_peers);
     move |config| {
         unlimited(config);
         config.p2p.heartbeat = heartbeat;
         if let Some(max) = max_connections {
             config.p2p.max_connections = max;
+        }
+        if target_peers.is_some() {
+            config.p2p.target_peers = target_peers;
         }
     }
 }
@@ -117,6 +123,7 @@ async fn main() -> Result<()> {
     let pid = std::process::id();
     let before = procfs::status(pid)?;
     let nodes = start_swarm(&args, &mut rng).await?;
+    let settled = settle(&nodes).await?;
     let swarm = measure_idle(pid, before, &nodes, args.idle).await?;
     let mgmt = &nodes[0];
     let management =
@@ -144,6 +151,7 @@ async fn main() -> Result<()> {
     println!("| {:<42} | {:>13.1} MB |", "  per node", mb(swarm.up.rss.saturating_sub(before.rss)) / args.nodes as f64);
     println!("| {:<42} | {:>16} |", "threads", swarm.up.threads);
     println!("| {:<42} | {:>16.1} |", "connected peers per node", swarm.peers);
+    println!("| {:<42} | {:>14.1} s |", "swarm up -> every node at its peer target", settled.as_secs_f64());
     println!("| {:<42} | {:>10.2} cores |", format!("CPU while idle, over {:?}", args.idle), swarm.idle_cores);
     println!();
     println!("| ingest on one node                         | value            | target      |");
@@ -207,6 +215,35 @@ struct Swarm {
     idle_cores: f64,
     /// Connected peers per node, on average, after the idle time.
     peers: f64,
+}
+
+/// How long a settling swarm may take before the run goes on without it.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Waits until every node is back within its connection target: Kademlia's first lookups
+/// connect each node to nearly every other, and each node closes the surplus once the
+/// connections are past their grace period. What is measured afterwards is the swarm as it
+/// runs, not its first minute.
+async fn settle(nodes: &[TestNode]) -> Result<Duration> {
+    let started = Instant::now();
+    loop {
+        let mut over = 0;
+        for node in nodes {
+            let high = druse_protocol::net::peer_high_water(node.config.net().target_peers as usize);
+            if node.net().peers().await?.len() > high {
+                over += 1;
+            }
+        }
+        if over == 0 {
+            println!("settled in {:.1} s: every node within its peer target", started.elapsed().as_secs_f64());
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > SETTLE_TIMEOUT {
+            println!("not settled after {SETTLE_TIMEOUT:?}: {over} nodes above their peer target; measuring anyway");
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The process's resident memory with the swarm up, and its CPU use while the swarm idles.

@@ -1,0 +1,212 @@
+//! Keeps a node's connections near a target, as a connection manager does.
+//!
+//! Gossipsub keeps a stream open on every connection, so libp2p never closes one as idle, and
+//! every Kademlia lookup dials the peers it learns of. Left alone, every node of a swarm ends up
+//! connected to every other: at a hundred nodes that is 99 connections each, whose handshakes,
+//! pings, keep-alive traffic and per-peer scoring cost more than the messages themselves. The
+//! mesh of each topic uses a handful of them; the rest only carry gossip about what the meshes
+//! already delivered.
+//!
+//! So, once a tick: above the high water mark, the node closes connections until it is back at
+//! the target, choosing among the peers connected longer than a grace period (a newcomer has
+//! time to join meshes) those in the fewest meshes, then the lowest gossipsub score, then the
+//! newest. Below the target it dials peers its Kademlia routing table knows of, a few a tick,
+//! leaving alone for a while those it closed itself or could not reach, and runs a Kademlia bootstrap when the
+//! table has no one left to offer.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use libp2p::PeerId;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+/// How often connections are counted and trimmed or topped up.
+pub(super) const TICK: Duration = Duration::from_secs(1);
+
+/// At most this many dials a tick while below the target.
+pub(super) const DIALS_PER_TICK: usize = 8;
+
+/// A peer this node closed, or could not reach, is not dialled again for this long (it may
+/// still dial us).
+pub(super) const REDIAL_AFTER: Duration = Duration::from_secs(300);
+
+/// The closed peers remembered at most; past it the oldest is forgotten first.
+const CLOSED_MAX: usize = 4096;
+
+/// Kademlia bootstraps, when the routing table has nobody left to dial, at most this often.
+pub(super) const BOOTSTRAP_EVERY: Duration = Duration::from_secs(60);
+
+/// Above this many peers the node trims back to `target`: a quarter more, and at least two, so
+/// a peer dialling in does not make the node close a connection every tick.
+pub fn high_water(target: usize) -> usize {
+    target + (target / 4).max(2)
+}
+
+/// A connected peer as the manager weighs it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Connected {
+    pub(super) peer: PeerId,
+    /// When the first of its current connections opened.
+    pub(super) since: Instant,
+    /// How many of this node's topic meshes it is in.
+    pub(super) meshes: usize,
+    /// Its gossipsub score (0 when gossipsub does not score it).
+    pub(super) score: f64,
+}
+
+/// The peers to disconnect so that at most `target` remain: none while the node has at most
+/// [`high_water`] peers. Peers connected for less than `grace` are kept. Of the others, the
+/// ones in the fewest meshes go first, then the lowest scored, then the newest.
+pub(super) fn excess(mut connected: Vec<Connected>, target: usize, grace: Duration, now: Instant) -> Vec<PeerId> {
+    if connected.len() <= high_water(target) {
+        return Vec::new();
+    }
+    let surplus = connected.len() - target;
+    connected.retain(|c| now.saturating_duration_since(c.since) >= grace);
+    connected.sort_by(|a, b| {
+        a.meshes.cmp(&b.meshes).then(a.score.total_cmp(&b.score)).then(b.since.cmp(&a.since)).then(a.peer.cmp(&b.peer))
+    });
+    connected.into_iter().take(surplus).map(|c| c.peer).collect()
+}
+
+/// `candidates` in an order no peer can choose: sorted by a hash of each peer id under a fresh
+/// random salt, so that who gets dialled does not depend on routing-table order.
+pub(super) fn shuffled(mut candidates: Vec<PeerId>) -> Vec<PeerId> {
+    let mut salt = [0u8; 16];
+    // Without randomness the order is the routing table's; still a valid choice.
+    let _ = getrandom::fill(&mut salt);
+    let rank = |peer: &PeerId| -> [u8; 32] {
+        let mut hash = Sha256::new();
+        hash.update(salt);
+        hash.update(peer.to_bytes());
+        hash.finalize().into()
+    };
+    candidates.sort_by_cached_key(rank);
+    candidates
+}
+
+/// Peers this node closed or could not reach, and when: not dialled again before
+/// [`REDIAL_AFTER`].
+#[derive(Debug, Default)]
+pub(super) struct Closed(HashMap<PeerId, Instant>);
+
+impl Closed {
+    pub(super) fn insert(&mut self, peer: PeerId, now: Instant) {
+        if self.0.len() >= CLOSED_MAX
+            && !self.0.contains_key(&peer)
+            && let Some(oldest) = self.0.iter().min_by_key(|(_, at)| **at).map(|(peer, _)| *peer)
+        {
+            self.0.remove(&oldest);
+        }
+        self.0.insert(peer, now);
+    }
+
+    /// Whether `peer` was closed less than [`REDIAL_AFTER`] ago.
+    pub(super) fn recent(&self, peer: &PeerId, now: Instant) -> bool {
+        self.0.get(peer).is_some_and(|at| now.saturating_duration_since(*at) < REDIAL_AFTER)
+    }
+
+    /// Forgets closes older than [`REDIAL_AFTER`], so the map holds at most what a few minutes
+    /// of trimming closed.
+    pub(super) fn expire(&mut self, now: Instant) {
+        self.0.retain(|_, at| now.saturating_duration_since(*at) < REDIAL_AFTER);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peers(n: u8) -> Vec<PeerId> {
+        (0..n).map(|i| crate::Keypair::from_seed([i; 32]).peer_id()).collect()
+    }
+
+    fn connected(peer: PeerId, since: Instant, meshes: usize, score: f64) -> Connected {
+        Connected { peer, since, meshes, score }
+    }
+
+    #[test]
+    fn high_water_is_a_quarter_above_the_target_and_at_least_two() {
+        assert_eq!(high_water(1), 3);
+        assert_eq!(high_water(8), 10);
+        assert_eq!(high_water(32), 40);
+    }
+
+    #[test]
+    fn nothing_is_trimmed_up_to_the_high_water_mark() {
+        let now = Instant::now() + Duration::from_secs(3600);
+        let old = now - Duration::from_secs(600);
+        let all: Vec<Connected> = peers(10).into_iter().map(|p| connected(p, old, 0, 0.0)).collect();
+        assert!(excess(all.clone(), 8, Duration::from_secs(20), now).is_empty());
+        assert_eq!(excess(all, 7, Duration::from_secs(20), now).len(), 3, "10 peers, target 7, high water 9");
+    }
+
+    #[test]
+    fn trimming_keeps_newcomers_mesh_peers_and_high_scores() {
+        let now = Instant::now() + Duration::from_secs(3600);
+        let grace = Duration::from_secs(20);
+        let old = now - Duration::from_secs(600);
+        let ids = peers(8);
+        let all = vec![
+            connected(ids[0], now - Duration::from_secs(5), 0, -50.0), // inside its grace period
+            connected(ids[1], old, 3, 0.0),                            // in three meshes
+            connected(ids[2], old, 1, 0.0),                            // in one mesh
+            connected(ids[3], old, 0, 10.0),                           // no mesh, well scored
+            connected(ids[4], old, 0, -10.0),                          // no mesh, scored low
+            connected(ids[5], old + Duration::from_secs(60), 0, 0.0),  // no mesh, newer
+            connected(ids[6], old, 0, 0.0),                            // no mesh, older
+            connected(ids[7], old, 2, 0.0),                            // in two meshes
+        ];
+        // Target 3, high water 5: five of eight go, in this order.
+        let trimmed = excess(all.clone(), 3, grace, now);
+        assert_eq!(trimmed, vec![ids[4], ids[5], ids[6], ids[3], ids[2]]);
+        // With more newcomers than the surplus allows, the node stays above target for now.
+        let fresh: Vec<Connected> = all.iter().map(|c| Connected { since: now, ..*c }).collect();
+        assert!(excess(fresh, 3, grace, now).is_empty());
+    }
+
+    #[test]
+    fn a_closed_peer_is_left_alone_for_a_while_and_then_forgotten() {
+        let now = Instant::now();
+        let [a, b] = [peers(2)[0], peers(2)[1]];
+        let mut closed = Closed::default();
+        closed.insert(a, now);
+        assert!(closed.recent(&a, now + REDIAL_AFTER - Duration::from_secs(1)));
+        assert!(!closed.recent(&a, now + REDIAL_AFTER));
+        assert!(!closed.recent(&b, now));
+        closed.expire(now + REDIAL_AFTER);
+        assert!(closed.0.is_empty());
+    }
+
+    #[test]
+    fn closed_peers_past_the_bound_forget_the_oldest() {
+        let now = Instant::now();
+        let mut closed = Closed::default();
+        let ids: Vec<PeerId> = (0..=CLOSED_MAX as u16)
+            .map(|i| {
+                let mut seed = [7u8; 32];
+                seed[..2].copy_from_slice(&i.to_le_bytes());
+                crate::Keypair::from_seed(seed).peer_id()
+            })
+            .collect();
+        for (i, peer) in ids.iter().enumerate() {
+            closed.insert(*peer, now + Duration::from_millis(i as u64));
+        }
+        assert_eq!(closed.0.len(), CLOSED_MAX);
+        assert!(!closed.recent(&ids[0], now), "the oldest went first");
+        assert!(closed.recent(&ids[1], now + Duration::from_secs(1)));
+        assert!(closed.recent(&ids[CLOSED_MAX], now + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn shuffling_keeps_every_candidate_once() {
+        let ids = peers(50);
+        let mut out = shuffled(ids.clone());
+        assert_ne!(out, ids, "50 peers in the same order twice is a 1 in 50! chance");
+        out.sort();
+        let mut sorted = ids;
+        sorted.sort();
+        assert_eq!(out, sorted);
+    }
+}
