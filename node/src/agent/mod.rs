@@ -382,6 +382,10 @@ async fn run_agent(
     mut requests: mpsc::Receiver<RunRequest>,
 ) {
     let Handle { status, paused, journal, agent: running, .. } = handle;
+    // Retries double from 2 s up to a minute: an operator who mends the PDS or the password
+    // sees the agent log in within a minute, and a host under load that failed the first few
+    // tries is not left waiting minutes for the next.
+    const MOST: Duration = Duration::from_secs(60);
     let mut backoff = Duration::from_secs(2);
     let agent = loop {
         match connect(&node, &metrics, &secrets, &status, journal.clone()).await {
@@ -393,7 +397,7 @@ async fn run_agent(
                     s.last_error = Some(error);
                 });
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(300));
+                backoff = (backoff * 2).min(MOST);
             }
         }
     };

@@ -294,6 +294,9 @@ async fn tryit_a_new_user_talks_to_the_agent_on_a_local_bluesky_and_sigterm_stop
         ("POLL_INTERVAL", "300ms".into()),
         ("REPLY_TIMEOUT", ANSWERED.as_secs().to_string()),
         ("MODEL_DOWNLOAD", "false".into()),
+        // Each of the script's two waits (the API, then the agent's login) may take most of
+        // this test's own deadline on a loaded machine.
+        ("READY_TIMEOUT", (READY.as_secs() * 4 / 5).to_string()),
     ];
     let mut session = Session::start(&env, dir.path().join("try-agent.out"))?;
 
