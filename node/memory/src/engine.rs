@@ -407,10 +407,25 @@ impl Memory {
                 .map_err(|_| Error::Invalid("the stored id bound is not 8 bytes".into()))?,
             None => 0,
         };
-        let vectors = VectorIndex::open(
-            vector::Config { dim: embedder.dim(), ..vector::Config::default() },
-            &vectors_dir(index_dir),
-        )?;
+        // The graphs come from their files and the crystals from the store: a start reads both
+        // at once, so the slower of the two, not their sum, is what it waits for.
+        let started = std::time::Instant::now();
+        let (vectors, crystals) = std::thread::scope(|scope| {
+            let graphs = scope.spawn(|| {
+                VectorIndex::open(
+                    vector::Config { dim: embedder.dim(), ..vector::Config::default() },
+                    &vectors_dir(index_dir),
+                )
+            });
+            let crystals = load::read_crystals(&tree);
+            (graphs.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), crystals)
+        });
+        let (vectors, crystals) = (vectors?, crystals?);
+        tracing::info!(
+            crystals = crystals.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "crystals read from the store, beside the vector graphs"
+        );
         let text = match TextIndex::open(index_dir) {
             Ok(text) => text,
             Err(error) => {
@@ -442,7 +457,7 @@ impl Memory {
             text_pending: Mutex::new(TextPending::default()),
             write: Mutex::new(()),
         };
-        memory.load(now)?;
+        memory.load(crystals, now)?;
         Ok(memory)
     }
 
