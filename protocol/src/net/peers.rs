@@ -11,8 +11,8 @@
 //! the target, choosing among the peers connected longer than a grace period (a newcomer has
 //! time to join meshes) those in the fewest meshes, then the lowest gossipsub score, then the
 //! newest. Below the target it dials peers its Kademlia routing table knows of, a few a tick,
-//! leaving alone for a while those it closed itself or could not reach, and runs a Kademlia bootstrap when the
-//! table has no one left to offer.
+//! leaving alone for a while those it closed itself or could not reach, and runs a Kademlia
+//! bootstrap when the table has no one left to offer.
 
 use std::collections::HashMap;
 use std::time::Duration;
