@@ -417,7 +417,7 @@ impl Memory {
                     &vectors_dir(index_dir),
                 )
             });
-            let crystals = load::read_crystals(&tree);
+            let crystals = Self::read_crystals(&tree);
             (graphs.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), crystals)
         });
         let (vectors, crystals) = (vectors?, crystals?);

@@ -11,25 +11,25 @@ use super::{CONTEXT, CRYSTAL, EMBEDDING, Error, Memory, SENTENCES, Scopes, is_li
 use crate::crystal::Crystal;
 use druse_protocol::UnixMillis;
 
-/// Every crystal in the store, by id, as stored. It needs nothing but the store, so a start
-/// reads it while the vector graphs are read from their files.
-pub(super) fn read_crystals(tree: &fjall::Keyspace) -> Result<FxHashMap<u64, Crystal>, Error> {
-    let mut map = FxHashMap::default();
-    each_batch(
-        tree,
-        CRYSTAL,
-        |k, v| serde_json::from_slice::<Crystal>(v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e)),
-        |crystals| {
-            map.extend(crystals.into_iter().map(|crystal| (crystal.id, crystal)));
-            Ok(())
-        },
-    )?;
-    Ok(map)
-}
-
 impl Memory {
-    /// Takes the crystals [`read_crystals`] read (their importance brought to `now`), reads
-    /// every stored vector into the indexes, and brings the text index up to the store.
+    /// Every crystal in the store, by id, as stored. It needs nothing but the store, so a
+    /// start reads it while the vector graphs are read from their files.
+    pub(super) fn read_crystals(tree: &fjall::Keyspace) -> Result<FxHashMap<u64, Crystal>, Error> {
+        let mut map = FxHashMap::default();
+        each_batch(
+            tree,
+            CRYSTAL,
+            |k, v| serde_json::from_slice::<Crystal>(v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e)),
+            |crystals| {
+                map.extend(crystals.into_iter().map(|crystal| (crystal.id, crystal)));
+                Ok(())
+            },
+        )?;
+        Ok(map)
+    }
+
+    /// Takes the crystals [`Memory::read_crystals`] read (their importance brought to `now`),
+    /// reads every stored vector into the indexes, and brings the text index up to the store.
     pub(super) fn load(&self, mut map: FxHashMap<u64, Crystal>, now: UnixMillis) -> Result<(), Error> {
         let started = std::time::Instant::now();
         let indexed_up_to = self.text.indexed_up_to();
