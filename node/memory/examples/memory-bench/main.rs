@@ -50,6 +50,22 @@ struct Cli {
 enum Mode {
     /// The vector index alone, with its tuning knobs.
     Index(IndexArgs),
+    /// A restart on stores a run kept (`--keep`), and searches after it: the same data
+    /// arguments find the same synthetic vectors. Changes to the start can be timed at a
+    /// million memories without loading a million again.
+    Reopen(ReopenArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReopenArgs {
+    #[command(flatten)]
+    data: DataArgs,
+    /// The directory a run kept its stores in (`--keep`).
+    #[arg(long)]
+    dir: std::path::PathBuf,
+    /// Days the kept run stored its crystals over (its `--days`).
+    #[arg(long, default_value_t = 60)]
+    days: u64,
 }
 
 /// The shape of the synthetic data.
@@ -90,6 +106,10 @@ struct EngineArgs {
     /// activated, promoted and merged crystals to handle.
     #[arg(long, default_value_t = 40)]
     popular_clusters: usize,
+    /// Keep each size's store in this directory (`<keep>/<n>`) after the run, for
+    /// `memory-bench reopen`; a store already there is refused.
+    #[arg(long)]
+    keep: Option<std::path::PathBuf>,
 }
 
 /// When the run started, and when it last made progress (seconds after the start).
@@ -410,8 +430,8 @@ fn time_adds(memory: &Memory, turns: &[String], count: usize, start: u64) -> any
 /// The scratch directories in use, for the watchdog to remove.
 static SCRATCH: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
 
-/// A directory under the system's temporary one, removed when dropped.
-struct Scratch(std::path::PathBuf);
+/// A directory under the system's temporary one, removed when dropped, or one kept.
+struct Scratch(std::path::PathBuf, bool);
 
 impl Scratch {
     fn new(name: &str) -> anyhow::Result<Scratch> {
@@ -420,13 +440,24 @@ impl Scratch {
         if let Ok(mut dirs) = SCRATCH.lock() {
             dirs.push(dir.clone());
         }
-        Ok(Scratch(dir))
+        Ok(Scratch(dir, false))
+    }
+
+    /// A new directory that outlives the run.
+    fn kept(dir: std::path::PathBuf) -> anyhow::Result<Scratch> {
+        if dir.exists() {
+            bail!("{} exists: a kept store is never loaded over", dir.display());
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir, true))
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.1 {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -442,12 +473,7 @@ fn open_store(dir: &Path) -> anyhow::Result<fjall::Database> {
 /// One size's figures.
 struct Row {
     n: usize,
-    search: (f64, f64),
-    /// A search scoped to one of the 50 users' namespaces.
-    scoped: (f64, f64),
-    vector: (f64, f64),
-    exact_p50: f64,
-    recall: f64,
+    searches: Searches,
     add: (f64, f64),
     consolidation: Duration,
     purge: Duration,
@@ -455,6 +481,44 @@ struct Row {
     /// store was opened (the synthetic data), in MiB.
     resident_mib: f64,
     restart: Restart,
+}
+
+/// Timed searches on a loaded store.
+struct Searches {
+    search: (f64, f64),
+    /// A search scoped to one of the 50 users' namespaces.
+    scoped: (f64, f64),
+    vector: (f64, f64),
+    exact_p50: f64,
+    recall: f64,
+}
+
+/// Times `queries` searches of each kind on `memory`, after 20 to warm its caches.
+fn time_searches(memory: &Memory, queries: usize, k: usize, rng: &mut Rng, now: u64) -> anyhow::Result<Searches> {
+    let query_text = |j: usize, rng: &mut Rng| format!("#q{j} {}", words(rng, 4));
+    for j in 0..20.min(queries) {
+        memory.search(&Query { q: query_text(j, rng), k, ..Query::default() }, Caller::LocalAgent, now)?;
+    }
+    let (mut search, mut scoped, mut vector, mut exact, mut recalls) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for j in 0..queries {
+        let query = Query { q: query_text(j, rng), k, ..Query::default() };
+        timed(&mut search, || memory.search(&query, Caller::LocalAgent, now))?;
+        let namespace = Namespace::try_from(format!("user:u{}", j % USERS)).map_err(anyhow::Error::msg)?;
+        let one_user = Query { namespace: Some(namespace), ..query.clone() };
+        timed(&mut scoped, || memory.search(&one_user, Caller::LocalAgent, now))?;
+        let found = timed(&mut vector, || memory.vector_hits(&query.q, k))?;
+        let truth = timed(&mut exact, || memory.vector_hits_exact(&query.q, k))?;
+        recalls.push(recall(&ids(&found), &ids(&truth)));
+        progress();
+    }
+    Ok(Searches {
+        search: p50_p99(search),
+        scoped: p50_p99(scoped),
+        vector: p50_p99(vector),
+        exact_p50: p50_p99(exact).0,
+        recall: mean(&recalls),
+    })
 }
 
 /// The engine opened again on the same store.
@@ -471,6 +535,21 @@ struct Restart {
     tail: usize,
     /// Segments built after the start, until the index was idle.
     builds: u64,
+}
+
+impl Restart {
+    fn print(&self, n: usize, k: usize) {
+        println!(
+            "  n={n}: restart: store open in {:.2} s, memory in {:.2} s, first answer {:.2} s after the start, recall@{k} {:.4}; {} vectors from the graphs read back, {} to the tail, {} segments built after it",
+            self.store.as_secs_f64(),
+            self.open.as_secs_f64(),
+            self.first_answer.as_secs_f64(),
+            self.recall,
+            self.from_graphs,
+            self.tail,
+            self.builds
+        );
+    }
 }
 
 /// Waits up to an hour for the vector index's builds, telling the watchdog the wait is
@@ -499,6 +578,11 @@ fn status_mib(field: &str) -> f64 {
 fn restart(memory: Memory, dir: &Path, embedder: &Arc<Synthetic>, k: usize, now: u64) -> anyhow::Result<Restart> {
     memory.flush()?;
     drop(memory);
+    Ok(reopen(dir, embedder, k, now)?.0)
+}
+
+/// Opens the engine on the store in `dir`: how long until it answers, and how well.
+fn reopen(dir: &Path, embedder: &Arc<Synthetic>, k: usize, now: u64) -> anyhow::Result<(Restart, Memory)> {
     let started = Instant::now();
     let db = open_store(dir)?;
     let store = started.elapsed();
@@ -517,7 +601,7 @@ fn restart(memory: Memory, dir: &Path, embedder: &Arc<Synthetic>, k: usize, now:
     if !wait_indexed(&memory) {
         bail!("the vector index was still building an hour after the restart");
     }
-    Ok(Restart {
+    let restart = Restart {
         store,
         open,
         first_answer,
@@ -525,20 +609,51 @@ fn restart(memory: Memory, dir: &Path, embedder: &Arc<Synthetic>, k: usize, now:
         from_graphs: stats.live - stats.tail.min(stats.live),
         tail: stats.tail,
         builds: memory.vector_stats().builds,
-    })
+    };
+    Ok((restart, memory))
 }
 
-fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<Row> {
-    let data = Data::new(&args.data, n, DIM, true);
-    let embedder = Arc::new(Synthetic {
+/// The engine's synthetic embedder for `n` memories of the data `args` describe.
+fn synthetic(args: &DataArgs, n: usize) -> Arc<Synthetic> {
+    let data = Data::new(args, n, DIM, true);
+    Arc::new(Synthetic {
         vectors: Arc::new(data.vectors),
         queries: Arc::new(data.queries.iter().map(|(_, q)| q.clone()).collect()),
         centroids: Arc::new(data.centroids),
         fallback: Hashing::new(DIM),
-    });
+    })
+}
+
+/// `memory-bench reopen`: a restart on each kept store, then the searches timed on it.
+fn reopen_kept(args: &ReopenArgs) -> anyhow::Result<()> {
+    for &n in &args.data.sizes {
+        let dir = args.dir.join(n.to_string());
+        if !dir.join("db").exists() {
+            bail!("{} holds no kept store (run with --keep {})", dir.display(), args.dir.display());
+        }
+        let embedder = synthetic(&args.data, n);
+        let k = args.data.k;
+        // As the run that kept it: its restart came an hour after its searches.
+        let now = START_MS + args.days * DAY_MS + 2 * 3_600_000;
+        let (restart, memory) = reopen(&dir, &embedder, k, now)?;
+        restart.print(n, k);
+        let s = time_searches(&memory, embedder.queries.len(), k, &mut Rng(0x5eed ^ n as u64), now)?;
+        println!(
+            "  n={n}: search p50 / p99 {:.2} / {:.2} ms, scoped {:.2} / {:.2} ms, vector {:.2} / {:.2} ms, recall@{k} {:.4}, exact p50 {:.2} ms",
+            s.search.0, s.search.1, s.scoped.0, s.scoped.1, s.vector.0, s.vector.1, s.recall, s.exact_p50
+        );
+    }
+    Ok(())
+}
+
+fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<Row> {
+    let embedder = synthetic(&args.data, n);
     // The synthetic vectors are the bench's, not the engine's: resident memory counts from here.
     let baseline = status_mib("VmRSS");
-    let dir = Scratch::new(&format!("load-{n}"))?;
+    let dir = match &args.keep {
+        Some(keep) => Scratch::kept(keep.join(n.to_string()))?,
+        None => Scratch::new(&format!("load-{n}"))?,
+    };
     let memory = open(&dir.0, embedder.clone(), START_MS)?;
 
     let mut rng = Rng(0x5eed ^ n as u64);
@@ -567,24 +682,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
 
     let now = START_MS + args.days * DAY_MS + 3_600_000;
     let k = args.data.k;
-    let query_text = |j: usize, rng: &mut Rng| format!("#q{j} {}", words(rng, 4));
-    // Warm caches before timing.
-    for j in 0..20.min(embedder.queries.len()) {
-        memory.search(&Query { q: query_text(j, &mut rng), k, ..Query::default() }, Caller::LocalAgent, now)?;
-    }
-    let (mut search, mut scoped, mut vector, mut exact, mut recalls) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for j in 0..embedder.queries.len() {
-        let query = Query { q: query_text(j, &mut rng), k, ..Query::default() };
-        timed(&mut search, || memory.search(&query, Caller::LocalAgent, now))?;
-        let namespace = Namespace::try_from(format!("user:u{}", j % USERS)).map_err(anyhow::Error::msg)?;
-        let one_user = Query { namespace: Some(namespace), ..query.clone() };
-        timed(&mut scoped, || memory.search(&one_user, Caller::LocalAgent, now))?;
-        let found = timed(&mut vector, || memory.vector_hits(&query.q, k))?;
-        let truth = timed(&mut exact, || memory.vector_hits_exact(&query.q, k))?;
-        recalls.push(recall(&ids(&found), &ids(&truth)));
-        progress();
-    }
+    let searches = time_searches(&memory, embedder.queries.len(), k, &mut rng, now)?;
     let add = time_adds(&memory, turns, args.adds, now)?;
 
     // Popular clusters: searched often, so consolidation activates, promotes and merges.
@@ -618,29 +716,8 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
     );
     let resident_mib = status_mib("VmRSS") - baseline;
     let restart = restart(memory, &dir.0, &embedder, k, now + 3_600_000)?;
-    println!(
-        "  n={n}: restart: store open in {:.2} s, memory in {:.2} s, first answer {:.2} s after the start, recall@{k} {:.4}; {} vectors from the graphs read back, {} to the tail, {} segments built after it",
-        restart.store.as_secs_f64(),
-        restart.open.as_secs_f64(),
-        restart.first_answer.as_secs_f64(),
-        restart.recall,
-        restart.from_graphs,
-        restart.tail,
-        restart.builds
-    );
-    Ok(Row {
-        n,
-        search: p50_p99(search),
-        scoped: p50_p99(scoped),
-        vector: p50_p99(vector),
-        exact_p50: p50_p99(exact).0,
-        recall: mean(&recalls),
-        add,
-        consolidation,
-        purge,
-        resident_mib,
-        restart,
-    })
+    restart.print(n, k);
+    Ok(Row { n, searches, add, consolidation, purge, resident_mib, restart })
 }
 
 /// Add latency on a fresh store with a real embedder.
@@ -693,14 +770,14 @@ fn engine(args: &EngineArgs) -> anyhow::Result<()> {
         println!(
             "{:>8} {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>8.3} ms {:>10.4} {:>8.3} ms {:>9.3} ms {:>9.3} ms {:>11.3} s {:>9.3} s",
             r.n,
-            r.search.0,
-            r.search.1,
-            r.scoped.0,
-            r.scoped.1,
-            r.vector.0,
-            r.vector.1,
-            r.recall,
-            r.exact_p50,
+            r.searches.search.0,
+            r.searches.search.1,
+            r.searches.scoped.0,
+            r.searches.scoped.1,
+            r.searches.vector.0,
+            r.searches.vector.1,
+            r.searches.recall,
+            r.searches.exact_p50,
             r.add.0,
             r.add.1,
             r.consolidation.as_secs_f64(),
@@ -752,6 +829,7 @@ fn main() -> anyhow::Result<()> {
     watchdog(Duration::from_secs(600));
     match &cli.mode {
         Some(Mode::Index(args)) => index::index(args),
+        Some(Mode::Reopen(args)) => reopen_kept(args),
         None => engine(&cli.engine),
     }
 }
