@@ -321,6 +321,9 @@ pub struct Memory {
     /// The crystals by namespace, and the conversation turns among them by session; changed
     /// under `crystals`' write lock.
     scopes: RwLock<Scopes>,
+    /// The crystals with vectors in the index beside their own (context, sentences), and
+    /// which: a scoped search looks up no key a crystal does not have.
+    extras: RwLock<FxHashMap<CrystalId, vectors::Extra>>,
     vectors: VectorIndex,
     text: TextIndex,
     embedder: Arc<dyn Embedder>,
@@ -445,6 +448,7 @@ impl Memory {
             ids: Mutex::new(Ids::from(reserved)),
             crystals: RwLock::new(FxHashMap::default()),
             scopes: RwLock::new(Scopes::default()),
+            extras: RwLock::new(FxHashMap::default()),
             vectors,
             text,
             embedder,
@@ -614,6 +618,12 @@ impl Memory {
         }
         for (prefix, id, vector) in &vectors {
             self.index_vector(*prefix, *id, vector)?;
+        }
+        {
+            let mut extras = write(&self.extras);
+            for id in unrecallable.iter().chain(&purge) {
+                extras.remove(id);
+            }
         }
         self.vectors.remove_many(unrecallable.into_iter().flat_map(vector_keys));
         let mut pending = TextPending { removed: !purge.is_empty(), docs: texts.len(), ..TextPending::default() };

@@ -26,7 +26,11 @@ pub(crate) struct Scopes {
 impl Scopes {
     /// Records `crystal` in its namespace, and in its session if it is a conversation turn.
     pub(crate) fn insert(&mut self, crystal: &Crystal) {
-        self.members.entry(crystal.namespace.clone()).or_default().insert(crystal.id);
+        // The namespace is cloned only for the first of its crystals: a start files every one.
+        match self.members.get_mut(&crystal.namespace) {
+            Some(members) => _ = members.insert(crystal.id),
+            None => _ = self.members.insert(crystal.namespace.clone(), FxHashSet::from_iter([crystal.id])),
+        }
         if let (Some(session), Some(at)) = (&crystal.session, crystal.turn_at) {
             let key = (crystal.namespace.clone(), session.clone());
             self.sessions.entry(key).or_default().insert((at, crystal.id));

@@ -6,25 +6,30 @@ use std::ops::Bound;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::codec::decode_vector;
+use super::codec::{crystal_of, decode_vector};
+use super::vectors::note_extra;
 use super::{CONTEXT, CRYSTAL, EMBEDDING, Error, Memory, SENTENCES, Scopes, is_live, key, read, write};
 use crate::crystal::Crystal;
+use crate::vector::Prepared;
 use druse_protocol::UnixMillis;
 
 impl Memory {
     /// Every crystal in the store, by id, as stored. It needs nothing but the store, so a
     /// start reads it while the vector graphs are read from their files.
     pub(super) fn read_crystals(tree: &fjall::Keyspace) -> Result<FxHashMap<u64, Crystal>, Error> {
-        let mut map = FxHashMap::default();
+        let mut batches = Vec::new();
         each_batch(
             tree,
             CRYSTAL,
             |k, v| serde_json::from_slice::<Crystal>(v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e)),
             |crystals| {
-                map.extend(crystals.into_iter().map(|crystal| (crystal.id, crystal)));
+                batches.push(crystals);
                 Ok(())
             },
         )?;
+        // Sized once: a map grown a crystal at a time moves every crystal again at each doubling.
+        let mut map = FxHashMap::with_capacity_and_hasher(batches.iter().map(Vec::len).sum(), Default::default());
+        map.extend(batches.into_iter().flatten().map(|crystal| (crystal.id, crystal)));
         Ok(map)
     }
 
@@ -52,27 +57,36 @@ impl Memory {
         }
         let crystals = read(&self.crystals);
         let crystals_took = started.elapsed();
+        let preparer = self.vectors.preparer();
         for prefix in [EMBEDDING, CONTEXT, SENTENCES] {
             each_batch(
                 &self.tree,
                 prefix,
+                // Decoded, and compared with the copy a graph holds, on the reading threads: the
+                // thread that takes the batches only files them.
                 |k, v| {
                     let id = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
                     // As `index` keeps it: only live crystals have vectors in the index.
-                    Ok(id.filter(|id| crystals.get(id).is_some_and(is_live)).map(|id| (id, decode_vector(v))))
+                    match id.filter(|id| crystals.get(id).is_some_and(is_live)) {
+                        Some(id) => Ok(preparer.prepare(&self.index_keys(prefix, id, &decode_vector(v)))?),
+                        None => Ok(Prepared::default()),
+                    }
                 },
                 |records| {
-                    let keys: Vec<(u64, &[f32])> = records
-                        .iter()
-                        .flatten()
-                        .flat_map(|(id, vector)| self.index_keys(prefix, *id, vector))
-                        .collect();
-                    Ok(self.vectors.insert_many(&keys)?)
+                    if prefix != EMBEDDING {
+                        let mut extras = write(&self.extras);
+                        for record in &records {
+                            if let Some(first) = record.ids().next() {
+                                note_extra(&mut extras, prefix, crystal_of(first), record.len());
+                            }
+                        }
+                    }
+                    Ok(self.vectors.insert_prepared(records)?)
                 },
             )?;
         }
         let count = crystals.len();
-        drop(crystals);
+        drop((crystals, preparer));
         self.vectors.restored();
         let vectors = self.vectors.stats();
         tracing::info!(

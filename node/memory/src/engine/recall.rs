@@ -266,24 +266,34 @@ impl Memory {
         let depth = candidate_depth(k);
         let embedding = self.embed_one(&query.q)?;
         self.publish_text()?;
-        let text_hits = self.text.search_where(&query.q, depth, &query.text_filter())?;
         let crystals = read(&self.crystals);
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
         let vector_depth = self.vector_depth(depth);
-        let scoped = match &query.namespace {
-            Some(namespace) => {
-                let search = ScopedSearch { namespace, depth: vector_depth, at_least: k, own_only: false };
-                self.scoped_vector_hits(search, &embedding, &crystals, &admits)?
-            }
-            None => None,
+        let vector_half = || -> Result<Vec<(u64, f32)>, Error> {
+            let scoped = match &query.namespace {
+                Some(namespace) => {
+                    let search = ScopedSearch { namespace, depth: vector_depth, at_least: k, own_only: false };
+                    self.scoped_vector_hits(search, &embedding, &crystals, &admits)?
+                }
+                None => None,
+            };
+            Ok(match scoped {
+                Some(hits) => hits,
+                None => {
+                    let keep = |key: u64| crystals.get(&crystal_of(key)).is_some_and(admits);
+                    self.vectors.search_where(&embedding, vector_depth, k, &keep)?
+                }
+            })
         };
-        let vector_hits = by_crystal(match scoped {
-            Some(hits) => hits,
-            None => {
-                let keep = |key: u64| crystals.get(&crystal_of(key)).is_some_and(admits);
-                self.vectors.search_where(&embedding, vector_depth, k, &keep)?
-            }
+        // The two halves at once: the text half on a thread of its own, which takes no lock of
+        // the engine's, so that no pool thread waits inside a lock this search holds.
+        let (text_hits, vector_hits) = std::thread::scope(|scope| {
+            let text = scope.spawn(|| self.text.search_where(&query.q, depth, &query.text_filter()));
+            let vector_hits = vector_half();
+            (text.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), vector_hits)
         });
+        let text_hits = text_hits?;
+        let vector_hits = by_crystal(vector_hits?);
         let tuning = self.tuning();
         let mut fused = fuse(&vector_hits, &text_hits, tuning.fusion);
         // What each candidate matched by itself, before any lift.

@@ -4,8 +4,9 @@
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
+use super::codec::crystal_of;
 use super::codec::{CONTEXT_BIT, ID_BITS, SENTENCE_SHIFT};
-use super::{CONTEXT, Error, Memory, SENTENCES, read};
+use super::{CONTEXT, Error, Memory, SENTENCES, read, write};
 use crate::crystal::{Crystal, CrystalId, Namespace};
 use crate::embed;
 use crate::sentences::{MAX_SENTENCES, sentence_texts};
@@ -21,6 +22,39 @@ const SCOPED_SCORING_ALWAYS: usize = 4096;
 /// Members of a namespace scored by one task of a scoped search: larger ones are split
 /// across the cores. Tests split their few members too, so the split is what they check.
 const SCORED_PER_TASK: usize = if cfg!(test) { 8 } else { 4096 };
+
+/// Members of a namespace whose keys one step of a scoped search looks up together, before it
+/// scores any of them (see [`crate::vector::Scorer::score_many`]).
+const LOOKED_UP_TOGETHER: usize = 64;
+
+/// The keys a crystal has in the vector index beside its own vector's.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Extra {
+    /// Its conversation context's vector.
+    pub(super) context: bool,
+    /// How many sentence vectors, numbered from 1.
+    pub(super) sentences: u8,
+}
+
+impl Extra {
+    /// Its keys, for crystal `id`.
+    fn keys(self, id: CrystalId) -> impl Iterator<Item = u64> {
+        let context = self.context.then_some(id | CONTEXT_BIT);
+        context.into_iter().chain((1..=u64::from(self.sentences)).map(move |n| id | (n << SENTENCE_SHIFT)))
+    }
+}
+
+/// Records in `extras` that crystal `id` has `count` vectors of the record `prefix` names,
+/// if those are beside its own vector.
+pub(super) fn note_extra(extras: &mut FxHashMap<CrystalId, Extra>, prefix: u8, id: CrystalId, count: usize) {
+    match prefix {
+        CONTEXT if count > 0 => extras.entry(id).or_default().context = true,
+        SENTENCES if count > 0 => {
+            extras.entry(id).or_default().sentences = u8::try_from(count.min(MAX_SENTENCES)).unwrap_or(u8::MAX);
+        }
+        _ => {}
+    }
+}
 
 /// What a vector search scoped to one namespace looks for (see [`Memory::scoped_vector_hits`]).
 pub(super) struct ScopedSearch<'a> {
@@ -80,9 +114,11 @@ impl Memory {
 
     /// Puts a stored vector record (`prefix` says which) into the vector index under its keys.
     pub(super) fn index_vector(&self, prefix: u8, id: CrystalId, vector: &[f32]) -> Result<(), Error> {
-        for (key, one) in self.index_keys(prefix, id, vector) {
+        let keys = self.index_keys(prefix, id, vector);
+        for &(key, one) in &keys {
             self.vectors.insert(key, one)?;
         }
+        note_extra(&mut write(&self.extras), prefix, id, keys.len());
         Ok(())
     }
 
@@ -133,32 +169,35 @@ impl Memory {
         }
         let members: Vec<CrystalId> = members.into_iter().flatten().copied().collect();
         let scorer = self.vectors.scorer(embedding)?;
+        let extras = read(&self.extras);
         // Each core scores a share of the members, keeping its best `depth` keys; a member is
-        // looked up and checked only when one of its keys would make that share's best.
+        // checked only when one of its keys would make that share's best. Only the keys a
+        // crystal has are looked up: most have none beside their own.
         let share = |chunk: &[CrystalId]| {
             let mut best: Vec<(u64, f32)> = Vec::with_capacity(2 * depth + MAX_SENTENCES + 2);
             let mut floor = f32::NEG_INFINITY;
-            let mut keys: Vec<(u64, f32)> = Vec::with_capacity(MAX_SENTENCES + 2);
-            for &id in chunk {
+            let mut keys: Vec<u64> = Vec::with_capacity(LOOKED_UP_TOGETHER * 2);
+            let mut scored: Vec<(u64, f32)> = Vec::with_capacity(LOOKED_UP_TOGETHER * 2);
+            for together in chunk.chunks(LOOKED_UP_TOGETHER) {
                 keys.clear();
-                keys.extend(scorer.score(id).map(|score| (id, score)));
-                if !own_only {
-                    let context = id | CONTEXT_BIT;
-                    keys.extend(scorer.score(context).map(|score| (context, score)));
-                    // Sentence keys are numbered from 1 without gaps.
-                    for n in 1..=MAX_SENTENCES as u64 {
-                        let vkey = id | (n << SENTENCE_SHIFT);
-                        let Some(score) = scorer.score(vkey) else { break };
-                        keys.push((vkey, score));
+                for &id in together {
+                    keys.push(id);
+                    if !own_only && let Some(extra) = extras.get(&id) {
+                        keys.extend(extra.keys(id));
                     }
                 }
-                let top = keys.iter().map(|&(_, score)| score).fold(f32::NEG_INFINITY, f32::max);
-                if top < floor || !crystals.get(&id).is_some_and(admits) {
-                    continue;
-                }
-                best.extend(keys.iter().filter(|&&(_, score)| score >= floor));
-                if best.len() >= 2 * depth {
-                    floor = keep_best(&mut best, depth);
+                scored.clear();
+                scorer.score_many(&keys, &mut scored);
+                for one in scored.chunk_by(|a, b| crystal_of(a.0) == crystal_of(b.0)) {
+                    let id = crystal_of(one[0].0);
+                    let top = one.iter().map(|&(_, score)| score).fold(f32::NEG_INFINITY, f32::max);
+                    if top < floor || !crystals.get(&id).is_some_and(admits) {
+                        continue;
+                    }
+                    best.extend(one.iter().filter(|&&(_, score)| score >= floor));
+                    if best.len() >= 2 * depth {
+                        floor = keep_best(&mut best, depth);
+                    }
                 }
             }
             best
@@ -168,7 +207,7 @@ impl Memory {
             keep_best(&mut all, depth);
             all
         });
-        drop(scorer);
+        drop((scorer, extras));
         keep_best(&mut scored, depth);
         scored.sort_unstable_by(best_first);
         Ok(Some(scored))

@@ -6,11 +6,13 @@
 //! chunks let the compiler keep them in vector registers (four SSE registers on the x86-64
 //! baseline, two AVX registers with `-C target-cpu=native`), with no bounds checks in the loop.
 //!
-//! The index stores vectors in Q14 fixed point ([`quantise`], [`dot_q14`]) rather than f32.
+//! The index stores vectors in Q14 fixed point ([`unit_q14`], [`dot_q14`]) rather than f32.
 //! Graph search and build touch vectors in random order, so they wait on memory, not on
 //! arithmetic: measured on the 2-core benchmark machine, a random-order 384-d f32 dot over 100k
 //! vectors costs about 650 ns, an i16 one about 135 ns, and instant-distance builds 1.5–1.9×
 //! and searches 1.2–1.7× faster over i16 points. Q14 keeps cosines to within about 1e-4.
+
+use std::sync::Arc;
 
 /// Independent partial sums per step: enough to fill the vector units and hide add latency.
 const LANES: usize = 16;
@@ -49,13 +51,14 @@ fn reduce(acc: [f32; LANES]) -> f32 {
 }
 
 /// `v` scaled to unit length, so that a dot product is a cosine; `None` when `v` is zero or holds
-/// a non-finite value, since neither has a direction.
+/// a non-finite value, since neither has a direction. With [`quantise`], the reference
+/// [`unit_q14`] is tested against.
+#[cfg(test)]
 pub(crate) fn normalised(v: &[f32]) -> Option<Vec<f32>> {
     if v.iter().any(|x| !x.is_finite()) {
         return None;
     }
-    // Summing in f64 keeps huge or tiny components from overflowing or vanishing.
-    let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
+    let norm = norm(v);
     if !(norm.is_finite() && norm > 0.0) {
         return None;
     }
@@ -68,20 +71,78 @@ pub(crate) fn normalised(v: &[f32]) -> Option<Vec<f32>> {
 /// 2²⁹, far inside an i32.
 const Q14_ONE: f32 = 16384.0;
 
-/// A unit vector in Q14 fixed point, half the bytes of f32 and as precise as a cosine needs.
+/// A unit vector in Q14 fixed point.
+#[cfg(test)]
 pub(crate) fn quantise(unit: &[f32]) -> Vec<i16> {
-    // `as` saturates, and the clamp keeps even a slightly long vector in range.
-    unit.iter().map(|&x| (x * Q14_ONE).round().clamp(-Q14_ONE, Q14_ONE) as i16).collect()
+    unit.iter().map(|&x| q14(x)).collect()
 }
 
-/// Whether two [`quantise`]d vectors are the same one, to within one step in every value:
+/// One component of a unit vector in Q14.
+#[inline]
+fn q14(x: f32) -> i16 {
+    // `as` saturates, and the clamp keeps even a slightly long vector in range.
+    (x * Q14_ONE).round().clamp(-Q14_ONE, Q14_ONE) as i16
+}
+
+/// `v` as a unit vector in Q14 fixed point, half the bytes of f32 and as precise as a cosine
+/// needs: the point an insert stores. `None` when `v` is zero or holds a non-finite value,
+/// since neither has a direction.
+pub(crate) fn unit_q14(v: &[f32]) -> Option<Arc<[i16]>> {
+    if v.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    let norm = norm(v);
+    if !(norm.is_finite() && norm > 0.0) {
+        return None;
+    }
+    let point: Arc<[i16]> = v.iter().map(|&x| q14((f64::from(x) / norm) as f32)).collect();
+    point.iter().any(|&x| x != 0).then_some(point)
+}
+
+/// Whether `v` made a point ([`unit_q14`]) would be the [`same`] as `point`, without making
+/// it: every value of `v` in Q14 lies within 1.5 steps of `point`'s, so it would round to
+/// within one step of it. A start compares each stored vector with the copy a graph holds
+/// this way, and keeps the copy.
+pub(crate) fn same_unit(v: &[f32], point: &[i16]) -> bool {
+    if v.len() != point.len() {
+        return false;
+    }
+    // A value that is not finite makes the norm not finite.
+    let norm = norm(v);
+    if !(norm.is_finite() && norm > 0.0) {
+        return false;
+    }
+    let scale = (f64::from(Q14_ONE) / norm) as f32;
+    // No early exit, so that the loop vectorises: nearly every comparison holds.
+    let furthest = v
+        .iter()
+        .zip(point)
+        .fold(0f32, |far, (&x, &p)| far.max(((x * scale).clamp(-Q14_ONE, Q14_ONE) - f32::from(p)).abs()));
+    furthest < 1.5
+}
+
+/// The Euclidean length of `v`, summed in f64 so that huge or tiny components neither
+/// overflow nor vanish, in [`LANES`] partial sums so that the loop vectorises.
+fn norm(v: &[f32]) -> f64 {
+    let (chunks, rest) = v.as_chunks::<LANES>();
+    let mut acc = [0f64; LANES];
+    for chunk in chunks {
+        for lane in 0..LANES {
+            acc[lane] += f64::from(chunk[lane]) * f64::from(chunk[lane]);
+        }
+    }
+    let rest: f64 = rest.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    (acc.iter().sum::<f64>() + rest).sqrt()
+}
+
+/// Whether two Q14 points ([`unit_q14`]) are the same one, to within one step in every value:
 /// what a vector kept in 16 bits and read back gives (the store's precision is finer than a
 /// step, but reading it back can move a value across a rounding boundary).
 pub(crate) fn same(a: &[i16], b: &[i16]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| (i32::from(x) - i32::from(y)).abs() <= 1)
 }
 
-/// Dot product of the common prefix of two [`quantise`]d vectors, as a float: the cosine
+/// Dot product of the common prefix of two Q14 points ([`unit_q14`]), as a float: the cosine
 /// similarity of the unit vectors they encode.
 #[inline]
 pub(crate) fn dot_q14(a: &[i16], b: &[i16]) -> f32 {
@@ -153,6 +214,51 @@ mod tests {
         let mut seed = 7;
         let a = normalised(&vector(&mut seed, 384)).expect("non-zero");
         assert!((dot(&a, &a) - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn a_point_made_in_one_step_is_the_normalised_vector_quantised() {
+        let mut seed = 0x5151_7a7a_0f0f_3c3c;
+        for len in [1, 7, 16, 384] {
+            for scale in [1e-30f32, 1e-3, 1.0, 1e20] {
+                let v: Vec<f32> = vector(&mut seed, len).into_iter().map(|x| x * scale).collect();
+                let want = normalised(&v).map(|unit| quantise(&unit));
+                assert_eq!(unit_q14(&v).map(|p| p.to_vec()), want, "len {len}, scale {scale}");
+            }
+        }
+        assert_eq!(unit_q14(&[0.0; 4]), None, "zero has no direction");
+        assert_eq!(unit_q14(&[1.0, f32::NAN]), None);
+        assert_eq!(unit_q14(&[f32::INFINITY, 1.0]), None);
+        assert_eq!(unit_q14(&[]), None);
+    }
+
+    #[test]
+    fn a_vector_is_the_same_as_a_point_exactly_when_its_own_point_would_be() {
+        let mut seed = 0x0bad_cafe_1234_5678;
+        for len in [1, 16, 384] {
+            for _ in 0..50 {
+                let v = vector(&mut seed, len);
+                let Some(point) = unit_q14(&v) else { continue };
+                assert!(same_unit(&v, &point));
+                // Moved by one step anywhere it is still the same; by two, not.
+                let i = (seed % len as u64) as usize;
+                for (step, want) in [(1i16, true), (-1, true), (2, false), (-2, false)] {
+                    let mut moved = point.to_vec();
+                    moved[i] = moved[i].saturating_add(step);
+                    assert_eq!(same_unit(&v, &moved), same(&point, &moved), "len {len}, step {step}");
+                    if moved[i] == point[i] + step {
+                        assert_eq!(same_unit(&v, &moved), want, "len {len}, step {step}");
+                    }
+                }
+                // Scale does not matter, as for `unit_q14`.
+                let scaled: Vec<f32> = v.iter().map(|x| x * 3.5).collect();
+                assert!(same_unit(&scaled, &point));
+            }
+        }
+        let point = unit_q14(&[0.6, 0.8]).unwrap();
+        assert!(!same_unit(&[0.6, 0.8, 0.0], &point), "another length");
+        assert!(!same_unit(&[0.0, 0.0], &point), "no direction");
+        assert!(!same_unit(&[f32::NAN, 0.8], &point));
     }
 
     #[test]

@@ -51,7 +51,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockRead
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
-use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -256,9 +255,68 @@ struct TailEntry {
     point: Point,
 }
 
+/// Vectors checked by a [`Preparer`], for [`VectorIndex::insert_prepared`].
+#[derive(Debug, Default)]
+pub struct Prepared {
+    dim: usize,
+    points: Vec<(u64, Ready)>,
+}
+
+impl Prepared {
+    /// The ids of the vectors it holds, in order.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.points.iter().map(|(id, _)| *id)
+    }
+
+    /// How many vectors it holds.
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+}
+
+/// One prepared vector: a new point, or the copy a loaded graph holds of the same vector.
+#[derive(Debug)]
+enum Ready {
+    New(Point),
+    Loaded(Loaded),
+}
+
+/// Does the work of an insert that needs no lock (see [`VectorIndex::preparer`]).
+#[derive(Debug)]
+pub struct Preparer {
+    shared: Arc<Shared>,
+    restoring: Option<Arc<FxHashMap<u64, Loaded>>>,
+}
+
+impl Preparer {
+    /// Checks `items` for [`VectorIndex::insert_prepared`]: each is compared with the copy a
+    /// loaded graph holds under its id, if any (see [`VectorIndex::open`]), and made into a
+    /// point of its own only when there is none or it differs. Nothing is prepared when one
+    /// is refused.
+    pub fn prepare(&self, items: &[(u64, &[f32])]) -> Result<Prepared, Error> {
+        let loaded = |id: u64, vector: &[f32]| {
+            let loaded = self.restoring.as_ref()?.get(&id)?;
+            kernel::same_unit(vector, &loaded.point.0).then(|| loaded.clone())
+        };
+        let points = items
+            .iter()
+            .map(|&(id, vector)| match loaded(id, vector) {
+                Some(loaded) => Ok((id, Ready::Loaded(loaded))),
+                None => Ok((id, Ready::New(self.shared.unit(vector)?))),
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(Prepared { dim: self.shared.config.dim, points })
+    }
+}
+
 /// A vector a loaded graph holds, waiting for the store to say it is live (see
 /// [`VectorIndex::open`]).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Loaded {
     seq: u64,
     uid: u64,
@@ -285,7 +343,8 @@ struct State {
     builder_failed: bool,
     /// Between [`VectorIndex::open`] and [`VectorIndex::restored`]: the newest vector of each
     /// id in the loaded graphs.
-    restoring: Option<FxHashMap<u64, Loaded>>,
+    /// Shared with the [`Preparer`]s of a start, which compare the store's vectors with it.
+    restoring: Option<Arc<FxHashMap<u64, Loaded>>>,
 }
 
 impl State {
@@ -295,11 +354,17 @@ impl State {
 
     /// Records that `slot`'s vector died; true when its segment now wants compacting.
     fn bury(&mut self, slot: Slot, compact_dead_fraction: f64) -> bool {
-        let Home::Segment(uid) = slot.home else { return false };
-        let Some(segment) = self.segments.iter().find(|s| s.uid == uid) else { return false };
-        segment.kill_one();
-        segment.dead() as f64 > segment.len() as f64 * compact_dead_fraction
+        bury(&self.segments, slot, compact_dead_fraction)
     }
+}
+
+/// Records that `slot`'s vector died, in whichever of `segments` holds it; true when that
+/// segment now wants compacting.
+fn bury(segments: &[Arc<Segment>], slot: Slot, compact_dead_fraction: f64) -> bool {
+    let Home::Segment(uid) = slot.home else { return false };
+    let Some(segment) = segments.iter().find(|s| s.uid == uid) else { return false };
+    segment.kill_one();
+    segment.dead() as f64 > segment.len() as f64 * compact_dead_fraction
 }
 
 /// What the builder thread takes from the callers.
@@ -399,16 +464,29 @@ impl VectorIndex {
         Ok(())
     }
 
-    /// [`VectorIndex::insert`] of many: the vectors are checked and quantised on every core,
-    /// then stored under one lock. Nothing is stored when one is refused.
-    pub fn insert_many(&self, items: &[(u64, &[f32])]) -> Result<(), Error> {
-        let points: Vec<Point> =
-            items.par_iter().map(|(_, vector)| self.shared.unit(vector)).collect::<Result<_, _>>()?;
+    /// Checks and quantises vectors for [`VectorIndex::insert_prepared`] on any thread and
+    /// without the index's lock: a start prepares the store's vectors on the threads that
+    /// read them, and compares them there with what the loaded graphs hold.
+    pub fn preparer(&self) -> Preparer {
+        Preparer { shared: Arc::clone(&self.shared), restoring: self.shared.read().restoring.clone() }
+    }
+
+    /// Stores what a [`Preparer`] made, in order and under one lock, as that many
+    /// [`VectorIndex::insert`]s would. Refuses everything if any was prepared for another
+    /// dimension.
+    pub fn insert_prepared(&self, prepared: Vec<Prepared>) -> Result<(), Error> {
+        let dim = self.shared.config.dim;
+        if let Some(other) = prepared.iter().find(|p| p.dim != dim && !p.points.is_empty()) {
+            return Err(Error::Dimension { expected: dim, got: other.dim });
+        }
         let mut full = false;
         {
             let mut state = self.shared.write();
-            for (&(id, _), point) in items.iter().zip(points) {
-                full |= self.shared.store(&mut state, id, point);
+            for (id, ready) in prepared.into_iter().flat_map(|p| p.points) {
+                full |= match ready {
+                    Ready::New(point) => self.shared.store_new(&mut state, id, point),
+                    Ready::Loaded(loaded) => self.shared.store_loaded(&mut state, id, loaded),
+                };
             }
         }
         if full {
@@ -607,6 +685,15 @@ impl Scorer<'_> {
     pub fn score(&self, id: u64) -> Option<f32> {
         self.state.live.get(&id).map(|slot| kernel::dot_q14(&self.query.0, &slot.point.0))
     }
+
+    /// [`Scorer::score`] of each of `ids`, pushed to `out` as `(id, score)` in order, for
+    /// those with a live vector. Every id is looked up before any is scored, so the memory
+    /// reads of many ids overlap instead of waiting one after another.
+    pub fn score_many(&self, ids: &[u64], out: &mut Vec<(u64, f32)>) {
+        let points: Vec<(u64, &[i16])> =
+            ids.iter().filter_map(|&id| Some((id, &*self.state.live.get(&id)?.point.0))).collect();
+        out.extend(points.into_iter().map(|(id, point)| (id, kernel::dot_q14(&self.query.0, point))));
+    }
 }
 
 /// Offers every live tail vector to `top`.
@@ -641,28 +728,38 @@ impl Shared {
         if vector.len() != self.config.dim {
             return Err(Error::Dimension { expected: self.config.dim, got: vector.len() });
         }
-        let unit = kernel::normalised(vector).ok_or(Error::Degenerate)?;
-        Ok(Point(Arc::from(kernel::quantise(&unit))))
+        kernel::unit_q14(vector).map(Point).ok_or(Error::Degenerate)
     }
 
     /// Stores `point` as `id`'s live vector: the loaded graph's copy while restoring, if it
     /// holds the same one, else in the tail. True when the builder has work.
     fn store(&self, state: &mut State, id: u64, point: Point) -> bool {
-        let loaded = state.restoring.as_mut().and_then(|restoring| {
-            restoring
-                .remove_entry(&id)
-                .and_then(|(_, loaded)| kernel::same(&loaded.point.0, &point.0).then_some(loaded))
-        });
-        if let Some(Loaded { seq, uid, point }) = loaded {
-            if let Some(old) = state.live.insert(id, Slot { seq, home: Home::Segment(uid), point }) {
-                state.bury(old, self.config.compact_dead_fraction);
-            }
-            return false;
+        let loaded = state.restoring.as_ref().and_then(|restoring| restoring.get(&id));
+        match loaded.filter(|loaded| kernel::same(&loaded.point.0, &point.0)).cloned() {
+            Some(loaded) => self.store_loaded(state, id, loaded),
+            None => self.store_new(state, id, point),
         }
+    }
+
+    /// Makes a loaded graph's copy `id`'s live vector; once it is, a second store of the same
+    /// vector goes to the tail as any other would.
+    fn store_loaded(&self, state: &mut State, id: u64, loaded: Loaded) -> bool {
+        let Loaded { seq, uid, point } = loaded;
+        if state.live.get(&id).is_some_and(|slot| slot.seq == seq) {
+            return self.store_new(state, id, point);
+        }
+        if let Some(old) = state.live.insert(id, Slot { seq, home: Home::Segment(uid), point }) {
+            bury(&state.segments, old, self.config.compact_dead_fraction);
+        }
+        false
+    }
+
+    /// Stores `point` as `id`'s live vector, in the tail. True when the builder has work.
+    fn store_new(&self, state: &mut State, id: u64, point: Point) -> bool {
         let seq = state.next_seq;
         state.next_seq += 1;
         let compact = match state.live.insert(id, Slot { seq, home: Home::Tail, point: point.clone() }) {
-            Some(old) => state.bury(old, self.config.compact_dead_fraction),
+            Some(old) => bury(&state.segments, old, self.config.compact_dead_fraction),
             None => false,
         };
         state.tail.push(TailEntry { entry: Entry { id, seq }, point });

@@ -53,7 +53,9 @@ impl VectorIndex {
             }
             state.segments.push(Arc::new(segment));
         }
-        state.restoring = Some(restoring);
+        // Nearly every loaded vector is claimed: the map of live ones grows to about this.
+        state.live.reserve(restoring.len());
+        state.restoring = Some(Arc::new(restoring));
         tracing::info!(
             segments = state.segments.len(),
             vectors = state.segments.iter().map(|s| s.len()).sum::<usize>(),

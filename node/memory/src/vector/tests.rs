@@ -1,7 +1,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::{Config, Error, VectorIndex};
+use super::{Config, Error, Prepared, VectorIndex};
 
 /// Every wait on the builder has this bound.
 const IDLE: Duration = Duration::from_secs(120);
@@ -447,6 +447,56 @@ fn the_store_decides_what_a_reopened_index_holds() {
     for id in 0..2000u64 {
         assert_eq!(index.contains(id), !(10..20).contains(&id), "id {id}");
     }
+}
+
+#[test]
+fn a_start_that_prepares_on_its_reading_threads_decides_as_inserts_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(32, 1000, 64);
+    let mut rng = Rng(47);
+    let vectors = rng.clustered(2000, 32, 20, 0.6);
+    write_segments(dir.path(), &config, &vectors);
+    let replacement = rng.vector(32);
+    let index = VectorIndex::open(config.clone(), dir.path()).expect("reopen");
+    // As a start does it: batches prepared on two threads, filed by a third.
+    let preparer = index.preparer();
+    let items: Vec<(u64, &[f32])> = vectors
+        .iter()
+        .enumerate()
+        .filter(|(id, _)| !(10..20).contains(id))
+        .map(|(id, v)| (id as u64, if id == 5 { &replacement[..] } else { &v[..] }))
+        .collect();
+    let (first, second) = items.split_at(items.len() / 2);
+    let prepared: Vec<Prepared> = std::thread::scope(|scope| {
+        let threads: Vec<_> = [first, second]
+            .into_iter()
+            .map(|half| {
+                scope.spawn(|| half.chunks(100).map(|c| preparer.prepare(c).expect("prepare")).collect::<Vec<_>>())
+            })
+            .collect();
+        threads.into_iter().flat_map(|t| t.join().expect("thread")).collect()
+    });
+    assert_eq!(prepared.iter().map(Prepared::len).sum::<usize>(), 1990);
+    index.insert_prepared(prepared).expect("insert");
+    // The same vector again, as a plain insert while restoring: it is a new one, and the
+    // graph's copy it replaces is dead.
+    index.insert(7, &vectors[7]).expect("insert");
+    drop(preparer);
+    index.restored();
+
+    let stats = index.stats();
+    assert_eq!((stats.live, stats.tail), (1990, 2), "id 5's new vector and id 7's second: {stats:?}");
+    assert_eq!(stats.segments.iter().map(|s| s.dead).sum::<usize>(), 12, "ids 5, 7 and 10..20");
+    assert_eq!(ids(&index.search(&replacement, 1).expect("search")), [5]);
+    assert_eq!(ids(&index.search(&vectors[7], 1).expect("search")), [7]);
+    for id in 0..2000u64 {
+        assert_eq!(index.contains(id), !(10..20).contains(&id), "id {id}");
+    }
+    // A batch prepared for another dimension is refused whole.
+    let other = VectorIndex::new(Config { dim: 16, ..config }).expect("index");
+    let foreign = other.preparer().prepare(&[(9000, &[0.5; 16][..])]).expect("prepare");
+    assert!(matches!(index.insert_prepared(vec![foreign]), Err(Error::Dimension { expected: 32, got: 16 })));
+    assert!(!index.contains(9000));
 }
 
 #[test]
