@@ -323,7 +323,7 @@ pub struct Memory {
     scopes: RwLock<Scopes>,
     /// The crystals with vectors in the index beside their own (context, sentences), and
     /// which: a scoped search looks up no key a crystal does not have.
-    extras: RwLock<FxHashMap<CrystalId, vectors::Extra>>,
+    extras: RwLock<FxHashMap<CrystalId, codec::Extra>>,
     vectors: VectorIndex,
     text: TextIndex,
     embedder: Arc<dyn Embedder>,

@@ -1,6 +1,8 @@
 //! How the engine names and stores a memory's vectors: the vector-index keys of a crystal's
 //! own, context and sentence vectors, and the bytes a vector is stored as.
 
+use rustc_hash::FxHashMap;
+
 use crate::crystal::CrystalId;
 use crate::sentences::MAX_SENTENCES;
 
@@ -25,6 +27,36 @@ pub(super) fn is_own(vkey: u64) -> bool {
 pub(super) fn vector_keys(id: CrystalId) -> impl Iterator<Item = u64> {
     let sentences = (1..=MAX_SENTENCES as u64).map(move |n| id | (n << SENTENCE_SHIFT));
     [id, id | CONTEXT_BIT].into_iter().chain(sentences)
+}
+
+/// The keys a crystal has in the vector index beside its own vector's.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Extra {
+    /// Its conversation context's vector.
+    pub(super) context: bool,
+    /// How many sentence vectors, numbered from 1.
+    pub(super) sentences: u8,
+}
+
+impl Extra {
+    /// Its keys, for crystal `id`.
+    pub(super) fn keys(self, id: CrystalId) -> impl Iterator<Item = u64> {
+        let context = self.context.then_some(id | CONTEXT_BIT);
+        context.into_iter().chain((1..=u64::from(self.sentences)).map(move |n| id | (n << SENTENCE_SHIFT)))
+    }
+}
+
+/// Records in `extras` each of `keys` that is not its crystal's own vector's. What is
+/// recorded only grows (a crystal's fewer sentences later leave its count as it was), so
+/// every key a crystal has is among its recorded ones.
+pub(super) fn note_extras(extras: &mut FxHashMap<CrystalId, Extra>, keys: impl IntoIterator<Item = u64>) {
+    for key in keys.into_iter().filter(|&key| !is_own(key)) {
+        let extra = extras.entry(crystal_of(key)).or_default();
+        match key & CONTEXT_BIT != 0 {
+            true => extra.context = true,
+            false => extra.sentences = extra.sentences.max(((key & !CONTEXT_BIT) >> SENTENCE_SHIFT) as u8),
+        }
+    }
 }
 
 /// The first byte of a vector stored quantized. A record of the older form, f32s only, has a
@@ -77,6 +109,25 @@ mod tests {
             (0..dim).map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 - 1000.0).collect();
         assert!(embed::normalize(&mut v));
         v
+    }
+
+    #[test]
+    fn the_extra_keys_noted_for_a_crystal_are_the_ones_it_has() {
+        let mut extras = FxHashMap::default();
+        let sentences = |id: CrystalId, n: u64| (1..=n).map(move |n| id | (n << SENTENCE_SHIFT));
+        note_extras(&mut extras, [7, 8, 7 | CONTEXT_BIT].into_iter().chain(sentences(9, 3)));
+        assert_eq!(extras.len(), 2, "no entry for a crystal with only its own vector: {extras:?}");
+        assert_eq!(extras[&7], Extra { context: true, sentences: 0 });
+        assert_eq!(extras[&9], Extra { context: false, sentences: 3 });
+        let mut keys: Vec<u64> = extras[&9].keys(9).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, sentences(9, 3).collect::<Vec<_>>());
+        assert_eq!(extras[&7].keys(7).collect::<Vec<_>>(), [7 | CONTEXT_BIT]);
+        // Fewer sentences later: the count stays, so no key is ever left out.
+        note_extras(&mut extras, sentences(9, 1).chain(sentences(7, MAX_SENTENCES as u64)));
+        assert_eq!(extras[&9].sentences, 3);
+        assert_eq!(extras[&7], Extra { context: true, sentences: MAX_SENTENCES as u8 });
+        assert!(extras[&7].keys(7).all(|key| crystal_of(key) == 7 && !is_own(key)));
     }
 
     #[test]

@@ -6,8 +6,7 @@ use std::ops::Bound;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::codec::{crystal_of, decode_vector};
-use super::vectors::note_extra;
+use super::codec::{decode_vector, note_extras};
 use super::{CONTEXT, CRYSTAL, EMBEDDING, Error, Memory, SENTENCES, Scopes, is_live, key, read, write};
 use crate::crystal::Crystal;
 use crate::vector::Prepared;
@@ -68,19 +67,15 @@ impl Memory {
                     let id = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
                     // As `index` keeps it: only live crystals have vectors in the index.
                     match id.filter(|id| crystals.get(id).is_some_and(is_live)) {
-                        Some(id) => Ok(preparer.prepare(&self.index_keys(prefix, id, &decode_vector(v)))?),
+                        Some(id) => {
+                            let vector = decode_vector(v);
+                            Ok(preparer.prepare(&Self::index_keys(self.embedder.dim(), prefix, id, &vector))?)
+                        }
                         None => Ok(Prepared::default()),
                     }
                 },
                 |records| {
-                    if prefix != EMBEDDING {
-                        let mut extras = write(&self.extras);
-                        for record in &records {
-                            if let Some(first) = record.ids().next() {
-                                note_extra(&mut extras, prefix, crystal_of(first), record.len());
-                            }
-                        }
-                    }
+                    note_extras(&mut write(&self.extras), records.iter().flat_map(Prepared::ids));
                     Ok(self.vectors.insert_prepared(records)?)
                 },
             )?;

@@ -4,8 +4,8 @@
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::codec::crystal_of;
 use super::codec::{CONTEXT_BIT, ID_BITS, SENTENCE_SHIFT};
+use super::codec::{crystal_of, note_extras};
 use super::{CONTEXT, Error, Memory, SENTENCES, read, write};
 use crate::crystal::{Crystal, CrystalId, Namespace};
 use crate::embed;
@@ -26,35 +26,6 @@ const SCORED_PER_TASK: usize = if cfg!(test) { 8 } else { 4096 };
 /// Members of a namespace whose keys one step of a scoped search looks up together, before it
 /// scores any of them (see [`crate::vector::Scorer::score_many`]).
 const LOOKED_UP_TOGETHER: usize = 64;
-
-/// The keys a crystal has in the vector index beside its own vector's.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Extra {
-    /// Its conversation context's vector.
-    pub(super) context: bool,
-    /// How many sentence vectors, numbered from 1.
-    pub(super) sentences: u8,
-}
-
-impl Extra {
-    /// Its keys, for crystal `id`.
-    fn keys(self, id: CrystalId) -> impl Iterator<Item = u64> {
-        let context = self.context.then_some(id | CONTEXT_BIT);
-        context.into_iter().chain((1..=u64::from(self.sentences)).map(move |n| id | (n << SENTENCE_SHIFT)))
-    }
-}
-
-/// Records in `extras` that crystal `id` has `count` vectors of the record `prefix` names,
-/// if those are beside its own vector.
-pub(super) fn note_extra(extras: &mut FxHashMap<CrystalId, Extra>, prefix: u8, id: CrystalId, count: usize) {
-    match prefix {
-        CONTEXT if count > 0 => extras.entry(id).or_default().context = true,
-        SENTENCES if count > 0 => {
-            extras.entry(id).or_default().sentences = u8::try_from(count.min(MAX_SENTENCES)).unwrap_or(u8::MAX);
-        }
-        _ => {}
-    }
-}
 
 /// What a vector search scoped to one namespace looks for (see [`Memory::scoped_vector_hits`]).
 pub(super) struct ScopedSearch<'a> {
@@ -114,21 +85,21 @@ impl Memory {
 
     /// Puts a stored vector record (`prefix` says which) into the vector index under its keys.
     pub(super) fn index_vector(&self, prefix: u8, id: CrystalId, vector: &[f32]) -> Result<(), Error> {
-        let keys = self.index_keys(prefix, id, vector);
+        let keys = Self::index_keys(self.embedder.dim(), prefix, id, vector);
         for &(key, one) in &keys {
             self.vectors.insert(key, one)?;
         }
-        note_extra(&mut write(&self.extras), prefix, id, keys.len());
+        note_extras(&mut write(&self.extras), keys.iter().map(|&(key, _)| key));
         Ok(())
     }
 
-    /// The vector-index keys of a stored vector record (`prefix` says which), each with its
-    /// vector: a sentence record holds one vector per sentence.
-    pub(super) fn index_keys<'a>(&self, prefix: u8, id: CrystalId, vector: &'a [f32]) -> Vec<(u64, &'a [f32])> {
+    /// The vector-index keys of a stored vector record (`prefix` says which) of vectors of
+    /// `dim` values, each with its vector: a sentence record holds one vector per sentence.
+    pub(super) fn index_keys(dim: usize, prefix: u8, id: CrystalId, vector: &[f32]) -> Vec<(u64, &[f32])> {
         match prefix {
             CONTEXT => vec![(id | CONTEXT_BIT, vector)],
             SENTENCES if id <= ID_BITS => {
-                let dim = self.embedder.dim().max(1);
+                let dim = dim.max(1);
                 (1..=MAX_SENTENCES as u64)
                     .zip(vector.chunks_exact(dim))
                     .map(|(n, one)| (id | (n << SENTENCE_SHIFT), one))
