@@ -20,6 +20,7 @@ use crate::decay::{self, DecayClass};
 use crate::embed::{self, Embedder};
 use crate::governance::Scope;
 use crate::hormones;
+use crate::record;
 use crate::scopes::Scopes;
 use crate::text::{self, TextIndex};
 use crate::vector::{self, VectorIndex};
@@ -37,7 +38,7 @@ mod skills;
 mod storage;
 mod vectors;
 
-use codec::{decode_vector, is_own, vector_keys};
+use codec::{decode_vector, is_own};
 pub use query::Query;
 pub use query::kind_tag;
 pub(crate) use query::{said_at, semantic_tag};
@@ -76,7 +77,7 @@ pub enum Error {
     #[error("store: {0}")]
     Db(#[from] fjall::Error),
     #[error("record {0} is corrupt: {1}")]
-    Corrupt(String, serde_json::Error),
+    Corrupt(String, String),
     #[error(transparent)]
     Embed(#[from] embed::Error),
     #[error(transparent)]
@@ -261,7 +262,7 @@ fn key(prefix: u8, id: u64) -> [u8; 9] {
 /// The stored form of each crystal, in order. A large set (a consolidation pass) is encoded
 /// on every core: it is a third of the pass's time on one.
 fn encode_crystals(crystals: &[Crystal]) -> Result<Vec<Vec<u8>>, Error> {
-    let encode = |c: &Crystal| serde_json::to_vec(c).map_err(|e| Error::Corrupt(format!("crystal {}", c.id), e));
+    let encode = |c: &Crystal| record::encode(c).map_err(|e| Error::Corrupt(format!("crystal {}", c.id), e));
     if crystals.len() < 4096 {
         return crystals.iter().map(encode).collect();
     }
@@ -278,7 +279,7 @@ fn encode_crystals(crystals: &[Crystal]) -> Result<Vec<Vec<u8>>, Error> {
             .collect();
         let mut out = Vec::with_capacity(crystals.len());
         for worker in workers {
-            // A worker only encodes; a panic there is a bug in serde_json, passed on as such.
+            // A worker only encodes; a panic there is a bug, passed on as such.
             let part = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             for bytes in part {
                 out.push(bytes?);
@@ -438,7 +439,9 @@ impl Memory {
             }
         };
         let hormones = match tree.get(HORMONES)? {
-            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt("hormones".into(), e))?,
+            Some(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt("hormones".into(), e.to_string()))?
+            }
             None => hormones::State::new(&config.hormones, now),
         };
         let tuning = Tuning::for_embedder(&*embedder);
@@ -619,19 +622,23 @@ impl Memory {
         for (prefix, id, vector) in &vectors {
             self.index_vector(*prefix, *id, vector)?;
         }
-        {
+        // The keys each crystal has, and no other: its own, and those noted beside it.
+        let keys_of = |ids: &[CrystalId]| -> Vec<u64> {
             let mut extras = write(&self.extras);
-            for id in unrecallable.iter().chain(&purge) {
-                extras.remove(id);
+            let mut keys = Vec::with_capacity(ids.len());
+            for &id in ids {
+                keys.push(id);
+                keys.extend(extras.remove(&id).into_iter().flat_map(|extra| extra.keys(id)));
             }
-        }
-        self.vectors.remove_many(unrecallable.into_iter().flat_map(vector_keys));
+            keys
+        };
+        self.vectors.remove_many(keys_of(&unrecallable));
         let mut pending = TextPending { removed: !purge.is_empty(), docs: texts.len(), ..TextPending::default() };
         for (id, indexed) in &texts {
             self.text.upsert(*id, indexed)?;
             pending.up_to = pending.up_to.max(Some(*id));
         }
-        self.vectors.remove_many(purge.iter().copied().flat_map(vector_keys));
+        self.vectors.remove_many(keys_of(&purge));
         for id in &purge {
             self.text.remove(*id);
         }
@@ -692,7 +699,7 @@ impl Memory {
 
     fn persist_hormones(&self) -> Result<(), Error> {
         let state = self.hormone_state();
-        let bytes = serde_json::to_vec(&state).map_err(|e| Error::Corrupt("hormones".into(), e))?;
+        let bytes = serde_json::to_vec(&state).map_err(|e| Error::Corrupt("hormones".into(), e.to_string()))?;
         self.tree.insert(HORMONES, bytes)?;
         Ok(())
     }
@@ -721,7 +728,7 @@ impl Memory {
         for crystal in &chain {
             for entry in self.tree.prefix(key(AUDIT, crystal.id)) {
                 let v = entry.value()?;
-                audit.push(serde_json::from_slice(&v).map_err(|e| Error::Corrupt("audit".into(), e))?);
+                audit.push(serde_json::from_slice(&v).map_err(|e| Error::Corrupt("audit".into(), e.to_string()))?);
             }
         }
         audit.sort_by_key(|e: &AuditEntry| e.at);

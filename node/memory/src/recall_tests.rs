@@ -407,3 +407,36 @@ fn a_search_scoped_to_a_namespace_ranks_its_vectors_as_an_exact_search_of_everyt
     assert!(scoped.len() >= 10, "the namespaces are known again after a reopen: {scoped:?}");
     assert_eq!(scoped, exact[..scoped.len()]);
 }
+
+#[test]
+fn every_vector_of_a_memory_leaves_the_index_when_it_expires_and_none_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let reopen = || {
+        let db = crate::testing::database(&dir.path().join("db"));
+        Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(ByMeaning(Hashing::new(384))), NOW)
+            .unwrap()
+    };
+    let m = reopen();
+    let fleeting = |new: NewMemory| NewMemory { lifespan: crate::crystal::Lifespan::Ttl, ttl_ms: Some(MINUTE), ..new };
+    // Turns of several sentences, each after the one before: own, context and sentence
+    // vectors. Only the last memory lasts, with its own vector alone.
+    let turns = (0..4u64).map(|i| {
+        let text = format!("Mel: we drove north for {i} hours. The cabin was cold. The kids loved the waterfall.");
+        fleeting(turn(&text, "u1", "s1", NOW + i * MINUTE))
+    });
+    let lasting = fact("the parcel locker code is 4417", "u1");
+    let added = m.add_many(turns.chain([lasting]).collect(), "user", NOW).unwrap();
+    let kept = added.last().unwrap().crystal.id;
+    let before = m.vector_stats().live;
+    assert!(before > 4 * 4, "sentence and context vectors beside the own ones: {before}");
+    let later = NOW + 10 * MINUTE;
+    assert_eq!(m.consolidate(later).unwrap().expired, 4);
+    assert_eq!(m.vector_stats().live, 1, "only the lasting memory's vector is left");
+    assert_eq!(m.consolidate(later + MINUTE).unwrap().purged, 4);
+    assert_eq!(m.vector_stats().live, 1);
+    assert_eq!(ask(&m, "the kids loved the waterfall", "u1", 5), [kept], "a scoped search finds only what lasts");
+    drop(m);
+    let m = reopen();
+    assert_eq!(m.vector_stats().live, 1, "and a start indexes nothing of the purged memories");
+    assert_eq!(ask(&m, "the kids loved the waterfall", "u1", 5), [kept]);
+}

@@ -4,11 +4,10 @@
 use rustc_hash::FxHashMap;
 
 use crate::crystal::CrystalId;
-use crate::sentences::MAX_SENTENCES;
 
 /// Vector-index keys. A crystal's id (the engine's counter) stays far below 2^56, so the top byte of
 /// a key says which of its vectors it holds: none set, its own; the top bit, its conversation
-/// context; 1 to [`MAX_SENTENCES`] in the bits from 56, one of its sentences.
+/// context; 1 to [`MAX_SENTENCES`](crate::sentences::MAX_SENTENCES) in the bits from 56, one of its sentences.
 pub(super) const CONTEXT_BIT: u64 = 1 << 63;
 pub(super) const SENTENCE_SHIFT: u32 = 56;
 pub(super) const ID_BITS: u64 = (1 << SENTENCE_SHIFT) - 1;
@@ -21,12 +20,6 @@ pub(super) fn crystal_of(vkey: u64) -> CrystalId {
 /// Whether a vector-index key holds its crystal's own vector.
 pub(super) fn is_own(vkey: u64) -> bool {
     vkey & !ID_BITS == 0
-}
-
-/// Every key a crystal's vectors may have in the index, to remove them all.
-pub(super) fn vector_keys(id: CrystalId) -> impl Iterator<Item = u64> {
-    let sentences = (1..=MAX_SENTENCES as u64).map(move |n| id | (n << SENTENCE_SHIFT));
-    [id, id | CONTEXT_BIT].into_iter().chain(sentences)
 }
 
 /// The keys a crystal has in the vector index beside its own vector's.
@@ -103,6 +96,7 @@ pub(super) fn decode_vector(bytes: &[u8]) -> Vec<f32> {
 mod tests {
     use super::*;
     use crate::embed;
+    use crate::sentences::MAX_SENTENCES;
 
     fn unit(seed: u32, dim: usize) -> Vec<f32> {
         let mut v: Vec<f32> =

@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 use super::codec::{decode_vector, note_extras};
 use super::{CONTEXT, CRYSTAL, EMBEDDING, Error, Memory, SENTENCES, Scopes, is_live, key, read, write};
 use crate::crystal::Crystal;
+use crate::record;
 use crate::vector::Prepared;
 use druse_protocol::UnixMillis;
 
@@ -20,7 +21,7 @@ impl Memory {
         each_batch(
             tree,
             CRYSTAL,
-            |k, v| serde_json::from_slice::<Crystal>(v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e)),
+            |k, v| record::decode(v).map_err(|e| Error::Corrupt(format!("crystal {k:?}"), e)),
             |crystals| {
                 batches.push(crystals);
                 Ok(())

@@ -13,6 +13,7 @@ use super::{CRYSTAL, Error, Hit, Memory, Query, key, read, write};
 use crate::correction::speaker;
 use crate::crystal::{Crystal, CrystalId};
 use crate::governance::Caller;
+use crate::record;
 use crate::vector;
 
 /// How recall weighs what it finds. Measured on the LoCoMo dev split (`locomo-bench`,
@@ -400,7 +401,7 @@ impl Memory {
             if let Some(c) = map.get_mut(&hit.crystal.id) {
                 c.access_count += 1;
                 c.last_access = now;
-                let bytes = serde_json::to_vec(&*c).map_err(|e| Error::Corrupt(format!("crystal {}", c.id), e))?;
+                let bytes = record::encode(c).map_err(|e| Error::Corrupt(format!("crystal {}", c.id), e))?;
                 self.put(&mut batch, &key(CRYSTAL, c.id), bytes);
             }
         }

@@ -68,7 +68,7 @@ impl Memory {
         }
         for entry in &changes.audit {
             let seq = self.next_id()?;
-            let bytes = serde_json::to_vec(entry).map_err(|e| Error::Corrupt("audit".into(), e))?;
+            let bytes = serde_json::to_vec(entry).map_err(|e| Error::Corrupt("audit".into(), e.to_string()))?;
             self.put(batch, &audit_key(entry.crystal_id, seq), bytes);
         }
         for id in &changes.purge {
