@@ -430,7 +430,8 @@ fn time_adds(memory: &Memory, turns: &[String], count: usize, start: u64) -> any
 /// The scratch directories in use, for the watchdog to remove.
 static SCRATCH: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
 
-/// A directory under the system's temporary one, removed when dropped, or one kept.
+/// A directory under the system's temporary one, removed when dropped, or one kept (the
+/// `bool`: a directory of `--keep`).
 struct Scratch(std::path::PathBuf, bool);
 
 impl Scratch {

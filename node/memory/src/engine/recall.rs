@@ -288,10 +288,16 @@ impl Memory {
         };
         // The two halves at once: the text half on a thread of its own, which takes no lock of
         // the engine's, so that no pool thread waits inside a lock this search holds.
+        let text_half = || self.text.search_where(&query.q, depth, &query.text_filter());
         let (text_hits, vector_hits) = std::thread::scope(|scope| {
-            let text = scope.spawn(|| self.text.search_where(&query.q, depth, &query.text_filter()));
-            let vector_hits = vector_half();
-            (text.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), vector_hits)
+            match std::thread::Builder::new().name("druse-recall".into()).spawn_scoped(scope, text_half) {
+                Ok(text) => {
+                    let vector_hits = vector_half();
+                    (text.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), vector_hits)
+                }
+                // No thread to be had: one half after the other.
+                Err(_) => (text_half(), vector_half()),
+            }
         });
         let text_hits = text_hits?;
         let vector_hits = by_crystal(vector_hits?);
