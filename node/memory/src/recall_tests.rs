@@ -321,14 +321,17 @@ impl Embedder for ByMeaning {
     }
 }
 
+/// The engine on `dir` with an embedder of meaning, which gives a memory of several sentences
+/// a vector for each.
+fn open_by_meaning(dir: &std::path::Path) -> Memory {
+    let db = crate::testing::database(&dir.join("db"));
+    Memory::open(&db, &dir.join("index"), Config::default(), Arc::new(ByMeaning(Hashing::new(384))), NOW).unwrap()
+}
+
 #[test]
 fn a_memory_of_several_sentences_is_found_by_one_of_them_and_keeps_its_vectors_across_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let reopen = || {
-        let db = crate::testing::database(&dir.path().join("db"));
-        let embedder = Arc::new(ByMeaning(Hashing::new(384)));
-        Memory::open(&db, &dir.path().join("index"), Config::default(), embedder, NOW).unwrap()
-    };
+    let reopen = || open_by_meaning(dir.path());
     let m = reopen();
     let long = "Melanie: We drove north for the weekend. The cabin had no heating at all. \
                 Still, the kids adored the frozen waterfall behind it.";
@@ -347,11 +350,7 @@ fn a_memory_of_several_sentences_is_found_by_one_of_them_and_keeps_its_vectors_a
 #[test]
 fn a_search_scoped_to_a_namespace_ranks_its_vectors_as_an_exact_search_of_everything_would() {
     let dir = tempfile::tempdir().unwrap();
-    let reopen = || {
-        let db = crate::testing::database(&dir.path().join("db"));
-        Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(ByMeaning(Hashing::new(384))), NOW)
-            .unwrap()
-    };
+    let reopen = || open_by_meaning(dir.path());
     let m = reopen();
     let words = ["lake", "boat", "kiln", "vase", "trail", "cabin", "choir", "violin", "garden", "roses"];
     // Turns of several sentences in three namespaces: own, context and sentence vectors.
@@ -411,11 +410,7 @@ fn a_search_scoped_to_a_namespace_ranks_its_vectors_as_an_exact_search_of_everyt
 #[test]
 fn every_vector_of_a_memory_leaves_the_index_when_it_expires_and_none_comes_back() {
     let dir = tempfile::tempdir().unwrap();
-    let reopen = || {
-        let db = crate::testing::database(&dir.path().join("db"));
-        Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(ByMeaning(Hashing::new(384))), NOW)
-            .unwrap()
-    };
+    let reopen = || open_by_meaning(dir.path());
     let m = reopen();
     let fleeting = |new: NewMemory| NewMemory { lifespan: crate::crystal::Lifespan::Ttl, ttl_ms: Some(MINUTE), ..new };
     // Turns of several sentences, each after the one before: own, context and sentence

@@ -31,8 +31,10 @@ use druse_memory::governance::{Caller, Scope};
 use druse_memory::index::{self as vector, BuildStats};
 
 mod index;
+mod restart;
 use druse_protocol::body::SemanticType;
 use index::IndexArgs;
+use restart::{ReopenArgs, Restart};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -54,18 +56,6 @@ enum Mode {
     /// arguments find the same synthetic vectors. Changes to the start can be timed at a
     /// million memories without loading a million again.
     Reopen(ReopenArgs),
-}
-
-#[derive(Debug, Args)]
-struct ReopenArgs {
-    #[command(flatten)]
-    data: DataArgs,
-    /// The directory a run kept its stores in (`--keep`).
-    #[arg(long)]
-    dir: std::path::PathBuf,
-    /// Days the kept run stored its crystals over (its `--days`).
-    #[arg(long, default_value_t = 60)]
-    days: u64,
 }
 
 /// The shape of the synthetic data.
@@ -522,37 +512,6 @@ fn time_searches(memory: &Memory, queries: usize, k: usize, rng: &mut Rng, now: 
     })
 }
 
-/// The engine opened again on the same store.
-struct Restart {
-    /// Until the store was open, and until `Memory::open` returned.
-    store: Duration,
-    open: Duration,
-    /// Until the first search answered.
-    first_answer: Duration,
-    /// The vector search's recall@k against exact search, right after the start.
-    recall: f64,
-    /// Vectors found in the graphs read back, and put in the tail.
-    from_graphs: usize,
-    tail: usize,
-    /// Segments built after the start, until the index was idle.
-    builds: u64,
-}
-
-impl Restart {
-    fn print(&self, n: usize, k: usize) {
-        println!(
-            "  n={n}: restart: store open in {:.2} s, memory in {:.2} s, first answer {:.2} s after the start, recall@{k} {:.4}; {} vectors from the graphs read back, {} to the tail, {} segments built after it",
-            self.store.as_secs_f64(),
-            self.open.as_secs_f64(),
-            self.first_answer.as_secs_f64(),
-            self.recall,
-            self.from_graphs,
-            self.tail,
-            self.builds
-        );
-    }
-}
-
 /// Waits up to an hour for the vector index's builds, telling the watchdog the wait is
 /// progress: at a million memories they take about ten minutes.
 fn wait_indexed(memory: &Memory) -> bool {
@@ -575,45 +534,6 @@ fn status_mib(field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// Closes `memory` and opens it again on `dir`: how long until it answers, and how well.
-fn restart(memory: Memory, dir: &Path, embedder: &Arc<Synthetic>, k: usize, now: u64) -> anyhow::Result<Restart> {
-    memory.flush()?;
-    drop(memory);
-    Ok(reopen(dir, embedder, k, now)?.0)
-}
-
-/// Opens the engine on the store in `dir`: how long until it answers, and how well.
-fn reopen(dir: &Path, embedder: &Arc<Synthetic>, k: usize, now: u64) -> anyhow::Result<(Restart, Memory)> {
-    let started = Instant::now();
-    let db = open_store(dir)?;
-    let store = started.elapsed();
-    let memory = Memory::open(&db, &dir.join("index"), EngineConfig::default(), embedder.clone(), now)?;
-    let open = started.elapsed();
-    let query = |j: usize| format!("#q{j}");
-    memory.search(&Query { q: query(0), k, ..Query::default() }, Caller::LocalAgent, now)?;
-    let first_answer = started.elapsed();
-    let stats = memory.vector_stats();
-    let mut recalls = Vec::new();
-    for j in 0..embedder.queries.len() {
-        let found = memory.vector_hits(&query(j), k)?;
-        recalls.push(recall(&ids(&found), &ids(&memory.vector_hits_exact(&query(j), k)?)));
-        progress();
-    }
-    if !wait_indexed(&memory) {
-        bail!("the vector index was still building an hour after the restart");
-    }
-    let restart = Restart {
-        store,
-        open,
-        first_answer,
-        recall: mean(&recalls),
-        from_graphs: stats.live - stats.tail.min(stats.live),
-        tail: stats.tail,
-        builds: memory.vector_stats().builds,
-    };
-    Ok((restart, memory))
-}
-
 /// The engine's synthetic embedder for `n` memories of the data `args` describe.
 fn synthetic(args: &DataArgs, n: usize) -> Arc<Synthetic> {
     let data = Data::new(args, n, DIM, true);
@@ -623,28 +543,6 @@ fn synthetic(args: &DataArgs, n: usize) -> Arc<Synthetic> {
         centroids: Arc::new(data.centroids),
         fallback: Hashing::new(DIM),
     })
-}
-
-/// `memory-bench reopen`: a restart on each kept store, then the searches timed on it.
-fn reopen_kept(args: &ReopenArgs) -> anyhow::Result<()> {
-    for &n in &args.data.sizes {
-        let dir = args.dir.join(n.to_string());
-        if !dir.join("db").exists() {
-            bail!("{} holds no kept store (run with --keep {})", dir.display(), args.dir.display());
-        }
-        let embedder = synthetic(&args.data, n);
-        let k = args.data.k;
-        // As the run that kept it: its restart came an hour after its searches.
-        let now = START_MS + args.days * DAY_MS + 2 * 3_600_000;
-        let (restart, memory) = reopen(&dir, &embedder, k, now)?;
-        restart.print(n, k);
-        let s = time_searches(&memory, embedder.queries.len(), k, &mut Rng(0x5eed ^ n as u64), now)?;
-        println!(
-            "  n={n}: search p50 / p99 {:.2} / {:.2} ms, scoped {:.2} / {:.2} ms, vector {:.2} / {:.2} ms, recall@{k} {:.4}, exact p50 {:.2} ms",
-            s.search.0, s.search.1, s.scoped.0, s.scoped.1, s.vector.0, s.vector.1, s.recall, s.exact_p50
-        );
-    }
-    Ok(())
 }
 
 fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<Row> {
@@ -716,7 +614,7 @@ fn engine_run(args: &EngineArgs, n: usize, turns: &[String]) -> anyhow::Result<R
         purge.as_secs_f64()
     );
     let resident_mib = status_mib("VmRSS") - baseline;
-    let restart = restart(memory, &dir.0, &embedder, k, now + 3_600_000)?;
+    let restart = restart::restart(memory, &dir.0, &embedder, k, now + 3_600_000)?;
     restart.print(n, k);
     Ok(Row { n, searches, add, consolidation, purge, resident_mib, restart })
 }
@@ -830,7 +728,7 @@ fn main() -> anyhow::Result<()> {
     watchdog(Duration::from_secs(600));
     match &cli.mode {
         Some(Mode::Index(args)) => index::index(args),
-        Some(Mode::Reopen(args)) => reopen_kept(args),
+        Some(Mode::Reopen(args)) => restart::reopen_kept(args),
         None => engine(&cli.engine),
     }
 }
