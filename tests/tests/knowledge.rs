@@ -301,6 +301,12 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     for fact in PERSONAL {
         assert!(!text.contains(fact), "the skill carries {fact:?}:\n{text}");
     }
+    // The distill pass stores the skill's crystal, then records the skill and counts it.
+    eventually(ANSWERED, "the distilled skill to be counted", async || {
+        a.metric("druse_agent_skills_distilled_total{label=\"new\"}").await.is_ok_and(|n| n >= 1.0)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
     assert_eq!(a.metric("druse_agent_skills_distilled_total{label=\"new\"}").await?, 1.0);
     assert!(a.metric("druse_agent_runs_closed_total{label=\"good\"}").await? >= 3.0);
     let distill =
