@@ -351,11 +351,6 @@ impl State {
     fn is_live(&self, entry: Entry) -> bool {
         self.live.get(&entry.id).is_some_and(|slot| slot.seq == entry.seq)
     }
-
-    /// Records that `slot`'s vector died; true when its segment now wants compacting.
-    fn bury(&mut self, slot: Slot, compact_dead_fraction: f64) -> bool {
-        bury(&self.segments, slot, compact_dead_fraction)
-    }
 }
 
 /// Records that `slot`'s vector died, in whichever of `segments` holds it; true when that
@@ -512,7 +507,7 @@ impl VectorIndex {
             for id in ids.by_ref().take(PER_LOCK) {
                 if let Some(old) = state.live.remove(&id) {
                     found += 1;
-                    compact |= state.bury(old, shared.config.compact_dead_fraction);
+                    compact |= bury(&state.segments, old, shared.config.compact_dead_fraction);
                 }
             }
         }

@@ -336,6 +336,13 @@ fn a_scorer_scores_each_live_id_in_tail_or_segment_and_nothing_else() {
     assert_eq!(scorer.score(300), None, "an id never stored");
     let replaced = scorer.score(30).expect("a replaced id scores its new vector");
     assert!((replaced - cosine(&replacement)).abs() < 1e-3);
+    // Many at once, as a scoped search asks: the live ones, in the order asked, each as alone.
+    let asked = [250, 20, 10, 300, 30, 10];
+    let mut many = Vec::new();
+    scorer.score_many(&asked, &mut many);
+    let alone: Vec<(u64, f32)> = asked.iter().filter_map(|&id| Some((id, scorer.score(id)?))).collect();
+    assert_eq!(many, alone);
+    assert_eq!(many.iter().map(|&(id, _)| id).collect::<Vec<_>>(), [250, 10, 30, 10]);
     drop(scorer);
     assert!(matches!(index.scorer(&[1.0; 31]), Err(Error::Dimension { expected: 32, got: 31 })));
 }
