@@ -65,7 +65,7 @@
 #   STOP_TIMEOUT        seconds to wait for the node after SIGTERM before SIGKILL (default 30)
 #   REPLY_TIMEOUT       seconds `say` and `reply` wait for the agent's answer (default 180)
 #   LOG_FORMAT          the node's log format, text or json (default text)
-#   RUST_LOG            the node's log filter (default info; e.g. info,druse_node::agent=debug)
+#   RUST_LOG            the node's log filter (default info; e.g. info,druse_agent=debug)
 #   DRUSE_ATPROTO_HOME  where the local network is installed (default ~/.cache/druse/atproto);
 #                       DRUSE_ATPROTO_PDS_PORT, _APPVIEW_PORT, _PLC_PORT fix its ports (unset:
 #                       free ports)

@@ -2,6 +2,8 @@
 //! open; write routes need `Authorization: Bearer <token>` from the data directory. Errors are
 //! `{ "error": code, "detail": text }` with the matching status. Request bodies are bounded.
 
+pub mod agent;
+
 use std::future::Future;
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};

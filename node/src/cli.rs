@@ -1,6 +1,8 @@
 //! Command-line pieces shared by `druse-node` and `druse-mgmt`: the flags that override the
 //! config file, the flags that reach a running node, and logging.
 
+pub mod agent;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -10,8 +10,7 @@ use druse_protocol::body::TrustLevel;
 use druse_protocol::net::Multiaddr;
 use serde::{Deserialize, Serialize};
 
-mod agent;
-pub use agent::{Agent, AgentBluesky, AgentLlm, LongPosts};
+pub use druse_agent::config::{Agent, AgentBluesky, AgentLlm, LongPosts};
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +22,12 @@ pub enum Error {
     Parse { path: PathBuf, message: String },
     #[error("config: {0}")]
     Invalid(String),
+}
+
+impl From<druse_agent::config::Invalid> for Error {
+    fn from(invalid: druse_agent::config::Invalid) -> Self {
+        Self::Invalid(invalid.0)
+    }
 }
 
 /// The whole node configuration.

@@ -4,6 +4,7 @@
 //! them in the reverse order on SIGTERM or Ctrl-C (leave the swarm, flush the store).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Router;
 use tokio::net::TcpListener;
@@ -18,7 +19,7 @@ use crate::node::{self, Node, Role};
 pub struct Running {
     pub node: Node,
     /// The agent, when `[agent] enabled`.
-    pub agent: Option<crate::agent::Handle>,
+    pub agent: Option<druse_agent::Handle>,
     /// Where the API listens (the configured port, or the one the OS chose for port 0).
     pub api_addr: SocketAddr,
     /// Where the metrics listener listens.
@@ -43,14 +44,18 @@ pub async fn start(
     let api = bind(config.api.listen, "API").await?;
     let metrics = bind(config.metrics.listen, "metrics").await?;
     // The agent's secrets are read before anything starts, so a missing one refuses to start.
-    let secrets = crate::agent::Secrets::from_env(&config)?;
+    let secrets = druse_agent::Secrets::from_env(&config.agent).map_err(crate::config::Error::from)?;
     let mut agent_metrics = None;
     let node = Node::start_with(config, role, |registry| {
-        agent_metrics = Some(crate::agent::metrics::Metrics::register(registry))
+        agent_metrics = Some(druse_agent::metrics::Metrics::register(registry))
     })
     .await?;
     let agent = match (secrets, agent_metrics) {
-        (Some(secrets), Some(metrics)) => Some(crate::agent::start(&node, metrics, secrets)),
+        (Some(secrets), Some(metrics)) => {
+            let session = node.config().store.data_dir.join("agent-session.json");
+            let port: Arc<dyn druse_agent::node::Node> = Arc::new(node.clone());
+            Some(druse_agent::start(port, node.config().agent.clone(), session, metrics, secrets))
+        }
         _ => None,
     };
     let api_addr = api.local_addr()?;
@@ -65,10 +70,10 @@ pub async fn start(
 /// The API listener's routes: the core API, the agent's, the memory page's and `extra` under
 /// the body cap with the API's errors, and MCP (which calls the others in-process) with its
 /// own, which MCP clients read as JSON-RPC.
-fn routes(node: &Node, agent: Option<crate::agent::Handle>, extra: Router) -> Router {
+fn routes(node: &Node, agent: Option<druse_agent::Handle>, extra: Router) -> Router {
     let max_body = node.config().api.max_body_bytes;
     let api = crate::api::routes(node.clone())
-        .merge(crate::agent::routes(agent, node.token()))
+        .merge(crate::api::agent::routes(agent, node.token()))
         .merge(crate::memory_map::routes(node.clone()));
     let mcp = crate::mcp::routes(node, crate::api::finish(api.clone(), max_body));
     crate::api::finish(api.merge(extra), max_body).merge(mcp)

@@ -5,7 +5,6 @@
 //! API and the metrics. The `druse-node` binary and the management node (`druse-mgmt`) are
 //! both built on it.
 
-pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod client;
@@ -24,6 +23,8 @@ pub mod task;
 pub mod weather;
 
 pub use config::Config;
+/// The agent every node runs (crate `druse-agent`), under the name the node has always given it.
+pub use druse_agent as agent;
 /// The allocator every druse binary runs on (mimalloc, with transparent huge pages off, which
 /// would otherwise fill an idle node's arenas): ingestion and indexing allocate many small
 /// records per message, where glibc's malloc took a fifth of their time. A binary installs it

@@ -45,7 +45,7 @@ enum Command {
     /// The agent: `agent status`.
     Agent {
         #[command(subcommand)]
-        command: druse_node::agent::Cli,
+        command: druse_node::cli::agent::Cli,
         #[command(flatten)]
         api: ApiArgs,
     },

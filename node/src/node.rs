@@ -34,6 +34,7 @@ use crate::store::{self, Store};
 use crate::task::blocking;
 use crate::weather;
 
+mod agent;
 mod memory_worker;
 mod sync;
 mod trading;

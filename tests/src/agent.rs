@@ -95,7 +95,7 @@ impl AgentNode {
             // A test node never reaches the Hugging Face hub.
             .env("DRUSE_MODEL_DOWNLOAD", "false")
             .env(PASSWORD_ENV, &setup.password)
-            .env("RUST_LOG", "info,druse_node::agent=debug")
+            .env("RUST_LOG", "info,druse_agent=debug")
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)

@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The library crates of the workspace, by the folder that holds their `lib.rs`.
-const CRATES: &[&str] = &["protocol/src", "node/memory/src", "node/src", "management/src", "tests/src"];
+const CRATES: &[&str] =
+    &["protocol/src", "node/memory/src", "node/agent/src", "node/src", "management/src", "tests/src"];
 
 /// One module: its path from the crate root (`["agent", "run"]`) and its file.
 #[derive(Debug)]

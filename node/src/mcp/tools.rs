@@ -515,7 +515,7 @@ pub struct ChatArgs {
 #[serde(deny_unknown_fields)]
 pub struct ChatTurn {
     /// Who spoke: `user` (you) or `assistant` (the agent).
-    pub role: crate::agent::chat::Role,
+    pub role: druse_agent::chat::Role,
     /// What was said.
     pub content: String,
 }
@@ -523,12 +523,12 @@ pub struct ChatTurn {
 impl ChatArgs {
     /// `POST /v1/agent/chat`, after the API's own check of the message and history.
     pub fn request(self) -> Result<Request, Invalid> {
-        let body = crate::agent::chat::ChatBody {
+        let body = druse_agent::chat::ChatBody {
             message: self.message,
             history: self
                 .history
                 .into_iter()
-                .map(|t| crate::agent::chat::Turn { role: t.role, content: t.content })
+                .map(|t| druse_agent::chat::Turn { role: t.role, content: t.content })
                 .collect(),
         };
         body.check().map_err(|detail| Invalid { field: named_field(&detail, &["message", "history"], &[]), detail })?;

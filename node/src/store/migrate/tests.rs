@@ -12,10 +12,10 @@ use druse_memory::engine::{Config as MemoryConfig, NewMemory};
 use druse_protocol::sync::Key;
 use druse_protocol::{ContentId, Kind};
 
-use crate::agent::rules::{Gate, Gated};
-use crate::agent::schedule::Schedule;
-use crate::agent::state::{self, AgentState};
 use crate::store::{Store, Writes};
+use druse_agent::rules::{Gate, Gated};
+use druse_agent::schedule::Schedule;
+use druse_agent::state::{self, AgentState};
 
 const NOW: u64 = 1_795_305_600_000;
 
@@ -152,7 +152,7 @@ fn check_moved(dir: &Path, store: &Store, old: &Old) {
     assert_eq!(store.weather_envelope().unwrap().map(|(_, b)| b), Some(b"weather bytes".to_vec()));
     assert_eq!(store.ledger.len().unwrap(), 1);
     // Through the agent's.
-    let agent = AgentState::open(db).unwrap();
+    let agent = AgentState::open(db, crate::store::open_table(db, state::KEYSPACE).unwrap()).unwrap();
     assert!(agent.handled("at://a#mention") && !agent.handled("at://b#mention"));
     assert!(agent.consented("did:plc:x"));
     assert_eq!(agent.gate().pending().map(|r| r.post.as_str()).collect::<Vec<_>>(), ["at://owner/request"]);
@@ -237,7 +237,8 @@ fn old_data_a_crash_left_beside_a_finished_move_is_removed_not_moved_again() {
     let store = Store::open_in(dir.path()).unwrap();
     check_switched(dir.path());
     assert_eq!(store.state::<u64>("weather").unwrap(), Some(8));
-    let agent = AgentState::open(store.database()).unwrap();
+    let db = store.database();
+    let agent = AgentState::open(db, crate::store::open_table(db, state::KEYSPACE).unwrap()).unwrap();
     assert!(agent.handled("at://a#mention"));
     drop(old);
 }
@@ -264,7 +265,10 @@ fn a_data_directory_of_an_older_version_all_in_sled_moves_into_the_store() {
     assert_eq!(store.skill::<String>(&id).unwrap().as_deref(), Some("old skill"));
     assert_eq!(store.state::<u64>("weather").unwrap(), Some(7));
     assert_eq!(store.envelope(&envelope).unwrap().as_deref(), Some(&b"signed"[..]));
-    assert!(AgentState::open(store.database()).unwrap().consented("did:plc:x"));
+    let db = store.database();
+    assert!(
+        AgentState::open(db, crate::store::open_table(db, state::KEYSPACE).unwrap()).unwrap().consented("did:plc:x")
+    );
     let memory = druse_memory::open_keyspace(store.database()).unwrap();
     assert_eq!(memory.get("crystal").unwrap().as_deref(), Some(&b"moved"[..]));
     let bound = memory.get(druse_memory::engine::IDS).unwrap().expect("the id bound is set");

@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::Error;
+/// A bad or missing `[agent]` setting, named by its key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
 
 /// An hour of the day written as 0–23, or the word `"off"` (TOML has no null).
 mod hour_or_off {
@@ -255,11 +258,11 @@ impl Default for AgentLlm {
 impl Agent {
     /// Checks what TOML types cannot. A disabled agent is not checked further; an enabled
     /// one needs its accounts and its model, and each refusal names the key.
-    pub fn check(&self) -> Result<(), Error> {
+    pub fn check(&self) -> Result<(), Invalid> {
         if !self.enabled {
             return Ok(());
         }
-        let bad = |key: &str, why: &str| Err(Error::Invalid(format!("agent.{key} {why}")));
+        let bad = |key: &str, why: &str| Err(Invalid(format!("agent.{key} {why}")));
         let http = |s: &str| s.starts_with("http://") || s.starts_with("https://");
         if self.poll_interval < Duration::from_millis(100) || self.poll_interval > Duration::from_secs(3600) {
             return bad("poll_interval", "must be between 100ms and 1h");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use druse_memory::crystal::CrystalId;
 use druse_memory::engine::NewMemory;
-use druse_protocol::body::SemanticType;
+use druse_protocol::body::{CrystalListing, ExecutionStats, SemanticType};
 use druse_protocol::now_ms;
 
 use super::bluesky::{Facet, Notification, PostRef};
@@ -129,22 +129,28 @@ impl Agent {
         let (c, skill) = self.publishable(crystal)?;
         // The version it replaces, once published, is the listing this one follows.
         let previous = skill.replaces.and_then(|old| self.state.skill(old)).and_then(|s| s.published);
-        let request = crate::skill::PublishSkill {
+        // The same governance check as every published skill: memory crystals, private scope
+        // and confidential content never leave the node.
+        druse_memory::governance::check_publishable(
+            SemanticType::TaskPattern,
+            druse_memory::governance::Scope::Shared,
+            druse_memory::governance::Sensitivity::Normal,
+            &[&skill.name, &c.text],
+        )?;
+        let listing = CrystalListing {
+            issued_at: now_ms(),
+            skill_id: skill.skill_id.clone(),
             name: skill.name.clone(),
             text: c.text.clone(),
             semantic_type: SemanticType::TaskPattern,
             tags: vec!["agent".into(), "bluesky".into()],
             category: Some("agent".into()),
-            skill_id: Some(skill.skill_id.clone()),
             version: skill.version,
             previous_version: previous.and_then(|p| p.parse().ok()),
-            stats: None,
+            stats: ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 },
             asking_price: self.config.skill_asking_price,
-            scope: druse_memory::governance::Scope::Shared,
-            sensitivity: druse_memory::governance::Sensitivity::Normal,
         };
-        let listing = request.into_listing(now_ms())?;
-        let id = self.node.publish(&druse_protocol::body::Body::Crystal(listing)).await?;
+        let id = self.node.publish(listing).await?;
         tracing::info!(%id, crystal, version = skill.version, "published a distilled skill to the swarm");
         let published = super::state::OwnSkill { published: Some(id.to_string()), ..skill };
         self.write_state("record a published skill", move |state| state.put_skill(crystal, &published)).await;
@@ -261,7 +267,7 @@ impl Agent {
     /// Stores a memory through the node's engine.
     pub(crate) async fn store(&self, new: NewMemory) -> Result<CrystalId, ActionError> {
         let memory = Arc::clone(self.node.memory());
-        let added = crate::task::blocking(move || memory.add(new, "agent", now_ms()))
+        let added = crate::blocking(move || memory.add(new, "agent", now_ms()))
             .await
             .map_err(super::reconcile::MemoryError::from)?
             .map_err(super::reconcile::MemoryError::from)?;

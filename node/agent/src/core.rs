@@ -73,7 +73,7 @@ pub(crate) struct Failing {
 /// The running agent.
 #[derive(Debug)]
 pub(crate) struct Agent {
-    pub(crate) node: Node,
+    pub(crate) node: Arc<dyn Node>,
     pub(crate) config: config::Agent,
     pub(crate) llm: Llm,
     pub(crate) bsky: Bluesky,
@@ -145,8 +145,10 @@ pub(crate) fn id(n: &Notification) -> String {
 }
 
 impl Agent {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        node: Node,
+        node: Arc<dyn Node>,
+        config: config::Agent,
         llm: Llm,
         bsky: Bluesky,
         owner_did: String,
@@ -154,7 +156,6 @@ impl Agent {
         metrics: Metrics,
         status: Arc<Mutex<AgentStatus>>,
     ) -> Self {
-        let config = node.config().agent.clone();
         let gate = state.gate();
         let schedule = state.schedule();
         let mut limit = RateLimit::new(config.per_author_replies, config.per_author_window);
@@ -216,7 +217,7 @@ impl Agent {
         .to_owned();
         record.error = result.as_ref().err().map(ToString::to_string);
         if let Some(journal) = self.journal.clone() {
-            let kept = crate::task::blocking(move || journal.put(&mut record)).await;
+            let kept = crate::blocking(move || journal.put(&mut record)).await;
             if let Err(error) = kept.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
                 tracing::warn!(%error, "could not record the run in the journal");
             }
@@ -245,7 +246,7 @@ impl Agent {
         write: impl FnOnce(&AgentState) -> Result<T, fjall::Error> + Send + 'static,
     ) -> Option<T> {
         let state = self.state.clone();
-        match crate::task::blocking(move || write(&state)).await {
+        match crate::blocking(move || write(&state)).await {
             Ok(Ok(out)) => Some(out),
             Ok(Err(error)) => {
                 tracing::error!(%error, "could not {what}");

@@ -263,7 +263,7 @@ impl Agent {
         let good: BTreeSet<u64> = self.state.good().into_iter().map(|(id, _)| id).collect();
         let memory = Arc::clone(self.node.memory());
         let min_cosine = self.config.distill_similarity;
-        let grouped = crate::task::blocking(move || group(&memory, episode, &good, min_cosine)).await;
+        let grouped = crate::blocking(move || group(&memory, episode, &good, min_cosine)).await;
         let group = match grouped {
             Ok(Ok(found)) => found,
             Ok(Err(error)) => return tracing::warn!(%error, "could not group episodes"),
@@ -324,7 +324,7 @@ impl Agent {
             Some(target) => {
                 let memory = Arc::clone(self.node.memory());
                 let decision = Decision::Update { target, confidence: 1.0 };
-                crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:distill", now_ms()))
+                crate::blocking(move || memory.add_with(new, &Fixed(decision), "agent:distill", now_ms()))
                     .await
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map(|a| a.crystal.id).map_err(|e| e.to_string()))
@@ -408,7 +408,7 @@ mod tests {
     #[test]
     fn episodes_group_by_meaning_and_only_those_that_went_well() {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::store::open_database(&dir.path().join("db"), 8 << 20).unwrap();
+        let db = fjall::Database::builder(dir.path().join("db")).open().unwrap();
         let engine = druse_memory::Memory::open(
             &db,
             &dir.path().join("index"),

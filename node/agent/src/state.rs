@@ -75,7 +75,7 @@ fn crystal_of(k: &[u8], prefix: &[u8]) -> Option<u64> {
 
 /// The agent's keyspace in the store's database (and the name of its sled tree in the
 /// versions that kept it there).
-pub(crate) const KEYSPACE: &str = "agent";
+pub const KEYSPACE: &str = "agent";
 
 const HANDLED: &[u8] = b"h/";
 const CONSENT: &[u8] = b"c/";
@@ -114,7 +114,7 @@ const HANDLED_KEEP_MS: u64 = 14 * 24 * 3600 * 1000;
 
 /// The agent's persistent state; cheap to clone.
 #[derive(Clone)]
-pub(crate) struct AgentState {
+pub struct AgentState {
     db: Database,
     tree: Keyspace,
     /// Stamps copies of a record in the order they are taken.
@@ -151,11 +151,11 @@ fn count(bytes: &[u8]) -> Option<u64> {
 }
 
 impl AgentState {
-    /// Opens (or creates) the agent's keyspace in the store's database; blocks.
-    pub(crate) fn open(db: &Database) -> Result<Self, fjall::Error> {
+    /// Opens the agent's state in `tree` (the store's keyspace [`KEYSPACE`]); blocks.
+    pub fn open(db: &Database, tree: Keyspace) -> Result<Self, fjall::Error> {
         Ok(Self {
             db: db.clone(),
-            tree: crate::store::open_table(db, KEYSPACE)?,
+            tree,
             stamps: Arc::new(AtomicU64::new(0)),
             written: Arc::new(Mutex::new(HashMap::new())),
         })
@@ -176,7 +176,7 @@ impl AgentState {
     }
 
     /// Whether the notification `uri` (with its reason) was handled before.
-    pub(crate) fn handled(&self, id: &str) -> bool {
+    pub fn handled(&self, id: &str) -> bool {
         self.tree.contains_key(key(HANDLED, id)).unwrap_or(false)
     }
 
@@ -310,8 +310,7 @@ impl AgentState {
     }
 
     /// Whether `did` consented to be tagged.
-    #[cfg(test)]
-    pub(crate) fn consented(&self, did: &str) -> bool {
+    pub fn consented(&self, did: &str) -> bool {
         self.consent(did) == Some(true)
     }
 
@@ -331,7 +330,7 @@ impl AgentState {
     }
 
     /// The pending approval requests.
-    pub(crate) fn gate(&self) -> Gate {
+    pub fn gate(&self) -> Gate {
         self.tree.get(GATE).ok().flatten().and_then(|v| serde_json::from_slice(&v).ok()).unwrap_or_default()
     }
 
@@ -341,7 +340,7 @@ impl AgentState {
     }
 
     /// What the schedule of the entry points remembers.
-    pub(crate) fn schedule(&self) -> Schedule {
+    pub fn schedule(&self) -> Schedule {
         self.tree.get(SCHEDULE).ok().flatten().and_then(|v| serde_json::from_slice(&v).ok()).unwrap_or_default()
     }
 
@@ -527,8 +526,9 @@ mod tests {
     }
 
     fn open(dir: &std::path::Path) -> (Database, AgentState) {
-        let db = crate::store::open_database(dir, 4 << 20).unwrap();
-        let state = AgentState::open(&db).unwrap();
+        let db = Database::builder(dir).open().unwrap();
+        let state =
+            AgentState::open(&db, db.keyspace(KEYSPACE, fjall::KeyspaceCreateOptions::default).unwrap()).unwrap();
         (db, state)
     }
 

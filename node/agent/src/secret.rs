@@ -1,6 +1,6 @@
 //! The agent's secrets, read from the environment variables its config names.
 
-use crate::config::{self, Config};
+use crate::config::{Agent, Invalid};
 
 /// A secret read from the environment: never printed, never logged.
 #[derive(Clone)]
@@ -31,8 +31,7 @@ pub struct Secrets {
 impl Secrets {
     /// Reads them, or refuses with a sentence naming the key and the variable. `None` when
     /// the agent is off.
-    pub fn from_env(config: &Config) -> Result<Option<Self>, config::Error> {
-        let agent = &config.agent;
+    pub fn from_env(agent: &Agent) -> Result<Option<Self>, Invalid> {
         if !agent.enabled {
             return Ok(None);
         }
@@ -40,7 +39,7 @@ impl Secrets {
         let password = match std::env::var(var) {
             Ok(v) if !v.is_empty() => Secret(v),
             _ => {
-                return Err(config::Error::Invalid(format!(
+                return Err(Invalid(format!(
                     "agent.bluesky.password_env names {var}, which is not set: export the agent's app password in it"
                 )));
             }
@@ -52,7 +51,7 @@ impl Secrets {
             match std::env::var(var) {
                 Ok(v) if !v.is_empty() => Some(Secret(v)),
                 _ => {
-                    return Err(config::Error::Invalid(format!(
+                    return Err(Invalid(format!(
                         "agent.llm.api_key_env names {var}, which is not set (leave api_key_env empty for a server that needs no key)"
                     )));
                 }

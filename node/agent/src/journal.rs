@@ -138,7 +138,7 @@ fn blocks(message: &Message) -> Vec<String> {
 }
 
 /// The journal of runs.
-pub(crate) struct Journal {
+pub struct Journal {
     db: Database,
     tree: Keyspace,
     keep: usize,
@@ -157,9 +157,9 @@ fn id_of(key: &[u8]) -> Option<u64> {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal, keeping at most `keep` runs; blocks.
-    pub(crate) fn open(db: &Database, keep: usize) -> Result<Self, fjall::Error> {
-        let tree = crate::store::open_table(db, KEYSPACE)?;
+    /// Opens the journal in `tree` (the store's keyspace [`KEYSPACE`]), keeping at most `keep`
+    /// runs; blocks.
+    pub(crate) fn open(db: &Database, tree: Keyspace, keep: usize) -> Result<Self, fjall::Error> {
         let next = match tree.last_key_value() {
             Some(last) => id_of(&last.key()?).map_or(1, |id| id + 1),
             None => 1,
@@ -187,7 +187,7 @@ impl Journal {
     }
 
     /// The newest `limit` runs, newest first, of entry point `entry` if given.
-    pub(crate) fn recent(&self, limit: usize, entry: Option<&str>) -> Vec<RunSummary> {
+    pub fn recent(&self, limit: usize, entry: Option<&str>) -> Vec<RunSummary> {
         self.tree
             .iter()
             .rev()
@@ -200,7 +200,7 @@ impl Journal {
     }
 
     /// The run `id` in full, if the journal still has it.
-    pub(crate) fn get(&self, id: u64) -> Option<RunRecord> {
+    pub fn get(&self, id: u64) -> Option<RunRecord> {
         let bytes = self.tree.get(id.to_be_bytes()).ok()??;
         serde_json::from_slice(&bytes).ok()
     }
@@ -232,7 +232,8 @@ mod tests {
     fn runs_are_kept_newest_first_bounded_and_across_a_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Database::builder(dir.path()).open().expect("db");
-        let journal = Journal::open(&db, 3).expect("journal");
+        let tree = || db.keyspace(KEYSPACE, fjall::KeyspaceCreateOptions::default).expect("keyspace");
+        let journal = Journal::open(&db, tree(), 3).expect("journal");
         for i in 0..5 {
             let id = journal
                 .put(&mut record(if i % 2 == 0 { "notifications" } else { "chat" }, &format!("run {i}")))
@@ -257,7 +258,7 @@ mod tests {
         assert_eq!(full.calls[0].tool, "reply");
         assert_eq!(full.text.as_deref(), Some("run 4"));
         drop(journal);
-        let journal = Journal::open(&db, 3).expect("reopen");
+        let journal = Journal::open(&db, tree(), 3).expect("reopen");
         assert_eq!(journal.put(&mut record("chat", "after")).expect("put"), 6, "ids go on after a reopen");
         assert_eq!(journal.recent(10, None).len(), 3);
     }

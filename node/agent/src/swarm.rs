@@ -16,8 +16,7 @@ use druse_protocol::now_ms;
 use super::context::SkillLine;
 use super::core::{Agent, Lead};
 use super::rules::Gated;
-use crate::market::Listing;
-use crate::skill::Provenance;
+use crate::node::SwarmSkill;
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -43,7 +42,7 @@ pub(crate) enum UseError {
 pub(crate) enum Used {
     /// The procedure, from a skill the node already holds the right to use (its own, or
     /// adopted before), or adopted now for `paid`.
-    Procedure { listing: Box<Listing>, paid: Option<u64> },
+    Procedure { skill: Box<SwarmSkill>, paid: Option<u64> },
     /// One of the agent's own distilled skills.
     Own { crystal: u64, text: String },
     /// Its price needs the owner's approval first; the request is posted.
@@ -59,7 +58,7 @@ impl Agent {
         }
         let memory = Arc::clone(self.node.memory());
         let q = situation.chars().take(2_000).collect::<String>();
-        let found = crate::task::blocking(move || {
+        let found = crate::blocking(move || {
             let query = Query { q, k: (max * 4).min(50), kind: Some(MemoryKind::ExplorationNote), ..Query::default() };
             memory.peek(&query, Caller::LocalAgent, now_ms()).unwrap_or_default()
         })
@@ -71,11 +70,11 @@ impl Agent {
                 break;
             }
             let Some(id) = hit.crystal.skill.filter(|_| super::context::is_peer_skill(&hit.crystal)) else { continue };
-            let Ok(listing) = self.node.listing(id).await else { continue };
-            if listing.skill.deprecated {
+            let Ok(skill) = self.node.skill(id).await else { continue };
+            if skill.deprecated {
                 continue;
             }
-            lines.push(SkillLine::of(&listing));
+            lines.push(SkillLine::of(&skill));
         }
         lines
     }
@@ -91,21 +90,21 @@ impl Agent {
             return Ok(Used::Own { crystal, text: c.text });
         }
         let content: ContentId = id.trim().parse().map_err(|_| UseError::BadId(id.chars().take(80).collect()))?;
-        let listing = self.node.listing(content).await.map_err(|_| UseError::Unknown(content))?;
-        if listing.skill.deprecated {
-            let newest = listing.skill.deprecated_by.map(|d| d.to_string()).unwrap_or_default();
+        let skill = self.node.skill(content).await.map_err(|_| UseError::Unknown(content))?;
+        if skill.deprecated {
+            let newest = skill.deprecated_by.map(|d| d.to_string()).unwrap_or_default();
             return Err(UseError::Deprecated(content, newest));
         }
-        if listing.skill.origin == Provenance::Local || listing.adopted {
-            let origin = if listing.skill.origin == Provenance::Local { "own" } else { "swarm" };
+        if skill.own || skill.adopted {
+            let origin = if skill.own { "own" } else { "swarm" };
             super::metrics::Metrics::count(&self.metrics.skills_used, origin);
-            return Ok(Used::Procedure { listing: Box::new(listing), paid: None });
+            return Ok(Used::Procedure { skill: Box::new(skill), paid: None });
         }
         // What an adoption pays: the asking price if the node's computation supports it,
         // else the computed price (the node never pays more).
-        let price = crate::market::settle(listing.asking_price, listing.computed_price.micros).paid;
+        let price = skill.price;
         if price > self.config.skill_approval_above {
-            let name = listing.skill.listing.name.chars().take(80).collect();
+            let name = skill.name.chars().take(80).collect();
             let asked = self
                 .request_approval(Gated::AdoptSkill { skill: content.to_string(), name, price }, Lead::Agent)
                 .await
@@ -114,8 +113,8 @@ impl Agent {
         }
         let paid = self.adopt(content, price, false).await?;
         super::metrics::Metrics::count(&self.metrics.skills_used, "swarm");
-        let listing = self.node.listing(content).await.map_err(|_| UseError::Unknown(content))?;
-        Ok(Used::Procedure { listing: Box::new(listing), paid: Some(paid) })
+        let skill = self.node.skill(content).await.map_err(|_| UseError::Unknown(content))?;
+        Ok(Used::Procedure { skill: Box::new(skill), paid: Some(paid) })
     }
 
     /// Adopts skill `id` for about `price`: within the day's budget unless the owner
@@ -135,7 +134,7 @@ impl Agent {
         }
         match self.node.adopt(id).await {
             Ok(adoption) => {
-                let paid = adoption.settlement.paid;
+                let paid = adoption.paid;
                 if paid != price {
                     self.write_state("settle a skill's price", move |s| {
                         s.refund(day, price)?;
@@ -181,27 +180,27 @@ impl Agent {
 }
 
 impl SkillLine {
-    /// A listing as the skills block shows it.
-    pub fn of(listing: &Listing) -> Self {
+    /// A swarm skill as the skills block shows it.
+    pub fn of(skill: &SwarmSkill) -> Self {
         Self {
-            id: listing.skill.id.to_string(),
-            name: listing.skill.listing.name.clone(),
-            verified: listing.skill.is_verified,
-            price_micros: crate::market::settle(listing.asking_price, listing.computed_price.micros).paid,
-            reputation: listing.computed_price.reputation,
-            adopted: listing.adopted,
-            summary: listing.skill.listing.text.clone(),
+            id: skill.id.to_string(),
+            name: skill.name.clone(),
+            verified: skill.verified,
+            price_micros: skill.price,
+            reputation: skill.reputation,
+            adopted: skill.adopted,
+            summary: skill.text.clone(),
         }
     }
 }
 
 /// The tool result that gives the model a swarm skill's procedure.
-pub(crate) fn procedure(listing: &Listing, paid: Option<u64>) -> String {
+pub(crate) fn procedure(skill: &SwarmSkill, paid: Option<u64>) -> String {
     let how = match paid {
         Some(paid) => format!("adopted now for {paid} micro-USDC"),
         None => "already yours to use".to_owned(),
     };
-    framed(&format!("skill {} ({how})", listing.skill.id), &listing.skill.listing.text)
+    framed(&format!("skill {} ({how})", skill.id), &skill.text)
 }
 
 /// The tool result of a procedure: marked as data to follow where it fits the rules.

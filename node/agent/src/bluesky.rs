@@ -26,7 +26,6 @@ use serde_json::Value;
 use super::facets;
 use super::secret::Secret;
 
-#[path = "profile.rs"]
 mod profile;
 pub use profile::Profile;
 

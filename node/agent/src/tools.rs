@@ -358,7 +358,7 @@ impl Batch {
             }
         }
         let memory = Arc::clone(self.agent.node.memory());
-        let lines = crate::task::blocking(move || {
+        let lines = crate::blocking(move || {
             let mut lines = Vec::new();
             for ns in namespaces {
                 let q = druse_memory::engine::Query {
@@ -394,11 +394,11 @@ impl Batch {
     async fn use_skill(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: SkillArg = args(call)?;
         match self.agent.use_skill(&a.skill).await {
-            Ok(super::swarm::Used::Procedure { listing, paid }) => {
-                if listing.skill.origin == crate::skill::Provenance::Peer {
-                    self.used_skill = Some(listing.skill.id.to_string());
+            Ok(super::swarm::Used::Procedure { skill, paid }) => {
+                if !skill.own {
+                    self.used_skill = Some(skill.id.to_string());
                 }
-                Ok(super::swarm::procedure(&listing, paid))
+                Ok(super::swarm::procedure(&skill, paid))
             }
             Ok(super::swarm::Used::Own { crystal, text }) => {
                 Ok(super::swarm::framed(&format!("your own skill, crystal {crystal}"), &text))

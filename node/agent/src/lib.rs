@@ -1,0 +1,441 @@
+//! The agent every druse node runs (seeds 000–002, DESIGN §10), off until `[agent] enabled`: it
+//! lives on Bluesky through atrium-api, thinks with any OpenAI-compatible model, remembers
+//! through the node's memory engine, and earns skills it may publish to the swarm.
+//!
+//! The node runs it through a narrow port ([`node::Node`]: memory, a keyspace, a task, the
+//! market), which the agent defines and the node implements; the node's daemon composes its
+//! HTTP routes and CLI from the [`Handle`] this crate gives. Where each part lives:
+//!
+//! - this file: [`start`], the loop that polls, runs entry points and keeps the pause, and the
+//!   [`Handle`] the daemon holds;
+//! - [`node`]: the port to the node; [`config`]: the `[agent]` section; [`secret`]: the
+//!   passwords and keys it reads from the environment;
+//! - `core`: the running agent's parts (model, account, node, state, metrics, status) and
+//!   `run_model`, every model call's journal record and deadline;
+//! - `run`: one notification batch, from the poll to the reply and what it remembers; `tools`:
+//!   the tools the model calls; `act`: what it does on Bluesky and in the swarm, behind the
+//!   owner's gate;
+//! - `mind`: the self-state, goals, first-interaction and synthesis blocks (seed 002);
+//!   [`context`]: the trust-labelled blocks of the system prompt;
+//! - `entries`: musing, the daily reflection and the review beside the batches, with
+//!   [`schedule`] deciding when;
+//! - `swarm`: the agent as a buyer (skills by meaning, adoption, execution reports);
+//!   `distill`: skills it earns from episodes that went well; [`outcome`]: what followed a
+//!   run, the reward it reports;
+//! - [`llm`]: the chat-completions client (tools, bounded loop, retries, JSON schema);
+//!   `spend`: what the model costs, and its daily cap;
+//! - [`bluesky`]: the account (session, notifications, threads, replies, likes; profiles in
+//!   `bluesky/profile.rs`); [`facets`]: mentions and links as byte ranges; [`posts`]: posts that
+//!   fit; [`consent`]: tagging consent as users say it;
+//! - [`rules`]: batch-only URIs, per-author limit, the owner gate bound to its request post;
+//! - [`reconcile`]: the LLM reconciler of new observations, with the rules as fallback;
+//! - [`chat`]: a local conversation with the operator; [`journal`]: the record of every run;
+//!   [`state`]: what the agent keeps in its keyspace; [`metrics`]: what it counts.
+
+mod act;
+pub mod bluesky;
+pub mod chat;
+pub mod config;
+pub mod consent;
+pub mod context;
+mod core;
+mod distill;
+mod entries;
+pub mod facets;
+pub mod journal;
+pub mod llm;
+pub mod metrics;
+mod mind;
+pub mod node;
+pub mod outcome;
+pub mod posts;
+pub mod reconcile;
+pub mod rules;
+mod run;
+pub mod schedule;
+mod secret;
+mod spend;
+pub mod state;
+mod swarm;
+mod tools;
+
+pub use config::{Agent as Config, AgentBluesky, AgentLlm, LongPosts};
+pub use core::AgentStatus;
+pub use entries::RunReport;
+pub use schedule::Entry;
+pub use secret::{Secret, Secrets};
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+
+use druse_protocol::now_ms;
+use node::Node;
+
+/// An operator's request to run an entry point now, and where its outcome goes.
+type RunRequest = (Entry, oneshot::Sender<RunReport>);
+
+/// Entry-point requests waiting at most; more are refused as busy.
+const MAX_WAITING_RUNS: usize = 4;
+
+/// The longest an operator's run may take (a few LLM round trips).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A handle to the running agent.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    status: Arc<Mutex<AgentStatus>>,
+    runs: mpsc::Sender<RunRequest>,
+    /// Set: the agent reads, answers and runs nothing until it is cleared.
+    paused: Arc<AtomicBool>,
+    /// The record of every run, if it opened.
+    journal: Option<Arc<journal::Journal>>,
+    /// The agent, once it is on Bluesky.
+    agent: Arc<OnceLock<Arc<core::Agent>>>,
+}
+
+/// Why the agent could not take an operator's request now.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refused {
+    #[error("the agent is paused: resume it first (druse-node agent resume)")]
+    Paused,
+    #[error("the agent is {0}, not running yet; try again shortly")]
+    NotRunning(&'static str),
+    #[error("{MAX_WAITING_RUNS} runs are already waiting; try again later")]
+    Busy,
+    #[error("the agent stopped before the run ended")]
+    Stopped,
+    #[error("the {0} took longer than {RUN_TIMEOUT:?}")]
+    TimedOut(&'static str),
+    #[error("no answer: {0}")]
+    Failed(String),
+    #[error("the run journal could not be opened; see the node's log")]
+    NoJournal,
+}
+
+impl Handle {
+    pub fn status(&self) -> AgentStatus {
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // What the model cost is read now, not at the last tick.
+        if let Some(agent) = self.agent.get() {
+            let spend = agent.llm.spend();
+            status.model_spent_today_usd = spend.today_usd();
+            status.model_daily_cap_usd = spend.cap_usd();
+            status.model_capped = spend.capped();
+        }
+        status
+    }
+
+    /// Pauses the agent (`true`) or resumes it: from its next tick it polls nothing, answers
+    /// nothing and runs no entry point, until resumed. The loop keeps it across a restart.
+    pub fn pause(&self, paused: bool) -> AgentStatus {
+        self.paused.store(paused, Ordering::SeqCst);
+        set(&self.status, |s| s.paused = paused);
+        self.status()
+    }
+
+    /// The record of every run (its calls block: run them off the async threads).
+    pub fn journal(&self) -> Result<Arc<journal::Journal>, Refused> {
+        self.journal.clone().ok_or(Refused::NoJournal)
+    }
+
+    /// One turn of a local conversation with the agent, without Bluesky.
+    pub async fn chat(&self, body: chat::ChatBody) -> Result<chat::ChatAnswer, Refused> {
+        if self.paused.load(Ordering::SeqCst) {
+            return Err(Refused::Paused);
+        }
+        let Some(agent) = self.agent.get().cloned() else {
+            return Err(Refused::NotRunning(self.status().state));
+        };
+        match tokio::time::timeout(RUN_TIMEOUT, agent.chat(body)).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => Err(Refused::Failed(error.to_string())),
+            Err(_) => Err(Refused::TimedOut("conversation")),
+        }
+    }
+
+    /// Runs `entry` now, in the agent's loop and with its rules (a musing still posts at most
+    /// once per session, a reflection once per day), and answers what it did.
+    pub async fn run(&self, entry: Entry) -> Result<RunReport, Refused> {
+        let state = self.status().state;
+        if state != "running" {
+            return Err(Refused::NotRunning(state));
+        }
+        if self.paused.load(Ordering::SeqCst) {
+            return Err(Refused::Paused);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.runs.try_send((entry, tx)).map_err(|_| Refused::Busy)?;
+        match tokio::time::timeout(RUN_TIMEOUT, rx).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(_)) => Err(Refused::Stopped),
+            Err(_) => Err(Refused::TimedOut("run")),
+        }
+    }
+}
+
+/// The query of `GET /v1/agent/runs`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunsQuery {
+    /// How many, newest first (default 20, at most 500).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Only this entry point's runs (`notifications`, `musing`, `reflection`, `review`, `chat`).
+    #[serde(default)]
+    pub entry: Option<String>,
+}
+
+/// The body of `POST /v1/agent/run`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunBody {
+    pub entry: Entry,
+}
+
+/// Starts the agent's task in `node` (the config enables it: there are `secrets`), its
+/// Bluesky session kept in the file `session`. Returns at once: logging in and polling happen
+/// in the task, which retries a failed login with backoff.
+pub fn start(
+    node: Arc<dyn Node>,
+    config: Config,
+    session: PathBuf,
+    metrics: metrics::Metrics,
+    secrets: Secrets,
+) -> Handle {
+    let status = Arc::new(Mutex::new(AgentStatus {
+        enabled: true,
+        state: "starting",
+        handle: config.bluesky.handle.clone(),
+        owner: config.bluesky.owner.clone(),
+        model: config.llm.model.clone(),
+        skill_budget_per_day: config.skill_budget_per_day,
+        ..AgentStatus::default()
+    }));
+    let (runs, requests) = mpsc::channel(MAX_WAITING_RUNS);
+    let paused = Arc::new(AtomicBool::new(false));
+    let journal = match node
+        .keyspace(journal::KEYSPACE)
+        .and_then(|tree| journal::Journal::open(node.database(), tree, config.run_log_keep))
+    {
+        Ok(journal) => Some(Arc::new(journal)),
+        Err(error) => {
+            tracing::error!(%error, "could not open the run journal: runs are not recorded");
+            None
+        }
+    };
+    let running = Arc::new(OnceLock::new());
+    let handle =
+        Handle { status: Arc::clone(&status), runs, paused: Arc::clone(&paused), journal, agent: Arc::clone(&running) };
+    let host = Host { node: Arc::clone(&node), config, session };
+    node.spawn("agent", Box::pin(run_agent(host, metrics, secrets, handle.clone(), requests)));
+    handle
+}
+
+fn set<F: FnOnce(&mut AgentStatus)>(status: &Mutex<AgentStatus>, f: F) {
+    f(&mut status.lock().unwrap_or_else(|p| p.into_inner()));
+}
+
+/// What the agent runs in and from: the node, its `[agent]` section, and the file that keeps
+/// its Bluesky session.
+#[derive(Debug)]
+struct Host {
+    node: Arc<dyn Node>,
+    config: Config,
+    session: PathBuf,
+}
+
+async fn connect(
+    host: &Host,
+    metrics: &metrics::Metrics,
+    secrets: &Secrets,
+    status: &Arc<Mutex<AgentStatus>>,
+    journal: Option<Arc<journal::Journal>>,
+) -> Result<Arc<core::Agent>, String> {
+    let Host { node, config, session } = host;
+    let (bsky, origin) =
+        bluesky::Bluesky::connect(&config.bluesky.service, &config.bluesky.handle, &secrets.password, session.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+    let owner_did = bsky
+        .resolve(&config.bluesky.owner)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("agent.bluesky.owner: the handle {} does not resolve", config.bluesky.owner))?;
+    let db = node.database().clone();
+    let tree = node.keyspace(state::KEYSPACE).map_err(|e| e.to_string())?;
+    let (state, pruned) = blocking(move || -> Result<_, fjall::Error> {
+        let state = state::AgentState::open(&db, tree)?;
+        let pruned = state.prune(now_ms())?;
+        Ok((state, pruned))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
+    let spend = Arc::new(spend::Spend::new(&config.llm, metrics.clone(), Some(state.clone())));
+    let llm = llm::Llm::with_spend(&config.llm, secrets.llm_key.clone(), metrics.clone(), spend)
+        .map_err(|e| e.to_string())?;
+    tracing::info!(handle = bsky.handle(), did = bsky.did(), session = ?origin, pruned, "the agent is on Bluesky");
+    let how = match origin {
+        bluesky::SessionOrigin::Reused => "reused",
+        bluesky::SessionOrigin::LoggedIn => "logged_in",
+    };
+    metrics::Metrics::count(&metrics.sessions, how);
+    metrics.session_refreshes.set(bsky.refreshes() as i64);
+    let spent_today = state.spent(now_ms() / 86_400_000);
+    set(status, |s| {
+        s.did = Some(bsky.did().to_owned());
+        s.session = Some(origin);
+        s.skills_spent_today = spent_today;
+    });
+    let persona = match &config.persona_file {
+        Some(path) => Some(persona(path)?),
+        None => None,
+    };
+    let mut bsky = bsky;
+    if config.dry_run {
+        bsky.set_dry_run(true);
+        tracing::warn!(
+            "dry run: the agent decides but writes nothing to Bluesky; the log says what it would have written"
+        );
+    }
+    set(status, |s| s.dry_run = config.dry_run);
+    let mut agent = core::Agent::new(
+        Arc::clone(node),
+        config.clone(),
+        llm,
+        bsky,
+        owner_did,
+        state,
+        metrics.clone(),
+        Arc::clone(status),
+    );
+    if let Some(persona) = persona {
+        agent.persona = persona;
+    }
+    agent.journal = journal;
+    let agent = Arc::new(agent);
+    agent.adopt_history().await.map_err(|e| format!("reading the account's history: {e}"))?;
+    Ok(agent)
+}
+
+/// The persona in `path`: its text, at most 16 KiB, not empty.
+fn persona(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("agent.persona_file {}: {e}", path.display()))?;
+    let text = text.trim();
+    if text.is_empty() || text.len() > 16 * 1024 {
+        return Err(format!("agent.persona_file {}: must hold 1 byte to 16 KiB of text", path.display()));
+    }
+    Ok(text.to_owned())
+}
+
+async fn run_agent(
+    host: Host,
+    metrics: metrics::Metrics,
+    secrets: Secrets,
+    handle: Handle,
+    mut requests: mpsc::Receiver<RunRequest>,
+) {
+    let Handle { status, paused, journal, agent: running, .. } = handle;
+    // Retries double from 2 s up to a minute: an operator who mends the PDS or the password
+    // sees the agent log in within a minute, and a host under load that failed the first few
+    // tries is not left waiting minutes for the next.
+    const MOST: Duration = Duration::from_secs(60);
+    let mut backoff = Duration::from_secs(2);
+    let agent = loop {
+        match connect(&host, &metrics, &secrets, &status, journal.clone()).await {
+            Ok(agent) => break agent,
+            Err(error) => {
+                tracing::error!(%error, retry_in_s = backoff.as_secs(), "the agent could not start");
+                set(&status, |s| {
+                    s.state = "retrying";
+                    s.last_error = Some(error);
+                });
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MOST);
+            }
+        }
+    };
+    let _ = running.set(Arc::clone(&agent));
+    // Running once the agent can be reached (a conversation, an operator's run).
+    set(&status, |s| s.state = "running");
+    // A pause outlives a restart: the state keeps it, and an operator's change is written at
+    // the next tick.
+    let mut kept = agent.state.paused();
+    if kept {
+        paused.store(true, Ordering::SeqCst);
+        set(&status, |s| s.paused = true);
+        tracing::info!("the agent was paused before the restart and stays paused (druse-node agent resume)");
+    }
+    let mut tick = tokio::time::interval(host.config.poll_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        // One loop for every entry point: an operator's run waits for the batch in progress.
+        // Nothing that waits for the model runs in this loop: each thread's run, an operator's
+        // run and the scheduled entry points run beside it, so a slow model never holds a
+        // poll or an owner's approval.
+        tokio::select! {
+            _ = tick.tick() => {}
+            Some((entry, reply)) = requests.recv() => {
+                let agent = Arc::clone(&agent);
+                tokio::spawn(async move {
+                    let _one_at_a_time = agent.entries.lock().await;
+                    let _ = reply.send(agent.run_entry(entry).await);
+                });
+                continue;
+            }
+        }
+        let now_paused = paused.load(Ordering::SeqCst);
+        if now_paused != kept {
+            kept = now_paused;
+            agent.write_state("keep the pause", move |s| s.set_paused(now_paused)).await;
+        }
+        let capped = agent.llm.spend().capped();
+        if now_paused || capped {
+            // At the daily cap the notifications wait unread for the next UTC day.
+            set(&status, |s| s.polls_skipped += 1);
+            continue;
+        }
+        let result = agent.poll(false).await;
+        metrics.session_refreshes.set(agent.bsky.refreshes() as i64);
+        set(&status, |s| {
+            s.polls += 1;
+            s.last_poll_at = Some(now_ms());
+            if let Err(error) = &result {
+                s.last_error = Some(error.to_string());
+            }
+        });
+        if let Err(error) = result {
+            tracing::warn!(%error, "polling notifications failed; trying again next tick");
+        }
+        // The scheduled entry points whose time has come (seed 001: checked on every tick).
+        let due = agent.due(now_ms());
+        if !due.is_empty()
+            && let Ok(running) = Arc::clone(&agent.entries).try_lock_owned()
+        {
+            let agent = Arc::clone(&agent);
+            tokio::spawn(async move {
+                let _running = running;
+                for entry in due {
+                    agent.run_entry(entry).await;
+                }
+            });
+        }
+    }
+}
+
+/// A task that panicked or was cancelled.
+#[derive(Debug, thiserror::Error)]
+#[error("a blocking task failed: {0}")]
+pub struct Failed(String);
+
+/// Runs `f` on the runtime's blocking pool and waits for it: the memory engine's calls and the
+/// store's writes never hold an async thread.
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Failed> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Failed(e.to_string()))
+}

@@ -1,0 +1,85 @@
+//! What the agent asks of the node it runs in, and nothing more: its memory, a keyspace of
+//! the node's store for the agent's own state, a task the node owns, and the market (a swarm
+//! skill as the node prices it, an adoption, a signed execution report, a published skill).
+//!
+//! The agent defines this port and the node implements it (in `druse-node`'s `node/agent.rs`),
+//! so the agent never names the node's types and the node's core knows nothing of the agent.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use druse_memory::Memory;
+use druse_protocol::ContentId;
+use druse_protocol::body::{CrystalListing, ReportEvent};
+
+/// A future the node answers, boxed so the port can be a trait object.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why the node refused or could not do what the agent asked, in the node's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(pub String);
+
+/// One swarm skill as the node sees and prices it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwarmSkill {
+    /// The listing's content id: what `use_skill` takes.
+    pub id: ContentId,
+    pub name: String,
+    /// The procedure.
+    pub text: String,
+    /// This node published it.
+    pub own: bool,
+    /// This node adopted it already.
+    pub adopted: bool,
+    /// A newer version replaces it.
+    pub deprecated: bool,
+    /// The newer version, when the node knows it.
+    pub deprecated_by: Option<ContentId>,
+    /// A management key endorsed it.
+    pub verified: bool,
+    /// What adopting it costs this node now, in micro-USDC: the asking price when the node's
+    /// own computation supports it, else the computed price (0 below the quality gate).
+    pub price: u64,
+    /// The publisher's reputation from signed evidence.
+    pub reputation: f64,
+}
+
+/// What an adoption paid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adopted {
+    /// Micro-USDC.
+    pub paid: u64,
+    /// The ledger's balance after it.
+    pub balance: i128,
+}
+
+/// The node, as the agent uses it.
+pub trait Node: Send + Sync + std::fmt::Debug + 'static {
+    /// The node's memory engine (its calls block: run them off the async threads).
+    fn memory(&self) -> &Arc<Memory>;
+
+    /// The node's store, whose batches the agent's state and journal commit in.
+    fn database(&self) -> &fjall::Database;
+
+    /// A keyspace of the node's store (opened or created), for the agent's state and its
+    /// journal.
+    fn keyspace(&self, name: &str) -> Result<fjall::Keyspace, fjall::Error>;
+
+    /// Runs `task` until it ends or the node stops; the node owns it.
+    fn spawn(&self, name: &'static str, task: Pending<'static, ()>);
+
+    /// Swarm skill `id`, priced as the node computes it.
+    fn skill(&self, id: ContentId) -> Pending<'_, Result<SwarmSkill, Error>>;
+
+    /// Adopts skill `id`: pays what the node's computation supports from its ledger and signs
+    /// an adoption report.
+    fn adopt(&self, id: ContentId) -> Pending<'_, Result<Adopted, Error>>;
+
+    /// Signs and publishes a report about skill `id`; answers the report's content id.
+    fn report(&self, id: ContentId, event: ReportEvent) -> Pending<'_, Result<ContentId, Error>>;
+
+    /// Signs and publishes a skill listing; answers its content id.
+    fn publish(&self, listing: CrystalListing) -> Pending<'_, Result<ContentId, Error>>;
+}
