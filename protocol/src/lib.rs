@@ -15,6 +15,7 @@ pub mod keys;
 pub mod net;
 pub mod pricing;
 pub mod reputation;
+pub mod scan;
 pub mod sync;
 pub mod topic;
 pub mod trust;

@@ -267,7 +267,7 @@ impl Agent {
     /// Stores a memory through the node's engine.
     pub(crate) async fn store(&self, new: NewMemory) -> Result<CrystalId, ActionError> {
         let memory = Arc::clone(self.node.memory());
-        let added = crate::blocking(move || memory.add(new, "agent", now_ms()))
+        let added = crate::task::blocking(move || memory.add(new, "agent", now_ms()))
             .await
             .map_err(super::reconcile::MemoryError::from)?
             .map_err(super::reconcile::MemoryError::from)?;

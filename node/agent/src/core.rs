@@ -217,7 +217,7 @@ impl Agent {
         .to_owned();
         record.error = result.as_ref().err().map(ToString::to_string);
         if let Some(journal) = self.journal.clone() {
-            let kept = crate::blocking(move || journal.put(&mut record)).await;
+            let kept = crate::task::blocking(move || journal.put(&mut record)).await;
             if let Err(error) = kept.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
                 tracing::warn!(%error, "could not record the run in the journal");
             }
@@ -246,7 +246,7 @@ impl Agent {
         write: impl FnOnce(&AgentState) -> Result<T, fjall::Error> + Send + 'static,
     ) -> Option<T> {
         let state = self.state.clone();
-        match crate::blocking(move || write(&state)).await {
+        match crate::task::blocking(move || write(&state)).await {
             Ok(Ok(out)) => Some(out),
             Ok(Err(error)) => {
                 tracing::error!(%error, "could not {what}");

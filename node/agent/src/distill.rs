@@ -263,7 +263,7 @@ impl Agent {
         let good: BTreeSet<u64> = self.state.good().into_iter().map(|(id, _)| id).collect();
         let memory = Arc::clone(self.node.memory());
         let min_cosine = self.config.distill_similarity;
-        let grouped = crate::blocking(move || group(&memory, episode, &good, min_cosine)).await;
+        let grouped = crate::task::blocking(move || group(&memory, episode, &good, min_cosine)).await;
         let group = match grouped {
             Ok(Ok(found)) => found,
             Ok(Err(error)) => return tracing::warn!(%error, "could not group episodes"),
@@ -324,7 +324,7 @@ impl Agent {
             Some(target) => {
                 let memory = Arc::clone(self.node.memory());
                 let decision = Decision::Update { target, confidence: 1.0 };
-                crate::blocking(move || memory.add_with(new, &Fixed(decision), "agent:distill", now_ms()))
+                crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:distill", now_ms()))
                     .await
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map(|a| a.crystal.id).map_err(|e| e.to_string()))

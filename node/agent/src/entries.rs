@@ -187,7 +187,7 @@ impl Run {
     async fn search(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: QueryArg = args(call)?;
         let memory = Arc::clone(self.agent.node.memory());
-        let lines = crate::blocking(move || {
+        let lines = crate::task::blocking(move || {
             let q = druse_memory::engine::Query {
                 q: a.query,
                 k: 5,
@@ -312,7 +312,7 @@ impl Run {
     /// Writes through the engine with the review's decision on that exact crystal.
     async fn write(&self, new: NewMemory, decision: Decision) -> Result<CrystalId, ToolError> {
         let memory = Arc::clone(self.agent.node.memory());
-        crate::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
+        crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
             .await
             .map_err(ToolError::failed)?
             .map(|added| added.crystal.id)
@@ -418,7 +418,7 @@ impl Agent {
             return RunReport::new(Entry::Musing, "skipped", why.sentence());
         }
         let memory = Arc::clone(self.node.memory());
-        let notes = crate::blocking(move || {
+        let notes = crate::task::blocking(move || {
             let found = super::context::episodic(&memory, "today", now).unwrap_or_default();
             super::context::episodic_block(&found, &super::context::Budgets::default(), now)
         })
@@ -633,7 +633,7 @@ impl Agent {
             None => Decision::Add,
         };
         let memory = Arc::clone(self.node.memory());
-        let added = crate::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
+        let added = crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
             .await
             .map_err(super::reconcile::MemoryError::from)?
             .map_err(super::reconcile::MemoryError::from)?;

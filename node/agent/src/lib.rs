@@ -30,7 +30,8 @@
 //! - [`rules`]: batch-only URIs, per-author limit, the owner gate bound to its request post;
 //! - [`reconcile`]: the LLM reconciler of new observations, with the rules as fallback;
 //! - [`chat`]: a local conversation with the operator; [`journal`]: the record of every run;
-//!   [`state`]: what the agent keeps in its keyspace; [`metrics`]: what it counts.
+//!   [`state`]: what the agent keeps in its keyspace; [`metrics`]: what it counts; `task`:
+//!   blocking work off the async threads.
 
 mod act;
 pub mod bluesky;
@@ -57,6 +58,7 @@ mod secret;
 mod spend;
 pub mod state;
 mod swarm;
+mod task;
 mod tools;
 
 pub use config::{Agent as Config, AgentBluesky, AgentLlm, LongPosts};
@@ -269,7 +271,7 @@ async fn connect(
         .ok_or_else(|| format!("agent.bluesky.owner: the handle {} does not resolve", config.bluesky.owner))?;
     let db = node.database().clone();
     let tree = node.keyspace(state::KEYSPACE).map_err(|e| e.to_string())?;
-    let (state, pruned) = blocking(move || -> Result<_, fjall::Error> {
+    let (state, pruned) = task::blocking(move || -> Result<_, fjall::Error> {
         let state = state::AgentState::open(&db, tree)?;
         let pruned = state.prune(now_ms())?;
         Ok((state, pruned))
@@ -427,15 +429,4 @@ async fn run_agent(
             });
         }
     }
-}
-
-/// A task that panicked or was cancelled.
-#[derive(Debug, thiserror::Error)]
-#[error("a blocking task failed: {0}")]
-pub struct Failed(String);
-
-/// Runs `f` on the runtime's blocking pool and waits for it: the memory engine's calls and the
-/// store's writes never hold an async thread.
-pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Failed> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| Failed(e.to_string()))
 }

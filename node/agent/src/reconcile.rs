@@ -159,7 +159,7 @@ pub enum MemoryError {
     #[error(transparent)]
     Memory(#[from] druse_memory::engine::Error),
     #[error(transparent)]
-    Task(#[from] crate::Failed),
+    Task(#[from] crate::task::Failed),
 }
 
 /// Stores an observation, reconciled by the model against the top similar memories, or by
@@ -174,7 +174,7 @@ pub async fn store(
     let config = memory.config().correction.clone();
     let m = Arc::clone(memory);
     let probe = new.clone();
-    let candidates = crate::blocking(move || m.reconciliation_candidates(&probe)).await??;
+    let candidates = crate::task::blocking(move || m.reconciliation_candidates(&probe)).await??;
     let decided = match decide(llm, &new, &candidates, &config).await {
         Ok(decision) => Some(decision),
         Err(error) => {
@@ -185,7 +185,7 @@ pub async fn store(
     let by = if decided.is_some() { By::Llm } else { By::Rules };
     let m = Arc::clone(memory);
     let actor = actor.to_owned();
-    let added = crate::blocking(move || match decided {
+    let added = crate::task::blocking(move || match decided {
         Some(decision) => {
             let reconciler =
                 Decided { decision, asked: candidates.iter().map(|c| c.id).collect(), rules: Rules { config } };

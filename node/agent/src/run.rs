@@ -420,7 +420,7 @@ impl Agent {
         let memory = Arc::clone(self.node.memory());
         let q = query.to_owned();
         let handles: Vec<String> = authors.iter().map(|(h, _)| h.clone()).collect();
-        let (known, episodic) = crate::blocking(move || -> Result<_, druse_memory::engine::Error> {
+        let (known, episodic) = crate::task::blocking(move || -> Result<_, druse_memory::engine::Error> {
             let budgets = context::Budgets::default();
             let now = now_ms();
             let mut known = Vec::new();

@@ -136,7 +136,7 @@ impl Spend {
             );
         }
         if let Some(state) = self.state.clone() {
-            let kept = crate::blocking(move || state.put_model_spent(day, total)).await;
+            let kept = crate::task::blocking(move || state.put_model_spent(day, total)).await;
             if let Err(error) = kept.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
                 tracing::warn!(%error, "could not keep the model's spend for today");
             }

@@ -58,7 +58,7 @@ impl Agent {
         }
         let memory = Arc::clone(self.node.memory());
         let q = situation.chars().take(2_000).collect::<String>();
-        let found = crate::blocking(move || {
+        let found = crate::task::blocking(move || {
             let query = Query { q, k: (max * 4).min(50), kind: Some(MemoryKind::ExplorationNote), ..Query::default() };
             memory.peek(&query, Caller::LocalAgent, now_ms()).unwrap_or_default()
         })

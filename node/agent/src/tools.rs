@@ -358,7 +358,7 @@ impl Batch {
             }
         }
         let memory = Arc::clone(self.agent.node.memory());
-        let lines = crate::blocking(move || {
+        let lines = crate::task::blocking(move || {
             let mut lines = Vec::new();
             for ns in namespaces {
                 let q = druse_memory::engine::Query {

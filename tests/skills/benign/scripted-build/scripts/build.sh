@@ -1,0 +1,4 @@
+#!/bin/sh
+set -eu
+cargo build --release
+cargo test --release

