@@ -12,7 +12,7 @@ use druse_protocol::validate::{self, Accepted, Reason, TrustView};
 use druse_protocol::{ContentId, Envelope, Kind, PublicKey, UnixMillis, sync, topic};
 
 use crate::market::{self, BountyRecord};
-use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, VerdictLabel};
+use crate::metrics::{LevelLabel, Metrics, OutcomeLabels, RefusedLabels, VerdictLabel};
 use crate::peers::{self, Book};
 use crate::skill::{Pending, Provenance, Skill};
 use crate::store::{self, Store, Writes};
@@ -42,6 +42,9 @@ pub enum Outcome {
     Banned,
     /// Content that looks like a secret.
     Confidential,
+    /// A skill the scanner refused (a high finding: a payload for the model that would read
+    /// it, remote code, a read of secrets, hidden characters); see `druse_protocol::scan`.
+    SkillScan,
     /// The store failed; the message is dropped without blame.
     StoreFailed,
 }
@@ -55,6 +58,7 @@ impl Outcome {
             Outcome::Halted => "halted",
             Outcome::Banned => "banned",
             Outcome::Confidential => "confidential",
+            Outcome::SkillScan => "skill_scan",
             Outcome::StoreFailed => "store_failed",
         }
     }
@@ -91,11 +95,36 @@ pub enum Effect {
 
 /// A peer's message with the checks that need no state done ahead of the ingestor, on any
 /// thread: its envelope opened ([`validate::open_envelope`]: size, strict decode, signature,
-/// body decoded) and, for a skill listing, its text and name scanned for secrets.
+/// body decoded) and, for a skill listing, its content checked ([`Content`]).
 #[derive(Debug)]
 pub struct Prepared {
     opened: Result<validate::Opened, Reason>,
-    confidential: bool,
+    confidential: Content,
+}
+
+/// What step 8 found in a skill listing's content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Content {
+    /// Nothing to refuse.
+    Clean,
+    /// It looks like it holds a password, key or token.
+    Confidential,
+    /// The scanner found a high finding; the rule of the first.
+    Hostile(String),
+}
+
+impl Content {
+    /// Checks a listing's name and text: secrets first, then the skill scanner.
+    pub(crate) fn of(listing: &CrystalListing) -> Self {
+        if governance::is_confidential(&listing.text) || governance::is_confidential(&listing.name) {
+            return Content::Confidential;
+        }
+        let report = druse_protocol::scan::scan(&[("name", &listing.name), ("SKILL.md", &listing.text)], &[]);
+        match report.first_high() {
+            Some(finding) => Content::Hostile(finding.rule.clone()),
+            None => Content::Clean,
+        }
+    }
 }
 
 impl Prepared {
@@ -103,17 +132,11 @@ impl Prepared {
     pub fn new(bytes: &[u8], keys: &mut validate::SignerKeys) -> Self {
         let opened = validate::open_envelope(bytes, keys);
         let confidential = match opened.as_ref().ok().and_then(validate::Opened::body) {
-            Some(Body::Crystal(listing)) => holds_a_secret(listing),
-            _ => false,
+            Some(Body::Crystal(listing)) => Content::of(listing),
+            _ => Content::Clean,
         };
         Self { opened, confidential }
     }
-}
-
-/// Whether a skill listing looks like it holds a password, key or token: such a listing is
-/// refused (`confidential`), so no secret spreads through the swarm.
-fn holds_a_secret(listing: &CrystalListing) -> bool {
-    governance::is_confidential(&listing.text) || governance::is_confidential(&listing.name)
 }
 
 /// Where a gossip message came from.
@@ -314,12 +337,12 @@ impl Ingestor {
         self.ingest_checked(checked, Some(confidential), bytes, source, propagation_source, now, metrics)
     }
 
-    /// `confidential`: whether the message is a listing [`Prepared`] found a secret in, if known.
+    /// `confidential`: what [`Prepared`] found in a listing's content, if it looked.
     #[allow(clippy::too_many_arguments)]
     fn ingest_checked(
         &mut self,
         checked: Result<Accepted, Reason>,
-        confidential: Option<bool>,
+        confidential: Option<Content>,
         bytes: &[u8],
         source: &PeerId,
         propagation_source: &PeerId,
@@ -370,7 +393,7 @@ impl Ingestor {
     fn ingest_synced_checked(
         &mut self,
         checked: Result<Accepted, Reason>,
-        confidential: Option<bool>,
+        confidential: Option<Content>,
         bytes: &[u8],
         now: UnixMillis,
         metrics: &Metrics,
@@ -434,14 +457,14 @@ impl Ingestor {
 
     /// Step 9: stores or applies an accepted message. Only a message applied in full is
     /// committed to the validator's view: one refused here blocks no later copy.
-    /// `confidential` says whether a listing holds a secret when [`Prepared`] found out already.
+    /// `confidential` says what a listing's content holds when [`Prepared`] looked already.
     /// `bytes` is the envelope as it came: validation found it to be the envelope's one
     /// canonical encoding, so it is kept as it came rather than encoded again.
     fn apply(
         &mut self,
         accepted: &Accepted,
         bytes: &[u8],
-        confidential: Option<bool>,
+        confidential: Option<Content>,
         origin: Provenance,
         now: UnixMillis,
         metrics: &Metrics,
@@ -459,7 +482,7 @@ impl Ingestor {
         &mut self,
         accepted: &Accepted,
         bytes: &[u8],
-        confidential: Option<bool>,
+        confidential: Option<Content>,
         origin: Provenance,
         now: UnixMillis,
         metrics: &Metrics,
@@ -469,8 +492,16 @@ impl Ingestor {
         let mut keep = true;
         match &accepted.body {
             Body::Crystal(listing) => {
-                if confidential.unwrap_or_else(|| holds_a_secret(listing)) {
-                    return Ok(Outcome::Confidential);
+                // Step 8: no secret spreads through the swarm, and no skill that carries a
+                // payload for the model that would read it.
+                match confidential.unwrap_or_else(|| Content::of(listing)) {
+                    Content::Clean => {}
+                    Content::Confidential => return Ok(Outcome::Confidential),
+                    Content::Hostile(rule) => {
+                        tracing::info!(skill = %accepted.content_id, %rule, "refused a skill the scanner flagged");
+                        metrics.refused.get_or_create(&RefusedLabels { label: "skill_scan", rule }).inc();
+                        return Ok(Outcome::SkillScan);
+                    }
                 }
                 // Endorsements that waited for the skill are applied before it is stored, so no
                 // reader ever sees it without them.

@@ -26,6 +26,13 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of a refused skill: why (`skill_scan`) and the scanner's rule.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub label: &'static str,
+    pub rule: String,
+}
+
 /// One label: a trust level.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LevelLabel {
@@ -83,6 +90,8 @@ pub struct Metrics {
     pub messages: Family<MessageLabels, Counter>,
     /// Ingestion outcomes by kind and reason (`accepted`, or why not).
     pub ingest: Family<OutcomeLabels, Counter>,
+    /// Skill listings refused for their content, by why and the scanner's rule.
+    pub refused: Family<RefusedLabels, Counter>,
     /// Messages this node published, by kind.
     pub published: Family<KindLabel, Counter>,
     /// Effective network cortisol from weather.
@@ -145,6 +154,7 @@ impl Metrics {
         let metrics = Self {
             messages: Family::default(),
             ingest: Family::default(),
+            refused: Family::default(),
             published: Family::default(),
             weather_cortisol: Gauge::default(),
             halted: Gauge::default(),
@@ -176,6 +186,11 @@ impl Metrics {
         let r = &mut registry;
         r.register("druse_messages", "Gossip messages by topic and verdict", metrics.messages.clone());
         r.register("druse_ingest_outcomes", "Ingestion outcomes by kind and reason", metrics.ingest.clone());
+        r.register(
+            "druse_ingest_refused",
+            "Skill listings refused for what they carry, by why and the skill scanner's rule",
+            metrics.refused.clone(),
+        );
         r.register("druse_published", "Messages this node published, by kind", metrics.published.clone());
         r.register(
             "druse_sync_messages",
@@ -268,7 +283,7 @@ impl Metrics {
                 let _ = metrics.messages.get_or_create(&MessageLabels { topic: topic.to_owned(), verdict });
             }
         }
-        let outcomes = ["accepted", "halted", "banned", "confidential", "store_failed"]
+        let outcomes = ["accepted", "halted", "banned", "confidential", "skill_scan", "store_failed"]
             .into_iter()
             .chain(druse_protocol::validate::Reason::ALL.map(|r| r.as_str()));
         for outcome in outcomes {

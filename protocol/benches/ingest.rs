@@ -1,6 +1,8 @@
 //! Ingest throughput against the raw signature check (DESIGN §12): in one run, raw
 //! `verify_strict` per second and full decode + verify + validate per second for a 1 KiB
-//! crystal listing, and their ratio. The target is a ratio of at least 70%.
+//! crystal listing, and their ratio. The target is a ratio of at least 70%. Beside them, the
+//! skill scanner over a 1 KiB procedure (every listing's text passes it at ingest), as a
+//! fraction of one signature check's time.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -84,6 +86,14 @@ fn main() {
             BatchSize::SmallInput,
         )
     });
+    let procedure = "# Retry with backoff\n\n## When\nA call to a remote service failed with a timeout or a \
+        5xx status (see https://docs.rs/backoff).\n\n## Steps\n1. Wait 1 s, then 2 s, then 4 s between tries, at most \
+        5 tries.\n2. Add up to 20% jitter so that clients do not retry together.\n3. Give up on 4xx statuses.\n\n\
+        ## Avoid\nRetrying writes that are not idempotent; retrying forever.\n\n## Example\n```sh\nfor i in 1 2 4; do \
+        curl -fsS https://api.github.com/ && break; sleep $i; done\n```\n"
+        .repeat(2);
+    let procedure = &procedure[..1024];
+    group.bench_function("skill_scan", |b| b.iter(|| druse_protocol::scan::scan_text_only(black_box(procedure))));
     group.finish();
     c.final_summary();
 
@@ -92,6 +102,13 @@ fn main() {
             println!("verify_strict:            {:>10.0} msg/s", 1e9 / raw_ns);
             println!("decode+verify+validate:   {:>10.0} msg/s", 1e9 / full_ns);
             println!("ratio (target >= 70%):    {:>9.1}%", 100.0 * raw_ns / full_ns);
+            if let Some(scan_ns) = mean_ns("ingest", "skill_scan") {
+                println!(
+                    "skill scan, 1 KiB:        {:>10.0} msg/s ({:.1}% of a verify_strict)",
+                    1e9 / scan_ns,
+                    100.0 * scan_ns / raw_ns
+                );
+            }
         }
         _ => println!("ratio: not available (run with `cargo bench -p druse-protocol`)"),
     }
