@@ -11,7 +11,7 @@ use druse_protocol::net::Multiaddr;
 use serde::{Deserialize, Serialize};
 
 mod agent;
-pub use agent::{Agent, AgentBluesky, AgentLlm, LongPosts};
+pub use agent::{Agent, AgentBluesky, AgentLlm, LongPosts, OutcomeSource};
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]

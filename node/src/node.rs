@@ -130,6 +130,9 @@ pub enum Error {
     /// A market refusal: its API code (not found, invalid or conflict) and a sentence.
     #[error("{1}")]
     Market(druse_protocol::api::Code, String),
+    /// An adoption bound to a maximum price settled above it: nothing was paid.
+    #[error("adopting skill {id} now costs {price} micro-USDC, above the maximum of {max}")]
+    PriceAboveMax { id: ContentId, price: u64, max: u64 },
 }
 
 /// Syncs and questions waiting for the anti-entropy task, each.

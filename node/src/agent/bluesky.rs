@@ -28,7 +28,7 @@ use super::secret::Secret;
 
 #[path = "profile.rs"]
 mod profile;
-pub use profile::Profile;
+pub use profile::{Profile, Standing};
 
 /// Largest XRPC answer read.
 const MAX_BODY: usize = 4 * 1024 * 1024;
