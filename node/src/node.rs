@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -191,6 +191,9 @@ struct Inner {
     indexer: druse_memory::background::Background,
     /// Bounty boosts are applied one skill at a time, so none is applied twice.
     boosting: Mutex<()>,
+    /// The issue time of the node's last report: each report is issued after it, so two
+    /// reports with the same fields are two messages (see [`Node::report`]).
+    last_report: AtomicU64,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
     activity: broadcast::Sender<Activity>,
     /// Skills whose market evidence changed, a batch per maintenance tick, for observers.
@@ -377,6 +380,7 @@ impl Node {
                 indexing: Mutex::new(()),
                 indexer: druse_memory::background::Background::start("druse-index", druse_memory::background::LOW)?,
                 boosting: Mutex::new(()),
+                last_report: AtomicU64::new(0),
                 activity,
                 evidence: broadcast::channel(EVIDENCE_BATCHES).0,
                 sync: SyncQueues { syncs, questions },

@@ -3,6 +3,8 @@
 
 use druse_protocol::api::Code;
 use druse_protocol::body::{Body, Report, ReportEvent, SemanticType};
+use std::sync::atomic::Ordering;
+
 use druse_protocol::{ContentId, Kind, UnixMillis};
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -164,16 +166,22 @@ impl Node {
         Ok(self.inner.memory.similar(crystal, &types, config.similar_cosine, &except, SIMILAR_LOOKED_AT)?.len())
     }
 
-    /// Signs and publishes a report about a skill this node holds.
+    /// Signs and publishes a report about a skill this node holds. Its issue time is the
+    /// clock's, or one millisecond past the node's previous report if the clock has not moved
+    /// on: two runs with the same outcome in the same millisecond are two reports, not one
+    /// message seen twice.
     pub async fn report(&self, id: ContentId, event: ReportEvent) -> Result<ContentId, Error> {
         self.skill(&id)?.ok_or(Error::NoSkill(id))?;
-        self.publish(&Body::Report(Report {
-            issued_at: now_ms(),
-            reporter: self.inner.key.public(),
-            content_id: id,
-            event,
-        }))
-        .await
+        let now = now_ms();
+        let previous = self.inner.last_report.fetch_max(now, Ordering::SeqCst);
+        let issued_at = if previous >= now {
+            // Another report took this millisecond: take the next one free.
+            self.inner.last_report.fetch_add(1, Ordering::SeqCst) + 1
+        } else {
+            now
+        };
+        self.publish(&Body::Report(Report { issued_at, reporter: self.inner.key.public(), content_id: id, event }))
+            .await
     }
 
     /// Adopts a skill: pays what the node's own computation supports (the asking price, or the
