@@ -617,7 +617,7 @@ async fn the_price_follows_what_happened_step_by_step_on_every_node() {
     assert_eq!(show(&cluster, "the publisher's own 3 successes", &seen), 0);
     assert!(seen.iter().all(|l| closed(l) && l.stats.counted_reporters == 0));
 
-    let fresh: Vec<Keypair> = (200..205).map(key).collect();
+    let fresh: Vec<Keypair> = (150..155).map(key).collect();
     let at = druse_protocol::now_ms();
     for (i, k) in fresh.iter().enumerate() {
         report_as(&cluster, k, id, ReportEvent::Execution { success: true, reward: 1.0 }, at + i as u64).await;
@@ -682,7 +682,7 @@ async fn the_price_follows_what_happened_step_by_step_on_every_node() {
     assert!(flooded.windows(2).all(|w| w[0].stats == w[1].stats), "nodes kept different evidence");
 
     // A vouched adopter after them: counted everywhere.
-    let late = key(210);
+    let late = key(160);
     cluster.management.attest(late.public(), TrustLevel::Trusted, "late adopter".into(), WAIT * 20).await.unwrap();
     for node in cluster.nodes() {
         eventually(WAIT, format_args!("{} to hold the late attestation", node.name), async || {
