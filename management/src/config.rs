@@ -70,9 +70,9 @@ impl Config {
 
 /// When the management node endorses by itself: off by default (endorsement is manual); when
 /// on, a skill is endorsed once it passes the quality gate on the reports of vouched reporters
-/// other than its publisher that adopted it, whose weights add up to at least
-/// `min_independent_reporters` (3.0: three verified reporters, or four trusted ones; see
-/// `druse_node::market::Weights`). The name is kept from when it counted reporters.
+/// other than its publisher that adopted it, and the reporters with a success weigh at least
+/// `min_independent_reporters` together (3.0: three verified reporters, or four trusted ones;
+/// see `druse_node::market::Weights`). The name is kept from when it counted reporters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EndorsementPolicy {

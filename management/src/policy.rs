@@ -1,7 +1,9 @@
 //! The automatic endorsement policy (DESIGN §7, off by default): endorse a skill once it
 //! passes the quality gate on the reports of vouched reporters other than its publisher that
-//! adopted it, weighing at least `min_independent_reporters` together (a verified reporter
-//! weighs 1, a trusted one 0.75; see `druse_node::market`). Fresh keys never count toward it.
+//! adopted it (counted successes, at most two per reporter, and the success rate), with the
+//! reporters that report a success weighing at least `min_independent_reporters` together (a
+//! verified reporter weighs 1, a trusted one 0.75; see `druse_node::market`): the gate's own
+//! rule with a higher weight. Fresh keys never count toward it.
 //! It looks at a skill when its evidence changes, not on a timer.
 //! A skill this node has already ruled on (endorsed, or revoked by hand) is left alone, and so
 //! is a deprecated version.
@@ -40,14 +42,14 @@ impl Management {
             if !summary.passes_independently(&gate, policy.min_independent_reporters) {
                 continue;
             }
-            let (reporters, weight, executions) =
-                (summary.counted_reporters, summary.vouched_weight, summary.vouched_executions);
+            let (reporters, weight, successes) =
+                (summary.counted_reporters, summary.success_weight, summary.gate_successes);
             let note = format!(
-                "auto: passed the quality gate with {executions:.2} weighted executions from {reporters} \
-                 independent reporters of weight {weight:.2}"
+                "auto: passed the quality gate with {successes} counted successes from {reporters} \
+                 independent reporters, {weight:.2} of vouched weight behind the successes"
             );
             self.sign_endorsement(id, EndorsementVerdict::Endorse, note, "auto").await?;
-            tracing::info!(skill = %id, reporters, weight, executions, "auto-endorsed");
+            tracing::info!(skill = %id, reporters, weight, successes, "auto-endorsed");
             endorsed.push(id);
         }
         Ok(endorsed)

@@ -94,6 +94,7 @@ impl From<node::Error> for Error {
             node::Error::Refused(_) | node::Error::Body(_) => Self::new(Code::Invalid, error.to_string()),
             node::Error::NoSkill(_) => Self::not_found(error.to_string()),
             node::Error::Market(code, detail) => Self::new(code, detail),
+            node::Error::PriceAboveMax { .. } => Self::new(Code::Conflict, error.to_string()),
             other => Self::internal(other),
         }
     }
@@ -326,14 +327,25 @@ async fn report_skill(
     Ok((StatusCode::CREATED, Json(Published { content_id, issued_at: now })))
 }
 
-/// `POST /v1/skills/{id}/adopt`: pays what the node's computation supports (see
-/// [`crate::market::settle`]).
+/// The query of `POST /v1/skills/{id}/adopt`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdoptQuery {
+    /// The most the adoption may pay, in micro-USDC: above it, 409 with the new price.
+    max_price: Option<u64>,
+}
+
+/// `POST /v1/skills/{id}/adopt[?max_price=N]`: pays what the node's computation supports (see
+/// [`crate::market::settle`]), and with `max_price` at most that (409 carrying the new price
+/// when the price settled above it).
 async fn adopt_skill(
     State(node): State<Node>,
     id: Result<Path<String>, PathRejection>,
+    query: Result<Query<AdoptQuery>, QueryRejection>,
 ) -> Result<(StatusCode, Json<node::Adoption>), Error> {
     let Path(id) = id?;
-    Ok((StatusCode::CREATED, Json(node.adopt(parse_id(&id)?).await?)))
+    let Query(query) = query.map_err(|e| Error::bad_request(e.body_text()))?;
+    Ok((StatusCode::CREATED, Json(node.adopt_at_most(parse_id(&id)?, query.max_price).await?)))
 }
 
 async fn bounties(State(node): State<Node>) -> Result<Json<Vec<crate::market::BountyRecord>>, Error> {

@@ -10,7 +10,7 @@ use druse_protocol::body::TrustLevel;
 use druse_protocol::net::Multiaddr;
 use serde::{Deserialize, Serialize};
 
-pub use druse_agent::config::{Agent, AgentBluesky, AgentLlm, LongPosts};
+pub use druse_agent::config::{Agent, AgentBluesky, AgentLlm, LongPosts, OutcomeSource};
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -199,12 +199,13 @@ pub struct Market {
     pub uncommon_max_similar: usize,
     /// Cosine similarity at which another skill counts as similar.
     pub similar_cosine: f32,
-    /// Executions a skill needs before it may be listed.
+    /// Successful executions a skill needs before it may be listed, each reporter's counted
+    /// up to 2 (see `druse_protocol::pricing::QualityGate`).
     pub min_executions: u64,
     /// Success rate a skill needs before it may be listed.
     pub min_success_rate: f64,
-    /// Weight of vouched reporters a skill needs before it may be listed (1.0: one verified
-    /// reporter or two trusted ones; see `market::Weights`).
+    /// Weight of the vouched reporters with a success a skill needs before it may be listed
+    /// (1.0: one verified reporter or two trusted ones; see `market::Weights`).
     pub min_reporter_weight: f64,
     /// Executions one reporter can contribute to one skill's stats.
     pub reports_per_reporter: u64,
@@ -254,6 +255,7 @@ impl Market {
                 min_executions: self.min_executions,
                 min_success_rate: self.min_success_rate,
                 min_reporter_weight: self.min_reporter_weight,
+                runs_per_reporter: d.gate.runs_per_reporter,
             },
             reports_per_reporter: self.reports_per_reporter,
             similar_cosine: self.similar_cosine,

@@ -183,7 +183,13 @@ enum SkillCommand {
         claim: Option<String>,
     },
     /// Adopt a skill, paying what this node's own price computation supports.
-    Adopt { id: String },
+    Adopt {
+        id: String,
+        /// Pay at most this many micro-USDC: a price settled above it is refused (exit 1,
+        /// with the new price) and nothing is paid.
+        #[arg(long)]
+        max_price: Option<u64>,
+    },
 }
 
 fn parse_semantic_type(text: &str) -> Result<SemanticType, String> {
@@ -321,8 +327,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let published: Published = api.writer()?.post(&path, &request).await?;
                 println!("{}", published.content_id);
             }
-            SkillCommand::Adopt { id } => {
-                let path = format!("/v1/skills/{}/adopt", encode(&id));
+            SkillCommand::Adopt { id, max_price } => {
+                let mut path = format!("/v1/skills/{}/adopt", encode(&id));
+                if let Some(max) = max_price {
+                    path.push_str(&format!("?max_price={max}"));
+                }
                 print_json(&api.writer()?.post::<_, Value>(&path, &serde_json::json!({})).await?)
             }
         },

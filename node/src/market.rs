@@ -11,8 +11,13 @@
 //!   fresh key costs nothing) has a small base weight, and all such keys together weigh at
 //!   most [`Weights::unvouched_cap`], however many there are. Quality is the weighted mean of
 //!   each reporter's success rate × average reward;
-//! - **the gate** looks at vouched reporters only: their weight, their weighted executions
-//!   and their weighted success rate, so unvouched keys never lift a skill over it;
+//! - **the gate** looks at vouched reporters only, so unvouched keys never lift a skill over
+//!   it, and counts what happened: their successes, at most two per reporter (one node is one
+//!   voice, whatever its users did), their weighted success rate, and the vouched weight of
+//!   the reporters with a success (see [`QualityGate`]). Trust weighs quality and demand, never
+//!   the count. A failure report never raises a price: it adds no counted success and no
+//!   success weight, lowers its reporter's success rate, and a failure's reward counts as at
+//!   most 0, so its reporter's quality only falls (see [`Stats::execution`]);
 //! - **demand** counts distinct bounties, and distinct adopters that paid something, each by
 //!   its weight with the same cap on unvouched keys (an adoption at 0 is no evidence of
 //!   demand; what an adopter says it paid is self-declared);
@@ -24,7 +29,11 @@
 //! - **scarcity** comes from this node's vector index (how many similar skills it holds).
 //!
 //! Weights are computed when a price is, from the attestations and endorsements the node holds
-//! then, so nodes with the same messages agree whatever order they came in. The publisher's
+//! then, so nodes with the same messages agree whatever order they came in.
+//!
+//! No table of a skill's evidence can be frozen (see `room`): vouched keys have room of their
+//! own, unvouched keys compete for theirs by a rank fixed by the skill and the key, and the
+//! lowest ranks are kept, so which unvouched keys count does not depend on arrival order. The publisher's
 //! report evidence is the exception: it is counted as each report arrives, with the weight
 //! its reporter has then (see `ingest::trade`).
 //!
@@ -43,15 +52,21 @@ use serde::{Deserialize, Serialize};
 use crate::skill::Skill;
 use crate::store::{self, Store, Writes};
 
+mod room;
+
 /// The market's knobs; `Default` holds seed 004's numbers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub price: PriceConfig,
     pub gate: QualityGate,
-    /// Executions one reporter can contribute to one skill's stats.
+    /// Executions one reporter can contribute to one skill's stats (its success rate and
+    /// quality; the gate counts at most `gate.runs_per_reporter` of them).
     pub reports_per_reporter: u64,
-    /// Distinct reporters (and adopters) tracked per skill.
+    /// Unvouched keys (reporters and adopters together) kept per skill; past it the
+    /// highest-ranked are let go (see `room`).
     pub max_reporters: usize,
+    /// Vouched keys kept per skill, in room of their own.
+    pub max_vouched_reporters: usize,
     /// Cosine similarity at which another skill counts as similar, for scarcity.
     pub similar_cosine: f32,
     /// Fraction of a bounty's words a skill must contain to match it (without a shared tag).
@@ -154,6 +169,7 @@ impl Default for Config {
             gate: QualityGate::default(),
             reports_per_reporter: 10,
             max_reporters: 1024,
+            max_vouched_reporters: 1024,
             similar_cosine: 0.8,
             bounty_text_overlap: 0.3,
             bounty_curiosity_boost: 0.2,
@@ -203,6 +219,14 @@ pub struct Stats {
     /// Ids of the matched bounties whose curiosity boost this node's memory has applied.
     #[serde(default)]
     pub boosted: BTreeSet<String>,
+    /// Keys of the two tables that something vouched for when last looked at: they hold the
+    /// vouched room and are never let go for unvouched keys (see `room`).
+    #[serde(default)]
+    pub vouched: BTreeSet<String>,
+    /// Once unvouched keys overflowed their room, the lowest rank let go: an unvouched key
+    /// ranked at or above it is refused. It only falls.
+    #[serde(default)]
+    pub unvouched_bound: Option<[u8; 32]>,
 }
 
 impl Stats {
@@ -219,41 +243,64 @@ pub enum Counted {
     Yes,
     /// The reporter already gave this skill its share of executions, or already adopted it.
     OverCap,
-    /// The skill already tracks as many reporters as it may.
+    /// The skill has no room for the key: it is unvouched and ranks past the ones kept.
     Full,
 }
 
 impl Stats {
-    /// Counts one execution by `reporter`.
-    pub fn execution(&mut self, config: &Config, reporter: &PublicKey, success: bool, reward: f64) -> Counted {
+    /// Counts one execution by `reporter` on `skill`; `vouched` says whether something vouches
+    /// for a key now (for its room, see `room`). A failure's reward counts as at most 0: a
+    /// failed run earns nothing, so a failure never raises its reporter's quality.
+    pub fn execution(
+        &mut self,
+        config: &Config,
+        skill: &ContentId,
+        reporter: &PublicKey,
+        success: bool,
+        reward: f64,
+        vouched: impl Fn(&str) -> bool,
+    ) -> Counted {
         let key = reporter.to_string();
-        if !self.executions.contains_key(&key) && self.executions.len() >= config.max_reporters {
+        let admitted = self.admit(config, skill, &key, &vouched);
+        if admitted == room::Admit::Refused {
             return Counted::Full;
         }
-        let entry = self.executions.entry(key).or_default();
+        let entry = self.executions.entry(key.clone()).or_default();
         if entry.total() >= config.reports_per_reporter {
-            return Counted::OverCap;
+            return match self.settle_room(config, skill, &key, admitted, &vouched) {
+                Counted::Yes => Counted::OverCap,
+                other => other,
+            };
         }
         if success {
             entry.successes += 1;
         } else {
             entry.failures += 1;
         }
-        entry.reward_sum += if reward.is_finite() { reward.clamp(-1.0, 1.0) } else { 0.0 };
-        Counted::Yes
+        let reward = if reward.is_finite() { reward.clamp(-1.0, 1.0) } else { 0.0 };
+        entry.reward_sum += if success { reward } else { reward.min(0.0) };
+        self.settle_room(config, skill, &key, admitted, &vouched)
     }
 
-    /// Counts one adoption by `adopter`; each adopter counts once.
-    pub fn adoption(&mut self, config: &Config, adopter: &PublicKey, price_paid: u64) -> Counted {
+    /// Counts one adoption by `adopter` of `skill`; each adopter counts once.
+    pub fn adoption(
+        &mut self,
+        config: &Config,
+        skill: &ContentId,
+        adopter: &PublicKey,
+        price_paid: u64,
+        vouched: impl Fn(&str) -> bool,
+    ) -> Counted {
         let key = adopter.to_string();
         if self.adopters.contains_key(&key) {
             return Counted::OverCap;
         }
-        if self.adopters.len() >= config.max_reporters {
+        let admitted = self.admit(config, skill, &key, &vouched);
+        if admitted == room::Admit::Refused {
             return Counted::Full;
         }
-        self.adopters.insert(key, price_paid);
-        Counted::Yes
+        self.adopters.insert(key.clone(), price_paid);
+        self.settle_room(config, skill, &key, admitted, &vouched)
     }
 
     /// The figures a price and the endorsement policy need; `author` is the skill's publisher
@@ -293,6 +340,13 @@ impl Stats {
         for (e, w) in &counted {
             all.add(e, w.vouched + w.unvouched * scale);
             vouched.add(e, w.vouched);
+            if w.vouched > 0.0 {
+                s.gate_executions += e.total().min(config.gate.runs_per_reporter);
+                s.gate_successes += config.gate.counted(e.successes);
+                if e.successes > 0 {
+                    s.success_weight += w.vouched;
+                }
+            }
         }
         s.counted_reporters = counted.len() as u64;
         s.reporter_weight = all.weight;
@@ -401,12 +455,22 @@ pub struct Summary {
     /// the price's quality.
     #[serde(default)]
     pub quality: f64,
-    /// Σ vouched weight × executions, for the gate.
+    /// Σ vouched weight × executions (shown; the gate counts executions, not weight).
     #[serde(default)]
     pub vouched_executions: f64,
     /// The vouched-weighted mean success rate, for the gate.
     #[serde(default)]
     pub vouched_success_rate: f64,
+    /// The vouched reporters' executions, each reporter's counted up to the gate's
+    /// `runs_per_reporter` (shown beside the successes).
+    #[serde(default)]
+    pub gate_executions: u64,
+    /// Their successes, counted the same way: what the gate's minimum applies to.
+    #[serde(default)]
+    pub gate_successes: u64,
+    /// The vouched weight of the reporters with at least one success, for the gate.
+    #[serde(default)]
+    pub success_weight: f64,
     /// Adopters other than the publisher that paid something.
     #[serde(default)]
     pub paid_adopters: u64,
@@ -416,14 +480,15 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Whether the skill passes the quality gate on its vouched reporters' evidence: weighted
-    /// executions, weighted success rate and at least `gate.min_reporter_weight` of them.
+    /// Whether the skill passes the quality gate on its vouched reporters' evidence: counted
+    /// successes, weighted success rate, and at least `gate.min_reporter_weight` of vouched
+    /// weight behind the successes (see [`QualityGate`]).
     pub fn passes(&self, gate: &QualityGate) -> bool {
-        gate.passes_weighted(self.vouched_executions, self.vouched_success_rate, self.vouched_weight)
+        gate.passes_counted(self.gate_successes, self.vouched_success_rate, self.success_weight)
     }
 
-    /// Whether it passes the gate with at least `reporter_weight` of vouched reporters (and
-    /// never less than the gate's own minimum).
+    /// Whether it passes the gate with at least `reporter_weight` of vouched reporters with a
+    /// success (and never less than the gate's own minimum).
     pub fn passes_independently(&self, gate: &QualityGate, reporter_weight: f64) -> bool {
         let gate = QualityGate { min_reporter_weight: gate.min_reporter_weight.max(reporter_weight), ..*gate };
         self.passes(&gate)

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -131,6 +131,9 @@ pub enum Error {
     /// A market refusal: its API code (not found, invalid or conflict) and a sentence.
     #[error("{1}")]
     Market(druse_protocol::api::Code, String),
+    /// An adoption bound to a maximum price settled above it: nothing was paid.
+    #[error("adopting skill {id} now costs {price} micro-USDC, above the maximum of {max}")]
+    PriceAboveMax { id: ContentId, price: u64, max: u64 },
 }
 
 /// Syncs and questions waiting for the anti-entropy task, each.
@@ -189,6 +192,9 @@ struct Inner {
     indexer: druse_memory::background::Background,
     /// Bounty boosts are applied one skill at a time, so none is applied twice.
     boosting: Mutex<()>,
+    /// The issue time of the node's last report: each report is issued after it, so two
+    /// reports with the same fields are two messages (see [`Node::report`]).
+    last_report: AtomicU64,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
     activity: broadcast::Sender<Activity>,
     /// Skills whose market evidence changed, a batch per maintenance tick, for observers.
@@ -375,6 +381,7 @@ impl Node {
                 indexing: Mutex::new(()),
                 indexer: druse_memory::background::Background::start("druse-index", druse_memory::background::LOW)?,
                 boosting: Mutex::new(()),
+                last_report: AtomicU64::new(0),
                 activity,
                 evidence: broadcast::channel(EVIDENCE_BATCHES).0,
                 sync: SyncQueues { syncs, questions },

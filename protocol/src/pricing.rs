@@ -101,21 +101,37 @@ fn clamp_unit(x: f64) -> f64 {
     if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
 }
 
-/// The quality gate before listing (seed 004): at least 3 executions and 60% success, and
-/// (druse's addition against fake reporters) reports from keys worth at least one verified
-/// reporter. The node decides what counts; see `druse_node::market`.
+/// The quality gate before listing (seed 004: at least 3 executions at 60% success), as druse
+/// reads it against fake and laundered evidence. The node decides whose reports count (see
+/// `druse_node::market`); the gate then asks three things of them:
+/// - **counted successes**: at least `min_executions` successful executions, each reporter's
+///   counted up to `runs_per_reporter` (2), so one node, however many of its users reacted,
+///   never lifts a skill alone (2 < 3): it takes at least two independent reporters. Trust
+///   never multiplies this count: three trusted reporters with one success each are 3;
+/// - **success rate**: the reporters' weighted mean success rate at least `min_success_rate`;
+/// - **vouched weight**: the reporters that report a success weigh at least
+///   `min_reporter_weight` together (1.0: one verified reporter, or two trusted ones).
+///
+/// Counting successes, not executions, against the minimum is what makes the gate monotone:
+/// under "3 executions at 60%", two successes and a later failure make 2 of 3 and would pass,
+/// so bad news would list a skill. Here a failure adds no success and no success weight and
+/// only lowers a success rate, so **adding a failure never makes a skill pass**; and a success
+/// never makes one fail (it raises all three).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QualityGate {
     pub min_executions: u64,
     pub min_success_rate: f64,
-    /// Total weight of the reporters whose executions count (1.0: one verified reporter, or
-    /// two trusted ones).
+    /// Weight of the vouched reporters with a success (1.0: one verified reporter, or two
+    /// trusted ones).
     pub min_reporter_weight: f64,
+    /// Executions (and so successes) of one reporter the gate counts (2): fewer than
+    /// `min_executions`, so one reporter never passes the gate alone.
+    pub runs_per_reporter: u64,
 }
 
 impl Default for QualityGate {
     fn default() -> Self {
-        Self { min_executions: 3, min_success_rate: 0.6, min_reporter_weight: 1.0 }
+        Self { min_executions: 3, min_success_rate: 0.6, min_reporter_weight: 1.0, runs_per_reporter: 2 }
     }
 }
 
@@ -123,7 +139,8 @@ impl Default for QualityGate {
 const EPSILON: f64 = 1e-9;
 
 impl QualityGate {
-    /// Whether a skill with these stats may be listed, counting executions one by one.
+    /// Whether a skill with these stats may be listed, counting executions one by one (seed
+    /// 004's gate, for one reporter's or unweighed evidence).
     pub fn passes(&self, executions: u64, successes: u64) -> bool {
         if executions < self.min_executions || executions == 0 {
             return false;
@@ -133,15 +150,21 @@ impl QualityGate {
         successes.min(executions) >= needed
     }
 
-    /// Whether a skill may be listed on weighed evidence: `executions` is the reporters'
-    /// executions each multiplied by its reporter's weight, `success_rate` their weighted
-    /// success rate and `reporter_weight` the reporters' total weight.
-    pub fn passes_weighted(&self, executions: f64, success_rate: f64, reporter_weight: f64) -> bool {
+    /// Whether a skill may be listed on counted evidence: `successes` is the counted
+    /// reporters' successes, each reporter's capped at `runs_per_reporter`; `success_rate`
+    /// their weighted mean success rate; `success_weight` the vouched weight of the
+    /// reporters with at least one success.
+    pub fn passes_counted(&self, successes: u64, success_rate: f64, success_weight: f64) -> bool {
         let at_least = |x: f64, min: f64| x.is_finite() && x >= min - EPSILON;
-        executions > 0.0
-            && at_least(executions, self.min_executions as f64)
+        successes > 0
+            && successes >= self.min_executions
             && at_least(success_rate, self.min_success_rate)
-            && at_least(reporter_weight, self.min_reporter_weight)
+            && at_least(success_weight, self.min_reporter_weight)
+    }
+
+    /// The successes of one reporter that the gate counts.
+    pub fn counted(&self, successes: u64) -> u64 {
+        successes.min(self.runs_per_reporter)
     }
 }
 
@@ -196,17 +219,26 @@ mod tests {
     }
 
     #[test]
-    fn weighted_gate_needs_executions_success_and_reporter_weight() {
+    fn counted_gate_needs_successes_success_rate_and_success_weight() {
         let gate = QualityGate::default();
-        assert!(gate.passes_weighted(3.0, 0.6, 1.0));
-        assert!(gate.passes_weighted(0.75 * 2.0 + 0.25 * 6.0, 1.0, 0.75 + 0.25), "sums reach the bounds");
-        assert!(!gate.passes_weighted(2.9, 1.0, 1.0), "too few executions");
-        assert!(!gate.passes_weighted(3.0, 0.59, 1.0), "too little success");
-        assert!(!gate.passes_weighted(30.0, 1.0, 0.99), "too little reporter weight");
-        assert!(!gate.passes_weighted(f64::NAN, 1.0, 1.0));
-        assert!(!gate.passes_weighted(0.0, 1.0, 1.0));
-        let lax = QualityGate { min_executions: 0, min_success_rate: 0.0, min_reporter_weight: 0.0 };
-        assert!(!lax.passes_weighted(0.0, 0.0, 0.0), "no executions never pass");
+        assert!(gate.passes_counted(3, 0.6, 1.0));
+        assert!(gate.passes_counted(3, 1.0, 0.75 * 3.0), "three trusted reporters, one success each");
+        assert!(gate.passes_counted(3, 1.0, 0.75 + 0.25), "sums reach the bounds");
+        assert!(!gate.passes_counted(2, 1.0, 1.0), "too few successes");
+        assert!(!gate.passes_counted(3, 0.59, 1.0), "too little success");
+        assert!(!gate.passes_counted(30, 1.0, 0.99), "too little weight behind the successes");
+        assert!(!gate.passes_counted(3, f64::NAN, 1.0));
+        assert!(!gate.passes_counted(3, 1.0, f64::NAN));
+        let lax =
+            QualityGate { min_executions: 0, min_success_rate: 0.0, min_reporter_weight: 0.0, runs_per_reporter: 2 };
+        assert!(!lax.passes_counted(0, 0.0, 0.0), "no success never passes");
+    }
+
+    #[test]
+    fn one_reporter_gives_the_gate_at_most_two_runs() {
+        let gate = QualityGate::default();
+        assert_eq!((gate.counted(0), gate.counted(1), gate.counted(2), gate.counted(10)), (0, 1, 2, 2));
+        assert!(gate.counted(u64::MAX) < gate.min_executions, "one reporter alone never passes");
     }
 
     #[test]
@@ -255,11 +287,11 @@ mod tests {
         }
 
         #[test]
-        fn weighted_gate_agrees_with_the_integer_gate_at_weight_one(executions in 0u64..500, successes in 0u64..500) {
-            let successes = successes.min(executions);
+        fn a_failure_never_makes_the_counted_gate_pass(successes in 0u64..10, rate in 0.0f64..=1.0, weight in 0.0f64..3.0, drop in 0.0f64..=1.0) {
+            // A failure adds no success and no success weight, and lowers the rate.
             let gate = QualityGate::default();
-            let rate = if executions == 0 { 0.0 } else { successes as f64 / executions as f64 };
-            prop_assert_eq!(gate.passes_weighted(executions as f64, rate, 1.0), gate.passes(executions, successes));
+            let after = gate.passes_counted(successes, rate * (1.0 - drop), weight);
+            prop_assert!(!after || gate.passes_counted(successes, rate, weight));
         }
 
         #[test]

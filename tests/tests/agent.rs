@@ -32,6 +32,9 @@ mod mind;
 #[path = "agent/tryit.rs"]
 mod tryit;
 
+#[path = "agent/outcomes.rs"]
+mod outcomes;
+
 struct World {
     net: &'static Network,
     agent: Account,

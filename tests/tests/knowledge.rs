@@ -123,7 +123,7 @@ fn script_b(request: &Request) -> Answer {
     let offered = request
         .text()
         .lines()
-        .find_map(|l| l.trim().strip_prefix("- skill ").and_then(|r| r.split(':').next()).map(str::to_owned));
+        .find_map(|l| l.trim().strip_prefix("- skill ").and_then(|r| r.split([':', ' ']).next()).map(str::to_owned));
     match offered {
         Some(id) => Answer::Tools(vec![("use_skill".into(), json!({"skill": id}))]),
         None => Answer::Tools(vec![("reply".into(), json!({"uri": uri, "text": "No idea, sorry."}))]),
@@ -244,7 +244,14 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     let owner = Account::create(net, &handle("ko")).await?;
     let (llm_a, llm_b) = (ScriptedLlm::start(script_a).await?, ScriptedLlm::start(script_b).await?);
     let extra = "distill_after = 3\ndistill_similarity = 0.35\noutcome_quiet = \"1s\"\noutcome_window = \"5m\"\nswarm_skills = 3";
-    let setup = |agent: &Account, llm: &ScriptedLlm| AgentSetup {
+    // B's reports rest only on reactions it stands behind (`outcome_from`): the two users it
+    // answers below are on its allow list.
+    let (dee, eve) = (Account::create(net, &handle("u4")).await?, Account::create(net, &handle("u5")).await?);
+    let extra_b = format!(
+        "{extra}\noutcome_from = [\"owner\", \"allow_list\"]\noutcome_allow = [{:?}, {:?}]",
+        dee.handle, eve.handle
+    );
+    let setup = |agent: &Account, llm: &ScriptedLlm, extra: &str| AgentSetup {
         pds: net.pds.clone(),
         handle: agent.handle.clone(),
         password: agent.password.clone(),
@@ -256,8 +263,8 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
         llm_timeout: None,
         llm_extra: String::new(),
     };
-    let a = AgentNode::start(&setup(&agent_a, &llm_a), &dir.path().join("a")).await?;
-    let b = AgentNode::start(&setup(&agent_b, &llm_b), &dir.path().join("b")).await?;
+    let a = AgentNode::start(&setup(&agent_a, &llm_a, extra), &dir.path().join("a")).await?;
+    let b = AgentNode::start(&setup(&agent_b, &llm_b, &extra_b), &dir.path().join("b")).await?;
     let logs = || format!("{}\n{}\n{}", a.log_tail(), b.log_tail(), mgmt.process.log_tail());
     for node in [&a, &b] {
         eventually(ANSWERED, "the agent to log in and join the swarm", async || {
@@ -401,12 +408,15 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
     let ledger_before = b.get_auth("/v1/ledger", &[]).await?;
-    let dee = Account::create(net, &handle("u4")).await?;
     let asked = mention(&dee, &agent_b, "my sourdough bread did not rise, what went wrong?").await?;
     let answer = reply_of(&dee, &asked, &agent_b.handle, &b).await?;
     let requests = llm_b.requests();
     let first = requests.iter().find(|r| r.text().contains("[SWARM SKILLS]")).context("B's context")?;
-    assert!(first.text().contains(&format!("- skill {id}:")), "B's context offers A's skill:\n{}", first.text());
+    assert!(
+        first.text().contains(&format!("- skill {id} published by node ")),
+        "B's context offers A's skill:\n{}",
+        first.text()
+    );
     let followed = requests
         .iter()
         .find(|r| r.tool_results().iter().any(|t| t.contains("[PROCEDURE]")))
@@ -470,7 +480,6 @@ async fn a_skill_earned_on_one_node_is_paid_for_used_and_priced_by_what_followed
     assert_eq!(a_ledger["balance"].as_i64(), Some(starting + spent as i64), "{a_ledger}");
 
     // 5. A conversation that goes badly: the user corrects B, and the quality falls everywhere.
-    let eve = Account::create(net, &handle("u5")).await?;
     let asked = mention(&eve, &agent_b, "why did my sourdough bread not rise this time?").await?;
     let answer = reply_of(&eve, &asked, &agent_b.handle, &b).await?;
     let quality = |l: &Value| l["computed_price"]["quality"].as_f64().unwrap_or(0.0);

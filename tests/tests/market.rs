@@ -60,10 +60,10 @@ async fn maintenance_ticks(node: &TestNode, n: u32) {
     .unwrap();
 }
 
+/// One execution report by `node`. Two identical reports from one node are two messages: the
+/// node issues each after the last (see `Node::report`).
 async fn execution(node: &TestNode, id: ContentId, success: bool, reward: f64) {
     node.report(id, ReportEvent::Execution { success, reward }).await.unwrap();
-    // Two identical reports from one reporter in the same millisecond are one message.
-    tokio::time::sleep(Duration::from_millis(2)).await;
 }
 
 /// Waits until every node's listing of `id` satisfies `check`, and returns the listings.
@@ -156,8 +156,6 @@ async fn reports_from_attested_adopters_move_the_price_identically_on_every_node
     let run = ReportEvent::Execution { success: true, reward: 0.8 };
     let (x, y) = tokio::join!(b.report(id, run.clone()), c.report(id, run.clone()));
     assert!(x.unwrap() != y.unwrap(), "two reports, two content ids");
-    // Two identical reports from one reporter in the same millisecond are one message.
-    tokio::time::sleep(Duration::from_millis(2)).await;
     execution(b, id, true, 0.8).await;
     execution(c, id, true, 0.8).await;
     let reported = listings_when(&cluster, id, "four executions", |l| l.stats.executions == 4).await;
@@ -494,9 +492,11 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
         assert_eq!(reporter.adopt(good).await.unwrap().settlement.paid, 0, "no price yet");
     }
     listings_when(&cluster, good, "two adopters", |l| l.stats.unique_adopters == 2).await;
+    // Each reporter's two runs at once, all fields the same: still two reports.
+    let run = ReportEvent::Execution { success: true, reward: 1.0 };
     for reporter in [c, d] {
-        execution(reporter, good, true, 1.0).await;
-        execution(reporter, good, true, 1.0).await;
+        let (x, y) = tokio::join!(reporter.report(good, run.clone()), reporter.report(good, run.clone()));
+        assert!(x.unwrap() != y.unwrap(), "{}'s two identical reports are two messages", reporter.name);
     }
     let seen = listings_when(&cluster, good, "four executions", |l| l.stats.executions == 4).await;
     assert!(seen[0].gate_passed);
@@ -534,5 +534,172 @@ async fn skills_from_the_swarm_land_in_memory_with_origin_peer_and_their_peer() 
         let hits = node.memory().search(&query, Caller::Anyone, druse_protocol::now_ms()).unwrap();
         assert_eq!(hits.first().map(|h| h.crystal.id), Some(crystal.id), "{} cannot recall the skill", node.name);
     }
+    cluster.stop().await;
+}
+
+/// Prints every node's price of `id` after `step` and returns it, which must be the same on all.
+fn show(cluster: &Cluster, step: &str, listings: &[Listing]) -> u64 {
+    let shown: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .zip(listings)
+        .map(|(node, l)| {
+            format!(
+                "{}={} µUSDC{}",
+                node.name,
+                l.computed_price.micros,
+                if l.gate_passed { "" } else { " (gate closed)" }
+            )
+        })
+        .collect();
+    println!("{step:<44} {}", shown.join(" "));
+    same_price(listings)
+}
+
+/// `n` fresh keys from `first` on, each adopting `id` saying it paid 1 000 and reporting one
+/// perfect run, handed to every node as gossip would (half the nodes get them in the reverse
+/// order); waits until each node has taken them all.
+async fn flood(cluster: &Cluster, id: ContentId, first: u32, n: u32) {
+    let at = druse_protocol::now_ms();
+    let mut messages = Vec::new();
+    for i in first..first + n {
+        let mut seed = [0x5a; 32];
+        seed[..4].copy_from_slice(&i.to_le_bytes());
+        let fresh = Keypair::from_seed(seed);
+        for event in
+            [ReportEvent::Adoption { price_paid: 1_000 }, ReportEvent::Execution { success: true, reward: 1.0 }]
+        {
+            let body = Body::Report(Report { issued_at: at, reporter: fresh.public(), content_id: id, event });
+            messages.push((seal(&fresh, &body).unwrap(), fresh.peer_id()));
+        }
+    }
+    let reversed: Vec<_> = messages.iter().rev().cloned().collect();
+    let nodes = cluster.nodes();
+    let feeds = nodes.iter().enumerate().map(|(i, node)| {
+        let messages = if i % 2 == 0 { &messages } else { &reversed };
+        async move {
+            let mut outcomes = Vec::with_capacity(messages.len());
+            for (bytes, source) in messages {
+                outcomes.push(node.submit_bytes(bytes.clone(), *source, topic::REPORTS).await.unwrap());
+            }
+            for outcome in outcomes {
+                assert_eq!(outcome.await.unwrap(), Outcome::Accepted, "{} refused a fresh key's report", node.name);
+            }
+        }
+    });
+    futures::future::join_all(feeds).await;
+}
+
+/// Issue 38's walk through the market on real swarms, the price on every node printed after
+/// each step: no evidence, the publisher's own reports, fresh keys that do not adopt and then
+/// adopt, none of which price the skill; three trusted adopters with one success each price it
+/// everywhere; two failures lower the price; 2 000 unvouched keys leave it where it was, with
+/// the default rooms, half the nodes taking them in the reverse order; and a vouched adopter
+/// that comes after them is counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_price_follows_what_happened_step_by_step_on_every_node() {
+    let mut role = ManagementConfig::default();
+    // Two thousand new keys within a minute would raise weather; this test is about prices.
+    role.anomaly.enabled = false;
+    let cluster = Cluster::start_managed(&EDGES, |_| {}, role).await.unwrap();
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(|n| cluster.edge(n));
+    let id = publish_everywhere(&cluster, a, priced("merge-sorted-logs", 1_000, &["logs"])).await;
+    let closed = |l: &Listing| l.computed_price.micros == 0 && !l.gate_passed;
+
+    let seen = listings_when(&cluster, id, "the new skill", |_| true).await;
+    assert_eq!(show(&cluster, "no evidence", &seen), 0);
+    assert!(seen.iter().all(closed));
+
+    for _ in 0..3 {
+        execution(a, id, true, 1.0).await;
+    }
+    let seen = listings_when(&cluster, id, "the publisher's three runs", |l| l.stats.executions == 3).await;
+    assert_eq!(show(&cluster, "the publisher's own 3 successes", &seen), 0);
+    assert!(seen.iter().all(|l| closed(l) && l.stats.counted_reporters == 0));
+
+    let fresh: Vec<Keypair> = (150..155).map(key).collect();
+    let at = druse_protocol::now_ms();
+    for (i, k) in fresh.iter().enumerate() {
+        report_as(&cluster, k, id, ReportEvent::Execution { success: true, reward: 1.0 }, at + i as u64).await;
+    }
+    let seen = listings_when(&cluster, id, "five fresh keys' runs", |l| l.stats.executions == 8).await;
+    assert_eq!(show(&cluster, "5 fresh keys report, not adopting", &seen), 0);
+    assert!(seen.iter().all(|l| closed(l) && l.stats.counted_reporters == 0));
+
+    for (i, k) in fresh.iter().enumerate() {
+        report_as(&cluster, k, id, ReportEvent::Adoption { price_paid: 1_000 }, at + i as u64).await;
+    }
+    let seen = listings_when(&cluster, id, "five fresh adopters", |l| l.stats.unique_adopters == 5).await;
+    assert_eq!(show(&cluster, "the 5 fresh keys adopt, saying they paid", &seen), 0);
+    for l in &seen {
+        assert!(closed(l), "{:?}", l.stats);
+        assert_eq!((l.stats.counted_reporters, l.stats.vouched_weight, l.stats.gate_successes), (5, 0.0, 0));
+        assert!((l.stats.unvouched_weight - 0.2).abs() < 1e-12, "five keys, capped at 0.2");
+    }
+
+    // Three trusted adopters, one success each: 3 counted successes, 2.25 of vouched weight.
+    attest(&cluster, &[b, c, d], TrustLevel::Trusted).await;
+    for adopter in [b, c, d] {
+        assert_eq!(adopter.adopt(id).await.unwrap().settlement.paid, 0, "no price yet");
+    }
+    listings_when(&cluster, id, "three trusted adopters", |l| l.stats.unique_adopters == 8).await;
+    for reporter in [b, c, d] {
+        execution(reporter, id, true, 0.8).await;
+    }
+    let priced = listings_when(&cluster, id, "the skill listed", |l| l.gate_passed).await;
+    let first = show(&cluster, "3 trusted adopters, one success each", &priced);
+    // Quality: the trusted 2.25 at 0.8 and the fresh pool's 0.2 at 1; demand: the pool's 0.2
+    // of paid adoption; reputation: three reports of weight 0.75; rare, ×1.5.
+    let quality = (2.25 * 0.8 + 0.2) / 2.45;
+    let reputation = reputation::score(&Evidence { report_successes: 2.25, ..Evidence::default() });
+    let expected = 0.01 * quality * (1.0 + 1.2f64.ln() * 0.1) * reputation * 1.5;
+    for l in &priced {
+        let s = &l.stats;
+        assert_eq!((s.gate_successes, s.success_weight, s.vouched_weight), (3, 2.25, 2.25), "{s:?}");
+        assert!((l.computed_price.usdc - expected).abs() < 1e-12, "{:?} vs {expected}", l.computed_price);
+    }
+    assert!(first > 0);
+
+    // Two failures: lower everywhere, still listed (rates 1/2, 1/2 and 1 average 2/3).
+    execution(b, id, false, 0.0).await;
+    execution(c, id, false, 0.0).await;
+    let failed = listings_when(&cluster, id, "two failures", |l| l.stats.executions == 13).await;
+    let lower = show(&cluster, "2 of them report a failure", &failed);
+    assert!(lower < first, "{first} → {lower}: a failure raised the price");
+    assert!(failed.iter().all(|l| l.gate_passed && l.stats.gate_successes == 3));
+
+    // 2 000 unvouched keys adopt and report with the default rooms: the unvouched room keeps
+    // its 1 024 lowest ranks on every node whatever the order, the vouched evidence keeps its
+    // own room, and the price does not move (the unvouched pool was at its cap already).
+    flood(&cluster, id, 0, 2_000).await;
+    let flooded = listings_when(&cluster, id, "the flood", |_| true).await;
+    assert_eq!(show(&cluster, "2 000 unvouched keys adopt and report", &flooded), lower);
+    for l in &flooded {
+        let s = &l.stats;
+        assert!(s.unique_adopters <= 1_024 + 3 && s.counted_reporters >= 1_023 + 3, "{s:?}");
+        assert_eq!((s.gate_successes, s.success_weight), (3, 2.25));
+    }
+    assert!(flooded.windows(2).all(|w| w[0].stats == w[1].stats), "nodes kept different evidence");
+
+    // A vouched adopter after them: counted everywhere.
+    let late = key(160);
+    cluster.management.attest(late.public(), TrustLevel::Trusted, "late adopter".into(), WAIT * 20).await.unwrap();
+    for node in cluster.nodes() {
+        eventually(WAIT, format_args!("{} to hold the late attestation", node.name), async || {
+            node.trust_level(&late.peer_id()) == TrustLevel::Trusted
+        })
+        .await
+        .unwrap();
+    }
+    let at = druse_protocol::now_ms();
+    report_as(&cluster, &late, id, ReportEvent::Adoption { price_paid: 1_000 }, at).await;
+    report_as(&cluster, &late, id, ReportEvent::Execution { success: true, reward: 0.8 }, at + 1).await;
+    let counted = listings_when(&cluster, id, "the late adopter", |l| l.stats.gate_successes == 4).await;
+    let last = show(&cluster, "then a trusted adopter, one success", &counted);
+    for (l, before) in counted.iter().zip(&flooded) {
+        assert_eq!(l.stats.success_weight, 3.0);
+        assert_eq!(l.stats.counted_reporters, before.stats.counted_reporters + 1);
+    }
+    assert!(last > lower, "{lower} → {last}");
     cluster.stop().await;
 }

@@ -86,11 +86,20 @@ impl Agent {
                 Ok(())
             }
             Gated::PublishSkill { crystal, .. } => self.publish_skill(crystal).await,
-            Gated::AdoptSkill { skill, price, .. } => {
+            Gated::AdoptSkill { skill, name, price } => {
                 let id = skill.parse().map_err(|_| super::swarm::UseError::BadId(skill.clone()))?;
-                let paid = self.adopt(id, price, true).await?;
-                tracing::info!(%skill, paid, "adopted a swarm skill the owner approved");
-                Ok(())
+                match self.adopt(id, price, true).await {
+                    Ok(paid) => {
+                        tracing::info!(%skill, paid, "adopted a swarm skill the owner approved");
+                        Ok(())
+                    }
+                    // The approval bound the price: asked again at the new one.
+                    Err(super::swarm::UseError::PriceRose { now, .. }) => {
+                        let again = Gated::AdoptSkill { skill, name, price: now };
+                        self.request_approval(again, Lead::Agent).await.map(|_| ())
+                    }
+                    Err(error) => Err(error.into()),
+                }
             }
             Gated::Goal { rkey, title, description } => {
                 let record = super::mind::goal_record(&title, &description);
@@ -150,6 +159,10 @@ impl Agent {
             stats: ExecutionStats { executions: 0, successes: 0, avg_reward: 0.0 },
             asking_price: self.config.skill_asking_price,
         };
+        if self.config.dry_run {
+            tracing::info!(crystal, version = skill.version, "dry run: would have published a distilled skill");
+            return Ok(());
+        }
         let id = self.node.publish(listing).await?;
         tracing::info!(%id, crystal, version = skill.version, "published a distilled skill to the swarm");
         let published = super::state::OwnSkill { published: Some(id.to_string()), ..skill };
@@ -205,14 +218,14 @@ impl Agent {
 
     /// Replies `text` to `parent` in the thread rooted at `root`, fitted to Bluesky's length:
     /// a longer answer becomes a thread of parts, each replying to the one before, or is
-    /// shortened (`long_posts`). Returns the first part.
+    /// shortened (`long_posts`). Returns every part posted, first to last (never none).
     pub(crate) async fn reply_fitted(
         &self,
         text: &str,
         parent: &PostRef,
         root: &PostRef,
         answered: &str,
-    ) -> Result<PostRef, super::bluesky::Error> {
+    ) -> Result<Vec<PostRef>, super::bluesky::Error> {
         let max = super::posts::MAX_GRAPHEMES;
         let parts = match self.config.long_posts {
             crate::config::LongPosts::Thread => super::posts::split(text, max, self.config.max_thread_posts),
@@ -225,15 +238,18 @@ impl Agent {
                 "an answer over Bluesky's 300 graphemes was fitted"
             );
         }
-        let mut first = None;
+        let mut posted = Vec::new();
         let mut previous = parent.clone();
         for part in parts.iter().filter(|p| !p.is_empty()) {
             let facets = self.facets_for(part, answered).await;
             let post = self.bsky.reply(part, &previous, root, facets).await?;
-            first.get_or_insert_with(|| post.clone());
+            posted.push(post.clone());
             previous = post;
         }
-        first.ok_or_else(|| super::bluesky::Error::Invalid("an empty reply".into()))
+        if posted.is_empty() {
+            return Err(super::bluesky::Error::Invalid("an empty reply".into()));
+        }
+        Ok(posted)
     }
 
     /// Link facets, and mention facets only for the owner, users who consented, and

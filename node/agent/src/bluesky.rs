@@ -27,7 +27,7 @@ use super::facets;
 use super::secret::Secret;
 
 mod profile;
-pub use profile::Profile;
+pub use profile::{Profile, Standing};
 
 /// Largest XRPC answer read.
 const MAX_BODY: usize = 4 * 1024 * 1024;

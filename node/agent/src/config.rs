@@ -96,6 +96,16 @@ pub struct Agent {
     pub skill_asking_price: u64,
     /// Swarm skills shown in each batch's context, at most.
     pub swarm_skills: usize,
+    /// Whose reactions a signed execution report may rest on (issue 38): `owner`, `follows`
+    /// (accounts the agent follows, each follow approved by the owner), `allow_list`
+    /// (`outcome_allow`), `older_than` (accounts older than `outcome_min_account_age`).
+    /// Reactions from anyone else still shape the agent's own memory, never a report.
+    pub outcome_from: Vec<OutcomeSource>,
+    /// The accounts (handles or DIDs) whose reactions a report may rest on, with `allow_list`.
+    pub outcome_allow: Vec<String>,
+    /// With `older_than`: the age an account must have for its reactions to back a report.
+    #[serde(with = "humantime_serde")]
+    pub outcome_min_account_age: Duration,
 
     // Who may steer the agent, and how long it may take (issue 27).
     /// Longest a thread's run may take, model calls and retries included; past it the run is
@@ -159,6 +169,9 @@ impl Default for Agent {
             skill_approval_above: 20_000,
             skill_asking_price: 50_000,
             swarm_skills: 3,
+            outcome_from: vec![OutcomeSource::Owner, OutcomeSource::Follows],
+            outcome_allow: Vec::new(),
+            outcome_min_account_age: Duration::from_secs(180 * 24 * 3600),
             batch_deadline: Duration::from_secs(180),
             gated_per_author_per_day: 2,
             allow_authors: Vec::new(),
@@ -174,6 +187,20 @@ impl Default for Agent {
             llm: AgentLlm::default(),
         }
     }
+}
+
+/// Whose reactions an execution report may rest on (`outcome_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeSource {
+    /// The owner's own reactions.
+    Owner,
+    /// Accounts the agent follows (a follow needs the owner's approval).
+    Follows,
+    /// Accounts named in `outcome_allow`.
+    AllowList,
+    /// Accounts older than `outcome_min_account_age`.
+    OlderThan,
 }
 
 /// What the agent does with an answer too long for one post.
@@ -321,7 +348,19 @@ impl Agent {
         if self.gated_per_author_per_day > 100 {
             return bad("gated_per_author_per_day", "must be at most 100");
         }
-        for (key, list) in [("allow_authors", &self.allow_authors), ("block_authors", &self.block_authors)] {
+        if self.outcome_from.len() > 4 {
+            return bad("outcome_from", "may name each of owner, follows, allow_list, older_than once");
+        }
+        if self.outcome_from.contains(&OutcomeSource::OlderThan)
+            && self.outcome_min_account_age < Duration::from_secs(24 * 3600)
+        {
+            return bad("outcome_min_account_age", "must be at least 1 day with older_than (a fresh account is free)");
+        }
+        for (key, list) in [
+            ("allow_authors", &self.allow_authors),
+            ("block_authors", &self.block_authors),
+            ("outcome_allow", &self.outcome_allow),
+        ] {
             if list.len() > 10_000 {
                 return bad(key, "may name at most 10000 authors");
             }

@@ -21,7 +21,9 @@
 //!   [`schedule`] deciding when;
 //! - `swarm`: the agent as a buyer (skills by meaning, adoption, execution reports);
 //!   `distill`: skills it earns from episodes that went well; [`outcome`]: what followed a
-//!   run, the reward it reports;
+//!   run, the reward it reports, read by [`reaction`] (thanks, a correction, a complaint, or
+//!   nothing clear) from the people [`standing`] says the agent stands behind;
+//!   [`experience`]: what the agent lived, apart from peers' skills;
 //! - [`llm`]: the chat-completions client (tools, bounded loop, retries, JSON schema);
 //!   `spend`: what the model costs, and its daily cap;
 //! - [`bluesky`]: the account (session, notifications, threads, replies, likes; profiles in
@@ -42,6 +44,7 @@ pub mod context;
 mod core;
 mod distill;
 mod entries;
+pub mod experience;
 pub mod facets;
 pub mod journal;
 pub mod llm;
@@ -50,12 +53,14 @@ mod mind;
 pub mod node;
 pub mod outcome;
 pub mod posts;
+pub mod reaction;
 pub mod reconcile;
 pub mod rules;
 mod run;
 pub mod schedule;
 mod secret;
 mod spend;
+pub mod standing;
 pub mod state;
 mod swarm;
 mod task;

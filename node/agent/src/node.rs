@@ -16,10 +16,17 @@ use druse_protocol::body::{CrystalListing, ReportEvent};
 /// A future the node answers, boxed so the port can be a trait object.
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Why the node refused or could not do what the agent asked, in the node's words.
+/// Why the node refused or could not do what the agent asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(pub String);
+#[non_exhaustive]
+pub enum Error {
+    /// An adoption would settle at `price`, above the `max` agreed.
+    #[error("adopting skill {id} costs {price} micro-USDC now, above the {max} agreed")]
+    PriceAboveMax { id: ContentId, price: u64, max: u64 },
+    /// Anything else, in the node's words.
+    #[error("{0}")]
+    Refused(String),
+}
 
 /// One swarm skill as the node sees and prices it.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +44,8 @@ pub struct SwarmSkill {
     pub deprecated: bool,
     /// The newer version, when the node knows it.
     pub deprecated_by: Option<ContentId>,
+    /// The publishing node's PeerId.
+    pub publisher: String,
     /// A management key endorsed it.
     pub verified: bool,
     /// What adopting it costs this node now, in micro-USDC: the asking price when the node's
@@ -73,9 +82,10 @@ pub trait Node: Send + Sync + std::fmt::Debug + 'static {
     /// Swarm skill `id`, priced as the node computes it.
     fn skill(&self, id: ContentId) -> Pending<'_, Result<SwarmSkill, Error>>;
 
-    /// Adopts skill `id`: pays what the node's computation supports from its ledger and signs
-    /// an adoption report.
-    fn adopt(&self, id: ContentId) -> Pending<'_, Result<Adopted, Error>>;
+    /// Adopts skill `id`: pays what the node's computation supports from its ledger, never
+    /// above `max_price` when there is one ([`Error::PriceAboveMax`]), and signs an adoption
+    /// report.
+    fn adopt(&self, id: ContentId, max_price: Option<u64>) -> Pending<'_, Result<Adopted, Error>>;
 
     /// Signs and publishes a report about skill `id`; answers the report's content id.
     fn report(&self, id: ContentId, event: ReportEvent) -> Pending<'_, Result<ContentId, Error>>;

@@ -8,13 +8,15 @@
 //!   verdict, not two), or
 //! - when `outcome_window` (24 h) has passed since the run.
 //!
-//! A run that closes with no signal at all is not reported: silence is no evidence either way.
+//! A run that closes with no clear signal is not reported: silence, or a conversation going on,
+//! is no evidence either way. Replies are read by [`super::reaction`], which understands
+//! negation ("not helpful", "still hasn't worked" are corrections, "no thanks" is no thanks).
 //!
 //! | signal | weight | seen as |
 //! |---|---|---|
 //! | liked | +1.0 | the person answered liked the agent's reply |
 //! | thanked | +1.0 | they answered the reply with thanks |
-//! | went on | +0.3 | they answered the reply, and it was neither thanks nor a correction |
+//! | went on | none | they answered the reply with no clear signal (a question, small talk, "no thanks") |
 //! | corrected | −0.7 | they answered that the reply was wrong |
 //! | complained | −1.0 | they answered with a complaint (useless, spam, stop) |
 //! | blocked | −1.0 | they blocked the agent (seen on their profile when the run closes) |
@@ -25,6 +27,8 @@
 use serde::{Deserialize, Serialize};
 
 use druse_protocol::UnixMillis;
+
+use super::reaction::Reading;
 
 /// A reaction to one of a run's replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +47,7 @@ impl Signal {
     pub fn weight(self) -> f64 {
         match self {
             Signal::Liked | Signal::Thanked => 1.0,
-            Signal::WentOn => 0.3,
+            Signal::WentOn => 0.0,
             Signal::Corrected => -0.7,
             Signal::Complained | Signal::Blocked => -1.0,
         }
@@ -61,72 +65,30 @@ impl Signal {
     }
 }
 
-/// Words and phrases of a thank-you (lowercase; whole words).
-const THANKS: [&str; 10] =
-    ["thanks", "thank you", "thx", "ty", "appreciate it", "that helped", "helpful", "perfect", "worked", "brilliant"];
-
-/// Words and phrases of a correction.
-const CORRECTIONS: [&str; 12] = [
-    "wrong",
-    "incorrect",
-    "not right",
-    "not true",
-    "that's not",
-    "thats not",
-    "that is not",
-    "you're mistaken",
-    "mistake",
-    "didn't work",
-    "did not work",
-    "doesn't work",
-];
-
-/// Words and phrases of a complaint.
-const COMPLAINTS: [&str; 9] =
-    ["useless", "spam", "stop replying", "go away", "annoying", "leave me alone", "shut up", "bad bot", "stop it"];
-
-/// Whether `phrase` occurs in `text` at word boundaries.
-fn says(text: &str, phrase: &str) -> bool {
-    let mut from = 0;
-    while let Some(at) = text[from..].find(phrase) {
-        let start = from + at;
-        let end = start + phrase.len();
-        let before = text[..start].chars().next_back().is_none_or(|c| !c.is_alphanumeric());
-        let after = text[end..].chars().next().is_none_or(|c| !c.is_alphanumeric());
-        if before && after {
-            return true;
-        }
-        from = end;
-    }
-    false
-}
-
-/// What an answer to the agent's reply says about it: a complaint outweighs a correction,
-/// which outweighs thanks ("thanks, but that's wrong" is a correction).
+/// What an answer to the agent's reply says about it (see [`super::reaction`]): a complaint
+/// outweighs a correction, which outweighs thanks ("thanks, but that's wrong" is a
+/// correction); an answer with no clear signal is the conversation going on.
 pub fn classify(text: &str) -> Signal {
-    let lower = text.to_lowercase().replace('’', "'");
-    if COMPLAINTS.iter().any(|p| says(&lower, p)) {
-        Signal::Complained
-    } else if CORRECTIONS.iter().any(|p| says(&lower, p)) {
-        Signal::Corrected
-    } else if THANKS.iter().any(|p| says(&lower, p)) {
-        Signal::Thanked
-    } else {
-        Signal::WentOn
+    match super::reaction::read(text) {
+        Reading::Thanked => Signal::Thanked,
+        Reading::Corrected => Signal::Corrected,
+        Reading::Complained => Signal::Complained,
+        Reading::Unclear => Signal::WentOn,
     }
 }
 
 /// A run's reward from its signals: their weights summed and clamped to [−1, 1]; `None`
-/// without any signal. Each kind counts once (two likes are one like).
+/// without a clear signal (a conversation going on says nothing of the answer). Each kind
+/// counts once (two likes are one like).
 pub fn reward(signals: &[Signal]) -> Option<f64> {
-    if signals.is_empty() {
-        return None;
-    }
     let mut seen: Vec<Signal> = Vec::new();
-    for s in signals {
+    for s in signals.iter().filter(|s| **s != Signal::WentOn) {
         if !seen.contains(s) {
             seen.push(*s);
         }
+    }
+    if seen.is_empty() {
+        return None;
     }
     Some(seen.iter().map(|s| s.weight()).sum::<f64>().clamp(-1.0, 1.0))
 }
@@ -153,6 +115,10 @@ pub struct Run {
     pub skill: Option<String>,
     #[serde(default)]
     pub signals: Vec<Signal>,
+    /// The signals from people the agent stands behind (`outcome_from`): the only ones an
+    /// execution report may rest on.
+    #[serde(default)]
+    pub backed: Vec<Signal>,
     /// When the last signal came.
     #[serde(default)]
     pub last_signal_at: Option<UnixMillis>,
@@ -169,6 +135,12 @@ impl Run {
         self.signals.truncate(64);
         self.last_signal_at = Some(now);
         true
+    }
+
+    /// Notes that the agent stands behind a signal [`Run::note`] took.
+    pub fn back(&mut self, signal: Signal) {
+        self.backed.push(signal);
+        self.backed.truncate(64);
     }
 
     /// Whether the run closes now: quiet long enough after a signal, or past its window.
@@ -205,11 +177,14 @@ mod tests {
         assert_eq!(reward(&[]), None, "silence is no evidence");
         assert_eq!(reward(&[Signal::Liked]), Some(1.0));
         assert_eq!(reward(&[Signal::Liked, Signal::Liked, Signal::Thanked]), Some(1.0), "clamped, each kind once");
-        assert_eq!(reward(&[Signal::WentOn]), Some(0.3));
+        assert_eq!(reward(&[Signal::WentOn]), None, "a conversation going on is no evidence");
+        assert_eq!(reward(&[Signal::WentOn, Signal::Liked]), Some(1.0));
         let corrected = reward(&[Signal::Corrected]).unwrap();
         assert!(corrected < 0.0);
         let mixed = reward(&[Signal::Liked, Signal::Corrected]).unwrap();
         assert!((mixed - 0.3).abs() < 1e-9, "a like then a correction: {mixed}");
+        assert_eq!(classify("that was not helpful"), Signal::Corrected, "negation is read");
+        assert_eq!(classify("no thanks"), Signal::WentOn);
         assert_eq!(reward(&[Signal::Blocked, Signal::Complained]), Some(-1.0));
     }
 
@@ -221,6 +196,7 @@ mod tests {
             episodes: vec![7],
             skill: None,
             signals: Vec::new(),
+            backed: Vec::new(),
             last_signal_at: None,
         }
     }

@@ -191,7 +191,11 @@ impl Agent {
     async fn signal(&self, reply: &str, person: &str, signal: Signal) {
         let Some(mut run) = self.state.run_of_reply(reply) else { return };
         if run.note(reply, person, signal, now_ms()) {
-            tracing::info!(run = %run.id, signal = signal.as_str(), "a reaction to a run's reply");
+            let backed = self.stands_behind(person).await;
+            if backed {
+                run.back(signal);
+            }
+            tracing::info!(run = %run.id, signal = signal.as_str(), backed, "a reaction to a run's reply");
             self.write_state("record a run's signal", move |state| state.put_run(&run)).await;
         }
     }
@@ -211,8 +215,11 @@ impl Agent {
             for person in people {
                 match self.bsky.blocks_me(&person).await {
                     Ok(true) => {
-                        if let Some(reply) = run.answered.iter().find(|a| a.person == person).map(|a| a.reply.clone()) {
-                            run.note(&reply, &person, Signal::Blocked, now);
+                        if let Some(reply) = run.answered.iter().find(|a| a.person == person).map(|a| a.reply.clone())
+                            && run.note(&reply, &person, Signal::Blocked, now)
+                            && self.stands_behind(&person).await
+                        {
+                            run.back(Signal::Blocked);
                         }
                     }
                     Ok(false) => {}
@@ -236,8 +243,15 @@ impl Agent {
                 continue;
             };
             tracing::info!(run = %run.id, reward, signals = ?run.signals, "a run closed");
+            // A report rests only on reactions the agent stands behind (`outcome_from`).
             if let Some(skill) = &run.skill {
-                self.report_reward(skill, reward).await;
+                match outcome::reward(&run.backed) {
+                    Some(backed) => self.report_reward(skill, backed).await,
+                    None => {
+                        self.metrics.refuse("outcome_not_backed");
+                        tracing::info!(run = %run.id, %skill, "no reaction the agent stands behind: the skill's run is not reported");
+                    }
+                }
             }
             if reward >= self.config.good_reward {
                 for episode in run.episodes.clone() {
@@ -560,13 +574,15 @@ impl Agent {
         let run = Run {
             id: format!("{at}-{}", replied[0].post.rsplit('/').next().unwrap_or_default()),
             at,
+            // Every part of a threaded answer: a like of its last part is a like of the answer.
             answered: replied
                 .iter()
-                .map(|r| Answered { reply: r.post.clone(), person: r.to.author_did.clone() })
+                .flat_map(|r| r.parts.iter().map(|p| Answered { reply: p.clone(), person: r.to.author_did.clone() }))
                 .collect(),
             episodes,
             skill: used_skill,
             signals: Vec::new(),
+            backed: Vec::new(),
             last_signal_at: None,
         };
         self.write_state("keep a run for its outcome", move |state| state.put_run(&run)).await;

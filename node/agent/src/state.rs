@@ -521,6 +521,7 @@ mod tests {
             episodes: vec![],
             skill: None,
             signals: vec![],
+            backed: vec![],
             last_signal_at: None,
         }
     }

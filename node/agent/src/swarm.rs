@@ -35,6 +35,10 @@ pub(crate) enum UseError {
     Market(String),
     #[error("the agent's state could not be written: {0}")]
     State(String),
+    #[error("adopting it now costs {now} micro-USDC, more than the {max} agreed")]
+    PriceRose { max: u64, now: u64 },
+    #[error("dry run: the agent would have adopted it for {0} micro-USDC; nothing was paid, signed or published")]
+    DryRun(u64),
 }
 
 /// What `use_skill` did.
@@ -47,6 +51,9 @@ pub(crate) enum Used {
     Own { crystal: u64, text: String },
     /// Its price needs the owner's approval first; the request is posted.
     AskedOwner(String),
+    /// Its price needs the owner's approval, and this conversation posts no request (a local
+    /// chat with the operator).
+    NeedsApproval { price: u64 },
 }
 
 impl Agent {
@@ -80,8 +87,9 @@ impl Agent {
     }
 
     /// Adopts (if need be) and opens skill `id` (a listing's content id, or the crystal id of
-    /// a skill the agent distilled): the model gets its procedure.
-    pub(crate) async fn use_skill(&self, id: &str) -> Result<Used, UseError> {
+    /// a skill the agent distilled): the model gets its procedure. `lead` is whose messages
+    /// led here, for an approval request; `None` in a local chat, which posts none.
+    pub(crate) async fn use_skill(&self, id: &str, lead: Option<Lead>) -> Result<Used, UseError> {
         if let Ok(crystal) = id.trim().parse::<u64>()
             && self.state.skill(crystal).is_some()
             && let Some(c) = self.node.memory().get(crystal)
@@ -104,9 +112,10 @@ impl Agent {
         // else the computed price (the node never pays more).
         let price = skill.price;
         if price > self.config.skill_approval_above {
+            let Some(lead) = lead else { return Ok(Used::NeedsApproval { price }) };
             let name = skill.name.chars().take(80).collect();
             let asked = self
-                .request_approval(Gated::AdoptSkill { skill: content.to_string(), name, price }, Lead::Agent)
+                .request_approval(Gated::AdoptSkill { skill: content.to_string(), name, price }, lead)
                 .await
                 .map_err(|e| UseError::Market(e.to_string()))?;
             return Ok(Used::AskedOwner(asked));
@@ -117,9 +126,15 @@ impl Agent {
         Ok(Used::Procedure { skill: Box::new(skill), paid: Some(paid) })
     }
 
-    /// Adopts skill `id` for about `price`: within the day's budget unless the owner
-    /// approved it (`approved`), which still counts toward the day's spending.
+    /// Adopts skill `id` for at most `price`: within the day's budget unless the owner
+    /// approved it (`approved`), which still counts toward the day's spending. A price that
+    /// settles above `price` is refused with the new one ([`UseError::PriceRose`]); a dry run
+    /// only says what it would have paid.
     pub(crate) async fn adopt(&self, id: ContentId, price: u64, approved: bool) -> Result<u64, UseError> {
+        if self.config.dry_run {
+            tracing::info!(skill = %id, price, approved, "dry run: would have adopted a swarm skill");
+            return Err(UseError::DryRun(price));
+        }
         let day = now_ms() / DAY_MS;
         let budget = if approved { u64::MAX } else { self.config.skill_budget_per_day };
         let reserved = self.write_state("reserve a skill's price", move |s| s.spend(day, price, budget)).await;
@@ -132,7 +147,7 @@ impl Agent {
             }
             None => return Err(UseError::State("the day's spending".into())),
         }
-        match self.node.adopt(id).await {
+        match self.node.adopt(id, Some(price)).await {
             Ok(adoption) => {
                 let paid = adoption.paid;
                 if paid != price {
@@ -149,7 +164,14 @@ impl Agent {
             }
             Err(error) => {
                 self.write_state("give back a skill's price", move |s| s.refund(day, price)).await;
-                Err(UseError::Market(error.to_string()))
+                match error {
+                    crate::node::Error::PriceAboveMax { price: now, max, .. } => {
+                        self.metrics.refuse("skill_price_rose");
+                        tracing::info!(skill = %id, max, now, "a skill's price rose above what was agreed: not adopted");
+                        Err(UseError::PriceRose { max, now })
+                    }
+                    error => Err(UseError::Market(error.to_string())),
+                }
             }
         }
     }
@@ -158,6 +180,10 @@ impl Agent {
     pub(crate) async fn report_reward(&self, skill: &str, reward: f64) {
         let Ok(id) = skill.parse::<ContentId>() else { return };
         let event = ReportEvent::Execution { success: reward > 0.0, reward };
+        if self.config.dry_run {
+            tracing::info!(skill = %id, reward, "dry run: would have reported a swarm skill's execution");
+            return;
+        }
         match self.node.report(id, event).await {
             Ok(report) => {
                 super::metrics::Metrics::count(
@@ -190,6 +216,7 @@ impl SkillLine {
             reputation: skill.reputation,
             adopted: skill.adopted,
             summary: skill.text.clone(),
+            publisher: skill.publisher.clone(),
         }
     }
 }
@@ -200,7 +227,7 @@ pub(crate) fn procedure(skill: &SwarmSkill, paid: Option<u64>) -> String {
         Some(paid) => format!("adopted now for {paid} micro-USDC"),
         None => "already yours to use".to_owned(),
     };
-    framed(&format!("skill {} ({how})", skill.id), &skill.text)
+    framed(&format!("skill {} published by node {} ({how})", skill.id, skill.publisher), &skill.text)
 }
 
 /// The tool result of a procedure: marked as data to follow where it fits the rules.

@@ -84,8 +84,10 @@ pub(crate) fn definitions() -> Vec<Tool> {
 pub(crate) struct Replied {
     pub to: Notification,
     pub text: String,
-    /// The reply post's URI.
+    /// The reply post's URI (its first part).
     pub post: String,
+    /// Every part of the reply as posted (one, or a thread): reactions to any of them count.
+    pub parts: Vec<String>,
 }
 
 /// The tool handler of one batch.
@@ -246,11 +248,14 @@ impl Batch {
         let parent = PostRef { uri: note.uri.clone(), cid: note.cid.clone() };
         let root = note.root.clone().unwrap_or_else(|| parent.clone());
         match self.agent.reply_fitted(&a.text, &parent, &root, &note.author_did).await {
-            Ok(post) => {
+            Ok(parts) => {
+                let parts: Vec<String> = parts.into_iter().map(|p| p.uri).collect();
+                let post = parts.first().cloned().unwrap_or_default();
                 self.agent.metrics.replies.inc();
                 self.agent.mark_answered(&note).await;
-                self.replied.push(Replied { to: note, text: a.text, post: post.uri.clone() });
-                Ok(format!("ok: replied as {}", post.uri))
+                let answer = format!("ok: replied as {post}");
+                self.replied.push(Replied { to: note, text: a.text, post, parts });
+                Ok(answer)
             }
             Err(e) => {
                 self.failures += 1;
@@ -358,25 +363,10 @@ impl Batch {
             }
         }
         let memory = Arc::clone(self.agent.node.memory());
-        let lines = crate::task::blocking(move || {
-            let mut lines = Vec::new();
-            for ns in namespaces {
-                let q = druse_memory::engine::Query {
-                    q: a.query.clone(),
-                    k: 5,
-                    namespace: Some(ns.clone()),
-                    ..Default::default()
-                };
-                if let Ok(hits) = memory.search(&q, druse_memory::governance::Caller::LocalAgent, now_ms()) {
-                    for h in hits.into_iter().filter(|h| h.crystal.status == druse_memory::crystal::Status::Active) {
-                        lines.push(format!("- [{}] {}", ns.as_string(), super::context::quote(&h.crystal.text, 300)));
-                    }
-                }
-            }
-            lines
-        })
-        .await
-        .map_err(ToolError::failed)?;
+        // The agent's own memories only: peers' skills come through the skills block.
+        let lines = crate::task::blocking(move || super::experience::search(&memory, &a.query, &namespaces, now_ms()))
+            .await
+            .map_err(ToolError::failed)?;
         Ok(if lines.is_empty() { "nothing found".into() } else { lines.join("\n") })
     }
 
@@ -393,7 +383,8 @@ impl Batch {
 
     async fn use_skill(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: SkillArg = args(call)?;
-        match self.agent.use_skill(&a.skill).await {
+        let lead = (!self.local).then(|| self.lead());
+        match self.agent.use_skill(&a.skill, lead).await {
             Ok(super::swarm::Used::Procedure { skill, paid }) => {
                 if !skill.own {
                     self.used_skill = Some(skill.id.to_string());
@@ -406,6 +397,12 @@ impl Batch {
             Ok(super::swarm::Used::AskedOwner(asked)) => {
                 Ok(format!("{asked}. Its price is above what you may spend alone; answer without it for now."))
             }
+            Ok(super::swarm::Used::NeedsApproval { price }) => Ok(format!(
+                "not adopted: it costs {price} micro-USDC, above what you may spend without the owner's approval, and \
+                 this conversation posts no approval request. Tell the operator the owner's approval is needed \
+                 (`druse-node skill adopt {} --max-price {price}` adopts it at that price); answer without it.",
+                a.skill.trim()
+            )),
             Err(e) => Err(ToolError::Refused(format!("{e}"))),
         }
     }

@@ -12,8 +12,9 @@ use crate::hormones::Influence;
 /// A crystal's id: unique on this node, assigned in write order.
 pub type CrystalId = u64;
 
-/// Whose memory a crystal is (seed 000): one namespace per counterpart user, plus the
-/// agent's own episodic namespace.
+/// Whose memory a crystal is (seed 000): one namespace per counterpart user, the agent's own
+/// episodic namespace, and the skills other nodes published (`swarm`), kept apart so that a
+/// stranger publisher's text never reads as something the agent lived.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Namespace {
@@ -21,14 +22,17 @@ pub enum Namespace {
     User(String),
     /// The agent's own notes about the world.
     Episodic,
+    /// Skills other nodes published: data from another node, never the agent's experience.
+    Swarm,
 }
 
 impl Namespace {
-    /// The wire name: `user:<handle>` or `episodic`.
+    /// The wire name: `user:<handle>`, `episodic` or `swarm`.
     pub fn as_string(&self) -> String {
         match self {
             Namespace::User(handle) => format!("user:{handle}"),
             Namespace::Episodic => "episodic".to_owned(),
+            Namespace::Swarm => "swarm".to_owned(),
         }
     }
 }
@@ -40,11 +44,14 @@ impl TryFrom<String> for Namespace {
         if s == "episodic" {
             return Ok(Namespace::Episodic);
         }
+        if s == "swarm" {
+            return Ok(Namespace::Swarm);
+        }
         match s.strip_prefix("user:") {
             Some(handle) if !handle.is_empty() && handle.len() <= 256 && !handle.contains(char::is_whitespace) => {
                 Ok(Namespace::User(handle.to_owned()))
             }
-            _ => Err(format!("namespace {s:?} is neither \"episodic\" nor \"user:<handle>\"")),
+            _ => Err(format!("namespace {s:?} is none of \"episodic\", \"swarm\" or \"user:<handle>\"")),
         }
     }
 }
@@ -297,6 +304,8 @@ mod tests {
     #[test]
     fn namespaces_parse_and_print() {
         assert_eq!(Namespace::try_from("episodic".to_owned()), Ok(Namespace::Episodic));
+        assert_eq!(Namespace::try_from("swarm".to_owned()), Ok(Namespace::Swarm));
+        assert_eq!(Namespace::Swarm.as_string(), "swarm");
         assert_eq!(Namespace::try_from("user:alice".to_owned()), Ok(Namespace::User("alice".into())));
         assert!(Namespace::try_from("user:".to_owned()).is_err());
         assert!(Namespace::try_from("users".to_owned()).is_err());

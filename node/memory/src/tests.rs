@@ -485,6 +485,7 @@ fn a_skill_from_a_peer_is_stored_with_its_peer_in_one_audited_write() {
     let id = m.add_skills(vec![skill], NOW).pop().unwrap().unwrap();
     let c = m.get(id).unwrap();
     assert_eq!((c.origin, c.governance.peer_origin.as_deref()), (Origin::Peer, Some("12D3KooWpeer")));
+    assert_eq!(c.namespace, Namespace::Swarm, "a peer's skill is kept apart from the agent's own memories");
     assert_eq!(c.text, "backoff: retry failed calls with exponential backoff");
     let audit = m.history(id).unwrap().audit;
     assert_eq!(

@@ -1,6 +1,8 @@
 //! How accepted market messages change the store: a listing's place among its versions,
 //! bounties and the listings they match, and execution, adoption and claim reports.
 
+use std::sync::PoisonError;
+
 use druse_protocol::body::{Bounty, CrystalListing, Report, ReportEvent};
 use druse_protocol::{ContentId, PublicKey, UnixMillis};
 
@@ -133,11 +135,15 @@ impl Ingestor {
         let id = skill.id;
         let config = &self.me.market;
         let mut counted = Counted::Yes;
+        // Whether something vouches for a key now: it decides the key's room in the stats.
+        let book = self.book.read().unwrap_or_else(PoisonError::into_inner);
+        let vouched = |key: &str| book.weight(key, now, &config.weights).vouched > 0.0;
         let (event, outcome) = match &report.event {
             ReportEvent::Execution { success, reward } => {
                 let stats = self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
-                    counted = s.execution(config, &reporter, *success, *reward);
+                    counted = s.execution(config, &id, &reporter, *success, *reward, vouched);
                 })?;
+                drop(book);
                 // The publisher's reputation takes a report by its reporter's vouched weight
                 // (a fresh key's is 0), and only from a reporter that adopted the skill. Both
                 // are judged as the report arrives: a report that came before its reporter's
@@ -160,8 +166,9 @@ impl Ingestor {
             }
             ReportEvent::Adoption { price_paid } => {
                 self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
-                    counted = s.adoption(config, &reporter, *price_paid);
+                    counted = s.adoption(config, &id, &reporter, *price_paid, vouched);
                 })?;
+                drop(book);
                 if counted == Counted::Yes && skill.author == self.me.key && reporter != self.me.key {
                     let amount = (*price_paid).min(skill.listing.asking_price);
                     // The amount is the adopter's word: credited only when something vouches
@@ -179,6 +186,7 @@ impl Ingestor {
                 ("adoption", "none")
             }
             ReportEvent::Claim { bounty_id } => {
+                drop(book);
                 self.writes.upsert(&self.store.market, id.digest(), |s: &mut Stats| {
                     if s.claims.len() < market::MAX_BOUNTY_ENTRIES {
                         s.claims.insert(bounty_id.clone());

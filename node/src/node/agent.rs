@@ -11,7 +11,10 @@ use super::Node;
 use crate::skill::Provenance;
 
 fn refused(error: super::Error) -> port::Error {
-    port::Error(error.to_string())
+    match error {
+        super::Error::PriceAboveMax { id, price, max } => port::Error::PriceAboveMax { id, price, max },
+        error => port::Error::Refused(error.to_string()),
+    }
 }
 
 impl port::Node for Node {
@@ -43,15 +46,16 @@ impl port::Node for Node {
                 deprecated: listing.skill.deprecated,
                 deprecated_by: listing.skill.deprecated_by,
                 verified: listing.skill.is_verified,
+                publisher: listing.skill.author_peer,
                 name: listing.skill.listing.name,
                 text: listing.skill.listing.text,
             })
         })
     }
 
-    fn adopt(&self, id: ContentId) -> Pending<'_, Result<Adopted, port::Error>> {
+    fn adopt(&self, id: ContentId, max_price: Option<u64>) -> Pending<'_, Result<Adopted, port::Error>> {
         Box::pin(async move {
-            let adoption = Node::adopt(self, id).await.map_err(refused)?;
+            let adoption = self.adopt_at_most(id, max_price).await.map_err(refused)?;
             Ok(Adopted { paid: adoption.settlement.paid, balance: adoption.balance })
         })
     }

@@ -3,6 +3,8 @@
 
 use druse_protocol::api::Code;
 use druse_protocol::body::{Body, Report, ReportEvent, SemanticType};
+use std::sync::atomic::Ordering;
+
 use druse_protocol::{ContentId, Kind, UnixMillis};
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -164,16 +166,22 @@ impl Node {
         Ok(self.inner.memory.similar(crystal, &types, config.similar_cosine, &except, SIMILAR_LOOKED_AT)?.len())
     }
 
-    /// Signs and publishes a report about a skill this node holds.
+    /// Signs and publishes a report about a skill this node holds. Its issue time is the
+    /// clock's, or one millisecond past the node's previous report if the clock has not moved
+    /// on: two runs with the same outcome in the same millisecond are two reports, not one
+    /// message seen twice.
     pub async fn report(&self, id: ContentId, event: ReportEvent) -> Result<ContentId, Error> {
         self.skill(&id)?.ok_or(Error::NoSkill(id))?;
-        self.publish(&Body::Report(Report {
-            issued_at: now_ms(),
-            reporter: self.inner.key.public(),
-            content_id: id,
-            event,
-        }))
-        .await
+        let now = now_ms();
+        let previous = self.inner.last_report.fetch_max(now, Ordering::SeqCst);
+        let issued_at = if previous >= now {
+            // Another report took this millisecond: take the next one free.
+            self.inner.last_report.fetch_add(1, Ordering::SeqCst) + 1
+        } else {
+            now
+        };
+        self.publish(&Body::Report(Report { issued_at, reporter: self.inner.key.public(), content_id: id, event }))
+            .await
     }
 
     /// Adopts a skill: pays what the node's own computation supports (the asking price, or the
@@ -185,8 +193,15 @@ impl Node {
     /// published: a caller that goes away leaves a paid adoption whose report a retry
     /// publishes, never a report without a debit or a second debit.
     pub async fn adopt(&self, id: ContentId) -> Result<Adoption, Error> {
+        self.adopt_at_most(id, None).await
+    }
+
+    /// [`Node::adopt`] bound to what was approved: with `max_price`, an adoption whose price
+    /// settles above it is refused ([`Error::PriceAboveMax`], carrying the new price) and
+    /// nothing is paid, signed or published.
+    pub async fn adopt_at_most(&self, id: ContentId, max_price: Option<u64>) -> Result<Adoption, Error> {
         let _one_at_a_time = self.inner.adopting.lock().await;
-        let (paid, totals) = self.pay_for_adoption(id).await?;
+        let (paid, totals) = self.pay_for_adoption(id, max_price).await?;
         self.inner.store.flush().await?;
         let settlement = paid.settlement;
         let report = self.publish_sealed(Kind::Report, paid.report_id, paid.report, true).await?;
@@ -198,7 +213,11 @@ impl Node {
 
     /// The first half of [`Node::adopt`]: checks the adoption, signs its report and commits
     /// the debit with it, or finds the adoption of `id` paid for before.
-    async fn pay_for_adoption(&self, id: ContentId) -> Result<(market::PaidAdoption, market::Totals), Error> {
+    async fn pay_for_adoption(
+        &self,
+        id: ContentId,
+        max_price: Option<u64>,
+    ) -> Result<(market::PaidAdoption, market::Totals), Error> {
         let listing = self.listing(id).await?;
         if listing.skill.author == self.inner.key.public() {
             return Err(Error::Market(Code::Invalid, "a node cannot adopt its own skill".into()));
@@ -207,6 +226,11 @@ impl Node {
             return Err(Error::Market(Code::Conflict, format!("skill {id} is already adopted")));
         }
         let settlement = market::settle(listing.asking_price, listing.computed_price.micros);
+        if let Some(max) = max_price
+            && settlement.paid > max
+        {
+            return Err(Error::PriceAboveMax { id, price: settlement.paid, max });
+        }
         let (report_id, report) = self.seal(&Body::Report(Report {
             issued_at: now_ms(),
             reporter: self.inner.key.public(),
@@ -337,7 +361,7 @@ mod tests {
         let (node, _dir) = start().await;
         let id = foreign_skill(&node).await;
         // The caller went away once the debit was committed, before the report was published.
-        let (paid, _) = node.pay_for_adoption(id).await.unwrap();
+        let (paid, _) = node.pay_for_adoption(id, None).await.unwrap();
         let after_first = node.ledger(10).unwrap();
         assert_eq!(after_first.entries.len(), 1, "the debit is in the ledger");
         assert!(!node.listing(id).await.unwrap().adopted, "no report was applied yet");
@@ -375,6 +399,58 @@ mod tests {
         let ledger = node.ledger(10).unwrap();
         assert_eq!(ledger.entries.len(), 1, "exactly one debit after all the attempts: {finished:?}");
         assert!(node.listing(id).await.unwrap().adopted);
+        node.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn an_adoption_bound_to_a_maximum_is_refused_above_it_with_the_new_price_and_pays_nothing() {
+        // Three management keys (each weighs 1) adopt the skill and report one success each:
+        // the gate passes and the skill has a price.
+        let managers: Vec<Keypair> = (0..3u8).map(|i| Keypair::from_seed([40 + i; 32])).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default();
+        config.store.data_dir = dir.path().to_owned();
+        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
+        config.p2p.mdns = false;
+        config.memory.embed.embedder = druse_memory::embed::Choice::Hashing;
+        config.trust.management_keys = managers.iter().map(|k| k.public().to_string()).collect();
+        let node = Node::start(config, Role::Edge).await.unwrap();
+        let author = Keypair::from_seed([7; 32]);
+        let listing = CrystalListing {
+            asking_price: 1_000_000,
+            ..crate::skill::sample_listing("retry-backoff", "Retry failed calls with backoff", now_ms())
+        };
+        let ingest = |key: &Keypair, body: Body| {
+            let encoded = body.encode().unwrap();
+            (Envelope::seal(key, body.kind(), &encoded), key.peer_id(), ContentId::of(&encoded))
+        };
+        let (bytes, peer, id) = ingest(&author, Body::Crystal(listing));
+        assert_eq!(node.ingest_bytes(&bytes, &peer, topic::CRYSTALS).await, Outcome::Accepted);
+        for (i, manager) in managers.iter().enumerate() {
+            for event in
+                [ReportEvent::Adoption { price_paid: 0 }, ReportEvent::Execution { success: true, reward: 1.0 }]
+            {
+                let report =
+                    Report { issued_at: now_ms() + i as u64, reporter: manager.public(), content_id: id, event };
+                let (bytes, peer, _) = ingest(manager, Body::Report(report));
+                assert_eq!(node.ingest_bytes(&bytes, &peer, topic::REPORTS).await, Outcome::Accepted);
+            }
+        }
+        let price = node.listing(id).await.unwrap().computed_price.micros;
+        assert!(price > 0, "three vouched successes price the skill");
+
+        let refused = node.adopt_at_most(id, Some(price - 1)).await.unwrap_err();
+        match &refused {
+            Error::PriceAboveMax { price: now, max, .. } => assert_eq!((*now, *max), (price, price - 1)),
+            other => panic!("refused for another reason: {other}"),
+        }
+        assert!(refused.to_string().contains(&price.to_string()), "the error names the new price: {refused}");
+        assert!(node.ledger(10).unwrap().entries.is_empty(), "nothing was paid");
+        assert!(!node.listing(id).await.unwrap().adopted, "nothing was signed or published");
+
+        let adoption = node.adopt_at_most(id, Some(price)).await.unwrap();
+        assert_eq!(adoption.settlement.paid, price, "at the maximum it adopts");
+        assert_eq!(node.ledger(10).unwrap().entries.len(), 1);
         node.shutdown().await;
     }
 }

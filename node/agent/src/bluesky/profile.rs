@@ -22,6 +22,16 @@ pub struct Profile {
     pub recent: Vec<String>,
 }
 
+/// What decides whether the agent stands behind an account's reactions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Standing {
+    pub handle: String,
+    /// The agent follows it.
+    pub followed: bool,
+    /// When the account was created (Unix ms), as its profile says.
+    pub created_at: Option<u64>,
+}
+
 impl Bluesky {
     /// `actor` (a DID or handle) as the AppView shows it to the agent.
     async fn profile_view(&self, actor: &str) -> Result<(AtIdentifier, bsky::actor::defs::ProfileViewDetailed), Error> {
@@ -42,6 +52,17 @@ impl Bluesky {
     pub async fn blocks_me(&self, did: &str) -> Result<bool, Error> {
         let (_, profile) = self.profile_view(did).await?;
         Ok(profile.data.viewer.as_ref().and_then(|v| v.blocked_by).unwrap_or(false))
+    }
+
+    /// Whether the agent follows `did`, and how old the account is.
+    pub async fn standing(&self, did: &str) -> Result<Standing, Error> {
+        let (_, profile) = self.profile_view(did).await?;
+        let p = profile.data;
+        Ok(Standing {
+            handle: p.handle.as_str().to_owned(),
+            followed: p.viewer.as_ref().is_some_and(|v| v.following.is_some()),
+            created_at: p.created_at.as_ref().and_then(|at| u64::try_from(at.as_ref().timestamp_millis()).ok()),
+        })
     }
 
     /// The profile of `actor` (a DID or handle) and its latest `posts` posts.

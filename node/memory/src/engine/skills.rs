@@ -9,17 +9,19 @@ use druse_protocol::{ContentId, UnixMillis};
 use super::add::Durable;
 use super::add::Incoming;
 use super::{Error, Memory, NewMemory, read};
-use crate::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Origin, Status};
+use crate::crystal::{Crystal, CrystalId, Lifespan, MemoryKind, Namespace, Origin, Status};
 use crate::governance::Scope;
 use crate::skills::SkillMemory;
 
 /// The memory a skill becomes.
 fn incoming(skill: SkillMemory<'_>) -> Incoming {
-    let (origin, actor) = match &skill.peer {
-        Some(peer) => (Origin::Peer, format!("peer:{peer}")),
-        None => (Origin::Skill, "local_agent".to_owned()),
+    // A peer's skill lives in the `swarm` namespace: another node's text, never an episode.
+    let (origin, actor, namespace) = match &skill.peer {
+        Some(peer) => (Origin::Peer, format!("peer:{peer}"), Namespace::Swarm),
+        None => (Origin::Skill, "local_agent".to_owned(), Namespace::Episodic),
     };
     let new = NewMemory {
+        namespace,
         kind: MemoryKind::ExplorationNote,
         semantic_type: skill.semantic_type,
         origin,
