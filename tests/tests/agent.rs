@@ -32,6 +32,9 @@ mod mind;
 #[path = "agent/tryit.rs"]
 mod tryit;
 
+#[path = "agent/models.rs"]
+mod models;
+
 struct World {
     net: &'static Network,
     agent: Account,

@@ -57,6 +57,8 @@ pub struct AgentStatus {
     pub model_spent_today_usd: f64,
     pub model_daily_cap_usd: Option<f64>,
     pub model_capped: bool,
+    /// Tokens the model used today (UTC), counted against `daily_token_budget`.
+    pub model_tokens_today: u64,
     /// The approval requests waiting for the owner's like, each with its action in full
     /// (a post's text included) and whose messages led to it.
     pub pending: Vec<super::rules::Request>,

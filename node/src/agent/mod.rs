@@ -12,7 +12,8 @@
 //! - [`schedule`] and `entries`: musing, the daily reflection and review beside the batches;
 //! - [`reconcile`]: the LLM reconciler of new observations, with the rules as fallback;
 //! - [`chat`]: a local conversation with the operator; [`journal`]: the record of every run;
-//!   `spend`: what the model costs, and its daily cap.
+//!   `spend`: what the model costs, and its daily cap; `toolcall`: tool calls a model writes
+//!   in its text; `privacy`: nothing personal leaves in a published skill.
 
 mod act;
 pub mod bluesky;
@@ -29,6 +30,7 @@ pub mod metrics;
 mod mind;
 pub mod outcome;
 pub mod posts;
+mod privacy;
 pub mod reconcile;
 pub mod rules;
 mod run;
@@ -37,6 +39,7 @@ mod secret;
 mod spend;
 pub(crate) mod state;
 mod swarm;
+mod toolcall;
 mod tools;
 
 pub use core::AgentStatus;
@@ -88,6 +91,7 @@ impl Handle {
             status.model_spent_today_usd = spend.today_usd();
             status.model_daily_cap_usd = spend.cap_usd();
             status.model_capped = spend.capped();
+            status.model_tokens_today = spend.tokens_today();
         }
         status
     }

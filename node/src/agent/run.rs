@@ -152,8 +152,13 @@ impl Agent {
             for n in &batch {
                 super::metrics::Metrics::count(&self.metrics.notifications, reason_label(&n.reason));
             }
+            // The strangers of the thread pay for its model calls, each within its share.
+            let mut payers: Vec<String> =
+                batch.iter().map(|n| n.author_did.clone()).filter(|d| *d != self.owner_did).collect();
+            payers.sort_unstable();
+            payers.dedup();
             let agent = Arc::clone(self);
-            started.push(tokio::spawn(async move {
+            started.push(tokio::spawn(super::spend::paid_by(payers, async move {
                 let span = tracing::info_span!("agent_batch", notifications = batch.len(), thread = %root);
                 // A hard stop past the model's deadline: storing what was said never holds the
                 // thread for long either.
@@ -164,7 +169,7 @@ impl Agent {
                     tracing::warn!(thread = %root, "a thread's run passed twice batch_deadline and was stopped");
                 }
                 lock(&agent.in_flight).remove(&root);
-            }));
+            })));
         }
         if let Some(newest) = newest
             && let Err(error) = self.bsky.update_seen(&newest).await
@@ -313,7 +318,13 @@ impl Agent {
             if lock(&self.failing).get(&id(&n)).is_some_and(|f| f.next > now) {
                 continue; // still pausing after a failure; kept for a later poll
             }
-            if lock(&self.limit).would_allow(&n.author_did, now) {
+            let share =
+                if n.author_did == self.owner_did { Ok(()) } else { self.llm.spend().stranger_allowed(&n.author_did) };
+            if let Err(over) = share {
+                self.metrics.refuse("stranger_share");
+                tracing::info!(author = %n.author_handle, %over, "over a stranger's share of the token budget: no reply");
+                self.mark_handled(&n).await;
+            } else if lock(&self.limit).would_allow(&n.author_did, now) {
                 allowed.push(n);
             } else {
                 self.metrics.refuse("rate_limit");
