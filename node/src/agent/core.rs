@@ -92,6 +92,9 @@ pub(crate) struct Agent {
     /// The threads (by root URI) whose run is under way: a poll leaves their new
     /// notifications for a later one.
     pub(crate) in_flight: Mutex<HashSet<String>>,
+    /// Those of them that hold the owner's notifications: a slot of their own beside
+    /// `concurrent_batches`, so the owner never waits behind strangers' hung threads.
+    pub(crate) owner_threads: Mutex<HashSet<String>>,
     /// Held by a scheduled entry point's run: one at a time, beside the polls.
     pub(crate) entries: Arc<tokio::sync::Mutex<()>>,
     /// Who the agent is and how it speaks: the head of every prompt (`persona_file`).
@@ -170,6 +173,7 @@ impl Agent {
             failing: Mutex::new(HashMap::new()),
             distilling: tokio::sync::Mutex::new(()),
             in_flight: Mutex::new(HashSet::new()),
+            owner_threads: Mutex::new(HashSet::new()),
             entries: Arc::new(tokio::sync::Mutex::new(())),
             persona: PERSONA.to_owned(),
             journal: None,

@@ -142,11 +142,19 @@ impl Agent {
         for (root, batch) in threads {
             {
                 let mut in_flight = lock(&self.in_flight);
-                // A thread under way, or more threads than may run at once: a later poll.
-                if in_flight.contains(&root) || in_flight.len() >= self.config.concurrent_batches {
+                let mut owner_threads = lock(&self.owner_threads);
+                // A thread under way, or more threads than may run at once: a later poll. The
+                // owner's thread has a slot of its own, whatever strangers' threads hold.
+                let owners = batch.iter().any(|n| n.author_did == self.owner_did);
+                let strangers = in_flight.len().saturating_sub(owner_threads.len());
+                let full = if owners { !owner_threads.is_empty() } else { strangers >= self.config.concurrent_batches };
+                if in_flight.contains(&root) || full {
                     continue;
                 }
                 in_flight.insert(root.clone());
+                if owners {
+                    owner_threads.insert(root.clone());
+                }
             }
             // Counted once a run takes them: a thread still under way is seen again at each poll.
             for n in &batch {
@@ -169,6 +177,7 @@ impl Agent {
                     tracing::warn!(thread = %root, "a thread's run passed twice batch_deadline and was stopped");
                 }
                 lock(&agent.in_flight).remove(&root);
+                lock(&agent.owner_threads).remove(&root);
             })));
         }
         if let Some(newest) = newest

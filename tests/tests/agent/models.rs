@@ -1,6 +1,9 @@
 //! The models people really run (issue 39): a model that writes its tool calls as fenced JSON
-//! in its text is answered on Bluesky, and a distilled skill that names people is refused at
-//! distill time and again when the owner asks to publish it.
+//! in its text is answered on Bluesky; a distilled skill that names people is refused at
+//! distill time and again when the owner asks to publish it; and the owner is answered while
+//! strangers' threads hang at the model.
+
+use std::time::Duration;
 
 use druse_tests::atproto::{Account, Post, handle};
 use druse_tests::llm::{Answer, Request};
@@ -147,5 +150,47 @@ async fn a_skill_that_names_people_is_refused_and_publish_skill_says_why() -> an
     assert!(told.contains("fact about a person (a nurse with)"), "publish_skill says why: {told}");
     assert!(node.metric("druse_agent_skills_refused_total{label=\"privacy\"}").await? > refused_at_distill);
     assert_eq!(node.metric("druse_agent_gate_requests_total").await?, 0.0, "no approval is asked for");
+    node.stop().await
+}
+
+/// Strangers whose mentions say "please hang" get a model that never answers them in time.
+fn hangs_for_strangers(request: &Request) -> Answer {
+    if request.text().contains("please hang") {
+        return Answer::Slow(Duration::from_secs(600), Box::new(Answer::Text("too late".into())));
+    }
+    script(request)
+}
+
+#[tokio::test]
+async fn the_owner_is_answered_while_strangers_threads_hang() -> anyhow::Result<()> {
+    let world = World::new(hangs_for_strangers).await?;
+    let mut setup = world.setup("concurrent_batches = 3\nbatch_deadline = \"10m\"");
+    setup.llm_timeout = Some("600s".into());
+    let node = druse_tests::agent::AgentNode::start(&setup, &world.dir.path().join("node")).await?;
+    eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))
+        .await?;
+    // Three strangers' threads take every slot and hang there.
+    let mut hung = Vec::new();
+    for i in 0..3 {
+        let stranger = Account::create(world.net, &handle(&format!("h{i}"))).await?;
+        hung.push(world.mention(&stranger, &format!("please hang, thread {i}")).await?.uri);
+    }
+    eventually(ANSWERED, "three hung threads at the model", async || {
+        let asked: Vec<String> = world.llm.requests().iter().flat_map(|r| r.batch_uris()).collect();
+        hung.iter().all(|uri| asked.contains(uri))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+
+    // The owner's mention still has a slot: the model is asked within a few polls (the
+    // AppView's indexing included), long before any hung thread's deadline.
+    let post = world.mention(&world.owner, "say hi to the swarm").await?;
+    wait_for(Duration::from_secs(10), "the owner's thread at the model", async || {
+        world.llm.requests().iter().any(|r| r.batch_uris().contains(&post.uri)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;
+    let (text, _) = world.reply_to(&world.owner, &post, &node).await?;
+    assert_eq!(text, "hi the swarm!");
     node.stop().await
 }
