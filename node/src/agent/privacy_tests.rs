@@ -99,7 +99,7 @@ fn the_reason_names_what_was_found() {
     let why = verdict("hi, i'm annika from lyon", "annika asks").expect("refused");
     assert!(why.contains("\"annika\""), "{why}");
     let why = verdict("hi", "A nurse with celiac disease asks").expect("refused");
-    assert!(why.contains("fact about a person") && why.contains("celiac"), "{why}");
+    assert!(why.contains("fact about a person (A nurse with)"), "{why}");
     let why = verdict("hi", "A user who runs bakery.com asks").expect("refused");
     assert!(why.contains("domain (bakery.com)"), "{why}");
 }
