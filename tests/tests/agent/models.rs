@@ -137,7 +137,7 @@ async fn a_skill_that_names_people_is_refused_and_publish_skill_says_why() -> an
             .cloned()
     })
     .await?;
-    assert_eq!(skill["crystal"]["scope"], "private", "{skill}");
+    assert_eq!(skill["crystal"]["governance"]["scope"], "private", "{skill}");
     let refused_at_distill = node.metric("druse_agent_skills_refused_total{label=\"privacy\"}").await?;
 
     // The owner asks to publish it: publish_skill refuses, saying why, and nothing is requested.
