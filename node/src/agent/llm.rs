@@ -380,7 +380,14 @@ impl Llm {
             let (format, calls) = if answer.tool_calls.is_empty() {
                 let known: Vec<&str> = tools.iter().map(Tool::name).collect();
                 match answer.content.as_deref().and_then(|text| toolcall::from_content(text, &known)) {
-                    Some(found) => found,
+                    Some((format, found)) => {
+                        let calls = found.into_iter().enumerate().map(|(i, c)| ToolCall {
+                            id: format!("content_call_{i}"),
+                            kind: "function".into(),
+                            function: FunctionCall { name: c.name, arguments: c.arguments },
+                        });
+                        (format, calls.collect())
+                    }
                     None => {
                         if !tools.is_empty() && run.calls.is_empty() && run.errors == 0 {
                             Metrics::count(&self.metrics.tool_call_format, toolcall::PROSE);

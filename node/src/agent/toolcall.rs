@@ -15,7 +15,12 @@
 
 use serde_json::Value;
 
-use super::llm::{FunctionCall, ToolCall};
+/// One call read from the text: the tool's name, and its arguments as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    pub(crate) name: String,
+    pub(crate) arguments: String,
+}
 
 /// The most calls read from one answer.
 const MAX_CALLS: usize = 16;
@@ -51,7 +56,7 @@ pub(crate) const PROSE: &str = "prose";
 
 /// The calls written in `content` to the tools named in `known`, and the form they came in;
 /// `None` when the text holds no call of a known tool.
-pub(crate) fn from_content(content: &str, known: &[&str]) -> Option<(Format, Vec<ToolCall>)> {
+pub(crate) fn from_content(content: &str, known: &[&str]) -> Option<(Format, Vec<Call>)> {
     let mut end = content.len().min(MAX_SCANNED);
     while !content.is_char_boundary(end) {
         end -= 1;
@@ -139,8 +144,8 @@ fn embedded_values(text: &str) -> Vec<Value> {
     values
 }
 
-/// The calls to known tools that `values` hold, numbered as the loop answers them.
-fn calls_of(values: &[Value], known: &[&str]) -> Vec<ToolCall> {
+/// The calls to known tools that `values` hold, in order.
+fn calls_of(values: &[Value], known: &[&str]) -> Vec<Call> {
     let mut calls = Vec::new();
     for value in values {
         match value {
@@ -155,7 +160,7 @@ fn calls_of(values: &[Value], known: &[&str]) -> Vec<ToolCall> {
     calls
 }
 
-fn push_call(value: &Value, known: &[&str], calls: &mut Vec<ToolCall>) {
+fn push_call(value: &Value, known: &[&str], calls: &mut Vec<Call>) {
     if calls.len() >= MAX_CALLS {
         return;
     }
@@ -172,11 +177,7 @@ fn push_call(value: &Value, known: &[&str], calls: &mut Vec<ToolCall>) {
         Some(Value::String(text)) => text.clone(),
         Some(other) => other.to_string(),
     };
-    calls.push(ToolCall {
-        id: format!("content_call_{}", calls.len()),
-        kind: "function".into(),
-        function: FunctionCall { name: (*tool).to_owned(), arguments },
-    });
+    calls.push(Call { name: (*tool).to_owned(), arguments });
 }
 
 /// The message that gives the results of calls read from the text back to the model: a user
@@ -204,9 +205,8 @@ mod tests {
             let calls = calls
                 .into_iter()
                 .map(|c| {
-                    let args =
-                        serde_json::from_str(&c.function.arguments).unwrap_or(Value::String(c.function.arguments));
-                    (c.function.name, args)
+                    let args = serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments));
+                    (c.name, args)
                 })
                 .collect();
             (format, calls)
@@ -272,10 +272,10 @@ mod tests {
         assert_eq!(read(text), Some((Format::ContentJson, vec![reply("at://u", "hi")])));
         // A string that is no object stays as written: the loop refuses it as bad arguments.
         let (_, calls) = from_content(r#"{"name": "reply", "arguments": "uri=at://u"}"#, &TOOLS).expect("call");
-        assert_eq!(calls[0].function.arguments, "uri=at://u");
+        assert_eq!(calls[0].arguments, "uri=at://u");
         // No arguments at all: an empty object.
         let (_, calls) = from_content(r#"{"name": "do_nothing"}"#, &TOOLS).expect("call");
-        assert_eq!(calls[0].function.arguments, "{}");
+        assert_eq!(calls[0].arguments, "{}");
     }
 
     #[test]
@@ -286,8 +286,6 @@ mod tests {
         assert_eq!(format, Format::ContentJson);
         assert_eq!(calls[0], reply("at://u", "a"));
         assert_eq!(calls[1], ("like".to_owned(), serde_json::json!({"uri": "at://v"})));
-        let (_, calls) = from_content(text, &TOOLS).expect("calls");
-        assert_ne!(calls[0].id, calls[1].id, "each call has its own id");
     }
 
     #[test]
