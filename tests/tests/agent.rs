@@ -32,6 +32,8 @@ mod mind;
 #[path = "agent/tryit.rs"]
 mod tryit;
 
+#[path = "agent/models.rs"]
+mod models;
 #[path = "agent/outcomes.rs"]
 mod outcomes;
 

@@ -136,6 +136,75 @@ async fn arguments_that_are_no_json_object_run_nothing_and_count_as_errors() -> 
     Ok(())
 }
 
+/// Qwen2.5-Coder-1.5B's answer to a mention under llama-server: the call as fenced JSON in
+/// the text, with no `tool_calls`.
+const QWEN_FENCED: &str =
+    "```json\n{\"name\": \"reply\", \"arguments\": {\"uri\": \"at://a\", \"text\": \"hi!\"}}\n```";
+
+#[tokio::test]
+async fn a_call_written_in_the_text_runs_and_its_result_goes_back_as_a_user_turn() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Text("all done".into())).await?;
+    server.push([
+        Answer::Text(QWEN_FENCED.into()),
+        Answer::Text("<tool_call>\n{\"name\": \"do_nothing\", \"arguments\": {}}\n</tool_call>".into()),
+    ]);
+    let metrics = Metrics::default();
+    let llm = Llm::new(&config(&server), None, metrics.clone())?;
+    let mut recorder = Recorder::default();
+    let mut trace = Trace::default();
+    let run = llm.run(vec![Message::user("hi")], &tools(), 6, &mut recorder, &mut trace).await?;
+    assert_eq!(run.calls, ["reply", "do_nothing"]);
+    assert_eq!(run.summary.as_deref(), Some("all done"));
+    assert_eq!(recorder.calls[0].function.arguments, r#"{"text":"hi!","uri":"at://a"}"#);
+    assert_eq!(trace.calls[0].result, "ok: did reply");
+    // The next request is one any chat template takes: the assistant's text as written, then
+    // the results in a user turn, and no tool message with an id the model never gave.
+    let second = server.requests()[1].messages();
+    assert_eq!(second.len(), 3, "{second:?}");
+    assert_eq!(second[1]["role"], "assistant");
+    assert_eq!(second[1]["content"], QWEN_FENCED);
+    assert!(second[1].get("tool_calls").is_none(), "{:?}", second[1]);
+    assert_eq!(second[2]["role"], "user");
+    let results = second[2]["content"].as_str().unwrap_or_default();
+    assert!(results.starts_with("[TOOL RESULTS]") && results.contains("- reply: ok: did reply"), "{results}");
+    assert!(second.iter().all(|m| m["role"] != "tool"));
+    let label = |label| druse_node::agent::metrics::Label { label };
+    assert_eq!(metrics.tool_call_format.get_or_create(&label("content_json")).get(), 1);
+    assert_eq!(metrics.tool_call_format.get_or_create(&label("tagged")).get(), 1);
+    assert_eq!(metrics.tool_call_format.get_or_create(&label("native")).get(), 0);
+    assert_eq!(metrics.tool_calls.get_or_create(&label("reply")).get(), 1);
+    assert_eq!(metrics.tool_call_format.get_or_create(&label("prose")).get(), 0, "the run made calls");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_call_in_the_text_with_bad_arguments_is_refused_and_prose_alone_is_silence() -> anyhow::Result<()> {
+    let server = ScriptedLlm::start(|_| Answer::Text("I would rather not answer.".into())).await?;
+    server.push([Answer::Text(r#"{"name": "reply", "arguments": "uri=at://a"}"#.into())]);
+    let metrics = Metrics::default();
+    let llm = Llm::new(&config(&server), None, metrics.clone())?;
+    let mut recorder = Recorder::default();
+    let run = llm.run(vec![Message::user("x")], &tools(), 6, &mut recorder, &mut Trace::default()).await?;
+    assert!(recorder.calls.is_empty());
+    assert_eq!(run.errors, 1);
+    let told = server.requests()[1].messages().last().and_then(|m| m["content"].as_str().map(str::to_owned));
+    assert!(told.is_some_and(|t| t.contains("bad arguments for reply")));
+    let label = |label| druse_node::agent::metrics::Label { label };
+    assert_eq!(metrics.tool_errors.get_or_create(&label("bad_arguments")).get(), 1);
+    assert_eq!(metrics.tool_call_format.get_or_create(&label("prose")).get(), 0, "it tried a call");
+
+    // Prose naming a tool, or JSON that is no call of a tool offered, is no call: silence.
+    let run = llm.run(vec![Message::user("y")], &tools(), 6, &mut recorder, &mut Trace::default()).await?;
+    assert!(run.calls.is_empty() && recorder.calls.is_empty());
+    assert_eq!(run.summary.as_deref(), Some("I would rather not answer."));
+    assert_eq!(metrics.tool_call_format.get_or_create(&label("prose")).get(), 1);
+    server.push([Answer::Text("```json\n{\"name\": \"send_email\", \"arguments\": {\"to\": \"x\"}}\n```".into())]);
+    let run = llm.run(vec![Message::user("z")], &tools(), 6, &mut recorder, &mut Trace::default()).await?;
+    assert!(run.calls.is_empty() && recorder.calls.is_empty() && run.steps == 1);
+    assert_eq!(metrics.tool_call_format.get_or_create(&label("prose")).get(), 2);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_429_and_a_500_are_retried_with_backoff() -> anyhow::Result<()> {
     let server = ScriptedLlm::start(|_| Answer::Text("fine".into())).await?;

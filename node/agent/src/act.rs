@@ -127,7 +127,14 @@ impl Agent {
             super::metrics::Metrics::count(&self.metrics.skills_refused, "privacy");
             return Err(ActionError::Private(crystal, why.clone()));
         }
-        if let Some(why) = super::distill::leaks(&c.text, &Default::default()) {
+        // The final text, with the terms of the episodes it came from as they are now.
+        let terms = super::privacy::episode_terms(
+            self.node.memory(),
+            &skill.episodes,
+            self.bsky.handle(),
+            &self.config.bluesky.owner,
+        );
+        if let Some(why) = super::privacy::leaks(&c.text, &terms) {
             super::metrics::Metrics::count(&self.metrics.skills_refused, "privacy");
             return Err(ActionError::Private(crystal, why));
         }

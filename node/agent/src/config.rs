@@ -263,6 +263,12 @@ pub struct AgentLlm {
     /// Most USD the model may cost in one UTC day; once reached, the agent asks the model
     /// nothing more (and answers nothing) until the next day. 0: no cap.
     pub daily_spend_cap: f64,
+    /// Most tokens (prompt and completion) the model may use in one UTC day, counted from the
+    /// server's `usage` or estimated at four bytes a token when it reports none. 0: none.
+    pub daily_token_budget: u64,
+    /// The fraction of `daily_token_budget` one stranger's notifications may use in a day;
+    /// the owner and the agent's own entries have no share, only the budget. 1: no share.
+    pub stranger_share: f64,
 }
 
 impl Default for AgentLlm {
@@ -278,6 +284,8 @@ impl Default for AgentLlm {
             prompt_price: 0.0,
             completion_price: 0.0,
             daily_spend_cap: 0.0,
+            daily_token_budget: 2_000_000,
+            stranger_share: 0.05,
         }
     }
 }
@@ -417,6 +425,9 @@ impl Agent {
             if !value.is_finite() || !(0.0..=1_000_000.0).contains(&value) {
                 return bad(key, "must be a number of USD from 0 to 1000000");
             }
+        }
+        if !l.stranger_share.is_finite() || l.stranger_share <= 0.0 || l.stranger_share > 1.0 {
+            return bad("llm.stranger_share", "must be a fraction above 0 and at most 1");
         }
         Ok(())
     }

@@ -57,6 +57,8 @@ pub struct AgentStatus {
     pub model_spent_today_usd: f64,
     pub model_daily_cap_usd: Option<f64>,
     pub model_capped: bool,
+    /// Tokens the model used today (UTC), counted against `daily_token_budget`.
+    pub model_tokens_today: u64,
     /// The approval requests waiting for the owner's like, each with its action in full
     /// (a post's text included) and whose messages led to it.
     pub pending: Vec<super::rules::Request>,
@@ -90,6 +92,9 @@ pub(crate) struct Agent {
     /// The threads (by root URI) whose run is under way: a poll leaves their new
     /// notifications for a later one.
     pub(crate) in_flight: Mutex<HashSet<String>>,
+    /// Those of them that hold the owner's notifications: a slot of their own beside
+    /// `concurrent_batches`, so the owner never waits behind strangers' hung threads.
+    pub(crate) owner_threads: Mutex<HashSet<String>>,
     /// Held by a scheduled entry point's run: one at a time, beside the polls.
     pub(crate) entries: Arc<tokio::sync::Mutex<()>>,
     /// Who the agent is and how it speaks: the head of every prompt (`persona_file`).
@@ -169,6 +174,7 @@ impl Agent {
             failing: Mutex::new(HashMap::new()),
             distilling: tokio::sync::Mutex::new(()),
             in_flight: Mutex::new(HashSet::new()),
+            owner_threads: Mutex::new(HashSet::new()),
             entries: Arc::new(tokio::sync::Mutex::new(())),
             persona: PERSONA.to_owned(),
             journal: None,

@@ -8,26 +8,26 @@
 //! - A later distill of a group that grew by `distill_after` more good episodes writes a new
 //!   version, which supersedes the old crystal in memory and, once published, the old listing
 //!   in the swarm (same stable `skill_id`, the next version, `previous_version` set).
-//! - Nothing personal leaves the node: the prompt forbids it, and [`leaks`] checks the result
-//!   against the episodes (handles, names and places, numbers, emails, dates) and the
-//!   governance scan. A skill that fails is kept private, counted, and refused for publishing.
+//! - Nothing personal leaves the node: the prompt forbids it, and [`super::privacy`] checks
+//!   the result against the episodes' terms and for personal facts of its own. A skill that
+//!   fails is kept private, counted, and refused for publishing.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use druse_memory::correction::Decision;
 use druse_memory::crystal::{Lifespan, MemoryKind, Namespace, Origin};
 use druse_memory::decay::DecayClass;
-use druse_memory::governance::{self, Scope, Sensitivity, fixed};
+use druse_memory::governance::Scope;
 use druse_protocol::body::SemanticType;
 use druse_protocol::now_ms;
 
 use super::core::{Agent, memory};
 use super::llm::Message;
+use super::privacy::{leaks, personal_terms};
 use super::reconcile::Fixed;
 use super::state::OwnSkill;
 
@@ -158,90 +158,6 @@ pub(crate) fn plan(group: &[u64], skills: &[(u64, OwnSkill)], n: usize) -> Plan 
     }
 }
 
-// The patterns are fixed; `personal_data_from_the_episodes_is_found_in_a_skill` builds each.
-static EMAIL: LazyLock<Regex> = LazyLock::new(|| fixed(r"(?i)[a-z0-9._%+\-]+@[a-z0-9.\-]+\.[a-z]{2,}"));
-static HANDLE: LazyLock<Regex> = LazyLock::new(|| fixed(r"(?i)(?:^|[^\w])@[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+)+"));
-static DATE: LazyLock<Regex> = LazyLock::new(|| {
-    fixed(concat!(
-        r"(?i)\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b",
-        r"|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?\b",
-        r"|\b\d{1,2}(?:st|nd|rd|th)? (?:of )?(?:january|february|march|april|june|july|august|september|october|november|december)\b"
-    ))
-});
-
-/// Words that may start a sentence or be capitalised without naming anyone.
-const COMMON: [&str; 24] = [
-    "I", "I'm", "I've", "I'd", "I'll", "The", "A", "An", "My", "Hi", "Hello", "Hey", "Thanks", "Please", "What", "How",
-    "Why", "When", "Where", "Can", "Could", "Is", "Do", "Does",
-];
-
-/// What the episodes say about their people: handles (and their first label), DIDs, and the
-/// words the users wrote capitalised inside a sentence (names, places) or with two or more
-/// digits (ages, dates, addresses).
-pub(crate) fn personal_terms(episodes: &[String], handles: &[String]) -> BTreeSet<String> {
-    let mut terms = BTreeSet::new();
-    for h in handles {
-        let h = h.trim_start_matches('@').to_lowercase();
-        if let Some(first) = h.split('.').next().filter(|f| f.chars().count() >= 3) {
-            terms.insert(first.to_owned());
-        }
-        terms.insert(h);
-    }
-    for text in episodes {
-        for line in text.lines() {
-            // The exchange's lines are "@handle: text"; the handle is known above.
-            let said = line.split_once(": ").map_or(line, |(_, t)| t);
-            let words: Vec<&str> = said.split_whitespace().collect();
-            for (i, raw) in words.iter().enumerate() {
-                let word = raw.trim_matches(|c: char| !c.is_alphanumeric());
-                if word.is_empty() {
-                    continue;
-                }
-                let sentence_start = i == 0 || words[i - 1].ends_with(['.', '!', '?']);
-                let capitalised = word.chars().next().is_some_and(char::is_uppercase);
-                let digits = word.chars().filter(char::is_ascii_digit).count();
-                if (capitalised && !sentence_start && !COMMON.contains(&word) && word.chars().count() >= 3)
-                    || digits >= 2
-                {
-                    terms.insert(word.to_lowercase());
-                }
-                if word.starts_with("did:") {
-                    terms.insert(word.to_lowercase());
-                }
-            }
-        }
-    }
-    terms
-}
-
-/// Why `text` may not leave the node, if it may not: it names something personal from the
-/// episodes (`terms`, whole words), holds an email, a handle or a date, or the governance scan
-/// finds it personal or confidential.
-pub(crate) fn leaks(text: &str, terms: &BTreeSet<String>) -> Option<String> {
-    if let Some(m) = EMAIL.find(text) {
-        return Some(format!("it holds an email address ({})", m.as_str()));
-    }
-    if HANDLE.is_match(text) {
-        return Some("it holds a handle".into());
-    }
-    if let Some(m) = DATE.find(text) {
-        return Some(format!("it holds a date ({})", m.as_str()));
-    }
-    let lower = text.to_lowercase();
-    let words: BTreeSet<&str> = lower
-        .split(|c: char| !(c.is_alphanumeric() || c == '.' || c == ':' || c == '-'))
-        .map(|w| w.trim_matches('.'))
-        .collect();
-    if let Some(term) = terms.iter().find(|t| words.contains(t.as_str())) {
-        return Some(format!("it names {term:?} from the episodes"));
-    }
-    match governance::tag_sensitivity(text) {
-        Sensitivity::Normal => None,
-        Sensitivity::Personal => Some("the sensitivity scan finds it personal".into()),
-        Sensitivity::Confidential => Some("the sensitivity scan finds it confidential".into()),
-    }
-}
-
 /// `episode` and the episodes in `good` whose vectors are at least `min_cosine` similar to
 /// its own: the same kind of situation, by meaning.
 pub(crate) fn group(
@@ -312,7 +228,7 @@ impl Agent {
             }
         };
         let text = procedure.render();
-        let private = leaks(&text, &personal_terms(&texts, &handles));
+        let private = leaks(&text, &personal_terms(&texts, &handles, self.bsky.handle()));
         if let Some(why) = &private {
             super::metrics::Metrics::count(&self.metrics.skills_refused, "privacy");
             tracing::warn!(reason = %why, "a distilled skill holds personal data: it is kept private");
@@ -500,7 +416,7 @@ mod tests {
             "@bob.test: My starter from Marseille is flat. mail me at bob@example.org\n@agent.test: try this"
                 .to_owned(),
         ];
-        let terms = personal_terms(&episodes, &["ann.test".into(), "bob.test".into()]);
+        let terms = personal_terms(&episodes, &["ann.test".into(), "bob.test".into()], "agent.test");
         for term in ["ann", "lyon", "marseille", "34th", "ann.test", "bob"] {
             assert!(terms.contains(term), "{term} in {terms:?}");
         }

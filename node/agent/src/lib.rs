@@ -20,12 +20,14 @@
 //! - `entries`: musing, the daily reflection and the review beside the batches, with
 //!   [`schedule`] deciding when;
 //! - `swarm`: the agent as a buyer (skills by meaning, adoption, execution reports);
-//!   `distill`: skills it earns from episodes that went well; [`outcome`]: what followed a
+//!   `distill`: skills it earns from episodes that went well, `privacy` keeping anything
+//!   personal from leaving in one; [`outcome`]: what followed a
 //!   run, the reward it reports, read by [`reaction`] (thanks, a correction, a complaint, or
 //!   nothing clear) from the people [`standing`] says the agent stands behind;
 //!   [`experience`]: what the agent lived, apart from peers' skills;
-//! - [`llm`]: the chat-completions client (tools, bounded loop, retries, JSON schema);
-//!   `spend`: what the model costs, and its daily cap;
+//! - [`llm`]: the chat-completions client (tools, bounded loop, retries, JSON schema), with
+//!   `toolcall` reading the calls a model writes in its text; `spend`: what the model costs,
+//!   its daily token budget and each stranger's share of it;
 //! - [`bluesky`]: the account (session, notifications, threads, replies, likes; profiles in
 //!   `bluesky/profile.rs`); [`facets`]: mentions and links as byte ranges; [`posts`]: posts that
 //!   fit; [`consent`]: tagging consent as users say it;
@@ -53,6 +55,7 @@ mod mind;
 pub mod node;
 pub mod outcome;
 pub mod posts;
+mod privacy;
 pub mod reaction;
 pub mod reconcile;
 pub mod rules;
@@ -64,6 +67,7 @@ pub mod standing;
 pub mod state;
 mod swarm;
 mod task;
+mod toolcall;
 mod tools;
 
 pub use config::{Agent as Config, AgentBluesky, AgentLlm, LongPosts};
@@ -134,6 +138,7 @@ impl Handle {
             status.model_spent_today_usd = spend.today_usd();
             status.model_daily_cap_usd = spend.cap_usd();
             status.model_capped = spend.capped();
+            status.model_tokens_today = spend.tokens_today();
         }
         status
     }

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::metrics::Metrics;
 use super::secret::Secret;
 use super::spend::Spend;
+use super::toolcall::{self, Format};
 use crate::config::AgentLlm;
 
 /// The largest answer body read from the server.
@@ -40,6 +41,8 @@ pub enum Error {
     Deadline(Duration),
     #[error(transparent)]
     SpendCap(#[from] super::spend::Capped),
+    #[error(transparent)]
+    Budget(#[from] super::spend::OverBudget),
 }
 
 impl Error {
@@ -48,7 +51,9 @@ impl Error {
         match self {
             Error::Transport(_) | Error::Timeout(_) => true,
             Error::Status { status, .. } => *status == 429 || *status >= 500,
-            Error::Invalid(_) | Error::Schema { .. } | Error::Deadline(_) | Error::SpendCap(_) => false,
+            Error::Invalid(_) | Error::Schema { .. } | Error::Deadline(_) | Error::SpendCap(_) | Error::Budget(_) => {
+                false
+            }
         }
     }
 }
@@ -250,8 +255,9 @@ impl Llm {
         self.chat_counted(messages, tools, format, &mut Usage::default()).await
     }
 
-    /// [`Llm::chat`], adding the tokens the answer used to `used`. Refused while today's
-    /// spend is over the daily cap.
+    /// [`Llm::chat`], adding the tokens the answer used to `used` (estimated when the server
+    /// reports none). Refused while today's spend is over the daily cap, or today's tokens over
+    /// the budget or the paying stranger's share.
     async fn chat_counted(
         &self,
         messages: &[Message],
@@ -260,6 +266,7 @@ impl Llm {
         used: &mut Usage,
     ) -> Result<Message, Error> {
         self.spend.check()?;
+        self.spend.check_tokens()?;
         let mut body = json!({
             "model": self.model,
             "messages": messages,
@@ -283,12 +290,12 @@ impl Llm {
             self.metrics.llm_call(outcome, started.elapsed());
             match result {
                 Ok((message, usage)) => {
-                    if let Some(usage) = usage {
-                        self.metrics.llm_tokens(usage.prompt_tokens, usage.completion_tokens);
-                        used.prompt_tokens += usage.prompt_tokens;
-                        used.completion_tokens += usage.completion_tokens;
-                        self.spend.add(usage.prompt_tokens, usage.completion_tokens).await;
-                    }
+                    let usage = usage.unwrap_or_else(|| estimate(&body, &message));
+                    self.spend.add_tokens(usage.prompt_tokens.saturating_add(usage.completion_tokens));
+                    self.metrics.llm_tokens(usage.prompt_tokens, usage.completion_tokens);
+                    used.prompt_tokens += usage.prompt_tokens;
+                    used.completion_tokens += usage.completion_tokens;
+                    self.spend.add(usage.prompt_tokens, usage.completion_tokens).await;
                     return Ok(message);
                 }
                 Err((error, retry_after)) if error.retryable() && attempt < self.retries => {
@@ -354,8 +361,9 @@ impl Llm {
     }
 
     /// The tool loop: asks, runs the tools the model calls, gives their results back, and
-    /// asks again, at most `max_steps` times. Tool calls are counted by name, and `trace`
-    /// records each step as it happens.
+    /// asks again, at most `max_steps` times. Calls come from `tool_calls` or, when the
+    /// server gives none, from the answer's text ([`toolcall`]); they are counted by name and
+    /// by form, and `trace` records each step as it happens.
     pub async fn run<T: Tools + Send>(
         &self,
         mut messages: Vec<Message>,
@@ -369,14 +377,36 @@ impl Llm {
             run.steps += 1;
             trace.steps = run.steps;
             let answer = self.chat_counted(&messages, tools, None, &mut trace.tokens).await?;
-            if answer.tool_calls.is_empty() {
-                trace.text = answer.content.clone();
-                run.summary = answer.content;
-                return Ok(run);
-            }
-            let calls = answer.tool_calls.clone();
-            messages.push(Message { role: "assistant".into(), ..answer });
+            let (format, calls) = if answer.tool_calls.is_empty() {
+                let known: Vec<&str> = tools.iter().map(Tool::name).collect();
+                match answer.content.as_deref().and_then(|text| toolcall::from_content(text, &known)) {
+                    Some((format, found)) => {
+                        let calls = found.into_iter().enumerate().map(|(i, c)| ToolCall {
+                            id: format!("content_call_{i}"),
+                            kind: "function".into(),
+                            function: FunctionCall { name: c.name, arguments: c.arguments },
+                        });
+                        (format, calls.collect())
+                    }
+                    None => {
+                        if !tools.is_empty() && run.calls.is_empty() && run.errors == 0 {
+                            Metrics::count(&self.metrics.tool_call_format, toolcall::PROSE);
+                        }
+                        trace.text = answer.content.clone();
+                        run.summary = answer.content;
+                        return Ok(run);
+                    }
+                }
+            } else {
+                (Format::Native, answer.tool_calls.clone())
+            };
+            // A call read from the text is answered in a user turn after the text as written.
+            let native = format == Format::Native;
+            let tool_calls = if native { answer.tool_calls } else { Vec::new() };
+            messages.push(Message { role: "assistant".into(), tool_calls, ..answer });
+            let mut results = Vec::with_capacity(calls.len());
             for call in &calls {
+                Metrics::count(&self.metrics.tool_call_format, format.label());
                 let name: String = call.function.name.chars().take(64).collect();
                 // A call the model got wrong is an error of the model's, not a call of the tool.
                 let checked = match tools.iter().find(|t| t.name() == call.function.name).map(Tool::name) {
@@ -404,13 +434,29 @@ impl Llm {
                 truncate(&mut result, MAX_TOOL_RESULT);
                 let mut arguments = call.function.arguments.clone();
                 truncate(&mut arguments, MAX_TOOL_RESULT);
-                trace.calls.push(CallTrace { tool: name, arguments, result: result.clone() });
-                messages.push(Message::tool(&call.id, result));
+                trace.calls.push(CallTrace { tool: name.clone(), arguments, result: result.clone() });
+                if native {
+                    messages.push(Message::tool(&call.id, result));
+                } else {
+                    results.push((name, result));
+                }
+            }
+            if !native {
+                messages.push(Message::user(toolcall::results_message(&results)));
             }
         }
         run.exhausted = true;
         Ok(run)
     }
+}
+
+/// The tokens of an answer whose server reported no usage: a token per four bytes of the
+/// request and of the answer's text and calls.
+fn estimate(body: &Value, answer: &Message) -> Usage {
+    let prompt = body.to_string().len() as u64;
+    let calls: usize = answer.tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len()).sum();
+    let completion = (answer.content.as_deref().map_or(0, str::len) + calls) as u64;
+    Usage { prompt_tokens: prompt.div_ceil(4), completion_tokens: completion.div_ceil(4) }
 }
 
 /// Reads a body, refusing one over [`MAX_RESPONSE_BYTES`].
@@ -518,6 +564,15 @@ mod tests {
         let mut s = "abc".to_owned();
         truncate(&mut s, 10);
         assert_eq!(s, "abc");
+    }
+
+    #[test]
+    fn tokens_are_estimated_at_four_bytes_when_no_usage_is_reported() {
+        let body = json!({"messages": [{"role": "user", "content": "x".repeat(4000)}]});
+        let answer = Message { role: "assistant".into(), content: Some("y".repeat(400)), ..Message::default() };
+        let usage = estimate(&body, &answer);
+        assert!((1000..1020).contains(&usage.prompt_tokens), "{usage:?}");
+        assert_eq!(usage.completion_tokens, 100);
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct Metrics {
     pub llm_capped: Gauge,
     /// Tool calls by tool name.
     pub tool_calls: Family<Label, Counter>,
+    /// Tool calls by the form they came in (`native`, `content_json`, `tagged`), and runs
+    /// whose model answered with text and no call at all (`prose`: silence).
+    pub tool_call_format: Family<Label, Counter>,
     /// Tool calls the model got wrong, by why (`bad_arguments`, `unknown_tool`): not calls of
     /// any tool.
     pub tool_errors: Family<Label, Counter>,
@@ -95,6 +98,7 @@ impl Default for Metrics {
             llm_spend_cap: Gauge::default(),
             llm_capped: Gauge::default(),
             tool_calls: Family::default(),
+            tool_call_format: Family::default(),
             tool_errors: Family::default(),
             gate_requests_led: Family::default(),
             batch_deadlines: Counter::default(),
@@ -132,6 +136,11 @@ impl Metrics {
         r.register("llm_daily_cap_usd", "The model's daily spend cap in USD (0: none)", m.llm_spend_cap.clone());
         r.register("llm_capped", "1 while today's spend has reached the daily cap", m.llm_capped.clone());
         r.register("tool_calls", "Tool calls by tool", m.tool_calls.clone());
+        r.register(
+            "tool_call_format",
+            "Tool calls by the form they came in, and runs that were prose with no call",
+            m.tool_call_format.clone(),
+        );
         r.register("tool_errors", "Tool calls the model got wrong, by why", m.tool_errors.clone());
         r.register(
             "gate_requests_led",

@@ -142,18 +142,31 @@ impl Agent {
         for (root, batch) in threads {
             {
                 let mut in_flight = lock(&self.in_flight);
-                // A thread under way, or more threads than may run at once: a later poll.
-                if in_flight.contains(&root) || in_flight.len() >= self.config.concurrent_batches {
+                let mut owner_threads = lock(&self.owner_threads);
+                // A thread under way, or more threads than may run at once: a later poll. The
+                // owner's thread has a slot of its own, whatever strangers' threads hold.
+                let owners = batch.iter().any(|n| n.author_did == self.owner_did);
+                let strangers = in_flight.len().saturating_sub(owner_threads.len());
+                let full = if owners { !owner_threads.is_empty() } else { strangers >= self.config.concurrent_batches };
+                if in_flight.contains(&root) || full {
                     continue;
                 }
                 in_flight.insert(root.clone());
+                if owners {
+                    owner_threads.insert(root.clone());
+                }
             }
             // Counted once a run takes them: a thread still under way is seen again at each poll.
             for n in &batch {
                 super::metrics::Metrics::count(&self.metrics.notifications, reason_label(&n.reason));
             }
+            // The strangers of the thread pay for its model calls, each within its share.
+            let mut payers: Vec<String> =
+                batch.iter().map(|n| n.author_did.clone()).filter(|d| *d != self.owner_did).collect();
+            payers.sort_unstable();
+            payers.dedup();
             let agent = Arc::clone(self);
-            started.push(tokio::spawn(async move {
+            started.push(tokio::spawn(super::spend::paid_by(payers, async move {
                 let span = tracing::info_span!("agent_batch", notifications = batch.len(), thread = %root);
                 // A hard stop past the model's deadline: storing what was said never holds the
                 // thread for long either.
@@ -164,7 +177,8 @@ impl Agent {
                     tracing::warn!(thread = %root, "a thread's run passed twice batch_deadline and was stopped");
                 }
                 lock(&agent.in_flight).remove(&root);
-            }));
+                lock(&agent.owner_threads).remove(&root);
+            })));
         }
         if let Some(newest) = newest
             && let Err(error) = self.bsky.update_seen(&newest).await
@@ -327,7 +341,13 @@ impl Agent {
             if lock(&self.failing).get(&id(&n)).is_some_and(|f| f.next > now) {
                 continue; // still pausing after a failure; kept for a later poll
             }
-            if lock(&self.limit).would_allow(&n.author_did, now) {
+            let share =
+                if n.author_did == self.owner_did { Ok(()) } else { self.llm.spend().stranger_allowed(&n.author_did) };
+            if let Err(over) = share {
+                self.metrics.refuse("stranger_share");
+                tracing::info!(author = %n.author_handle, %over, "over a stranger's share of the token budget: no reply");
+                self.mark_handled(&n).await;
+            } else if lock(&self.limit).would_allow(&n.author_did, now) {
                 allowed.push(n);
             } else {
                 self.metrics.refuse("rate_limit");

@@ -2,7 +2,16 @@
 //! `completion_price`, USD per million tokens), summed per UTC day in the agent's state so a
 //! restart keeps the day's figure, and a daily cap (`daily_spend_cap`) past which the model is
 //! asked nothing more until the next day.
+//!
+//! Tokens are bounded too, by default: a daily token budget (`daily_token_budget`) over every
+//! answer, and a share of it (`stranger_share`) that no single stranger may pass. The tokens
+//! are the server's `usage`, or an estimate of a token per four bytes of the request and the
+//! answer when it reports none. A call is paid by the strangers whose notifications it
+//! answers ([`paid_by`], split evenly between them); the owner and the agent's own entries
+//! pay no share, and count against the budget only. The token count lives in memory: a
+//! restart starts the day's count again.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use druse_protocol::now_ms;
@@ -24,6 +33,41 @@ pub struct Capped {
     pub cap_usd: f64,
 }
 
+/// The most strangers whose tokens are counted apart in one day; past it, a new stranger is
+/// taken as over its share (the budget runs out long before, at any share that bounds).
+const MAX_PAYERS: usize = 4096;
+
+tokio::task_local! {
+    /// The strangers who pay for the model calls of the task running now.
+    static PAYERS: Vec<String>;
+}
+
+/// Runs `work` with its model calls paid by `payers` (strangers' DIDs; empty: no share).
+pub(crate) async fn paid_by<F: std::future::Future>(payers: Vec<String>, work: F) -> F::Output {
+    PAYERS.scope(payers, work).await
+}
+
+/// Today's token budget, or a stranger's share of it, is used up.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OverBudget {
+    #[error(
+        "the model is paused until the next UTC day: today's {used} tokens reached \
+         agent.llm.daily_token_budget ({budget})"
+    )]
+    Daily { used: u64, budget: u64 },
+    #[error("{payer} used {used} tokens today, its share of the budget (agent.llm.stranger_share: {share} tokens)")]
+    Share { payer: String, used: u64, share: u64 },
+}
+
+/// Tokens used on one UTC day, in all and by each paying stranger.
+#[derive(Debug, Default)]
+struct Tokens {
+    day: u64,
+    total: u64,
+    by_payer: HashMap<String, u64>,
+}
+
 /// The model's spend today and its cap; shared by every clone of the client.
 #[derive(Debug)]
 pub(crate) struct Spend {
@@ -34,6 +78,10 @@ pub(crate) struct Spend {
     cap: Option<u64>,
     /// The UTC day counted, and the micro-USD spent on it.
     today: Mutex<(u64, u64)>,
+    /// The daily token budget (`None`: none) and one stranger's share of it, in tokens.
+    budget: Option<u64>,
+    share: Option<u64>,
+    tokens: Mutex<Tokens>,
     state: Option<AgentState>,
     metrics: Metrics,
 }
@@ -58,6 +106,10 @@ impl Spend {
             completion_price: config.completion_price,
             cap,
             today: Mutex::new((day, spent)),
+            budget: (config.daily_token_budget > 0).then_some(config.daily_token_budget),
+            share: (config.daily_token_budget > 0 && config.stranger_share < 1.0)
+                .then(|| (config.daily_token_budget as f64 * config.stranger_share).floor() as u64),
+            tokens: Mutex::new(Tokens { day, ..Tokens::default() }),
             state,
             metrics,
         };
@@ -96,9 +148,74 @@ impl Spend {
         self.cap.map(usd)
     }
 
-    /// Whether today's spend has reached the cap.
+    /// Whether today's spend has reached the cap, or today's tokens the budget.
     pub(crate) fn capped(&self) -> bool {
-        self.cap.is_some_and(|cap| self.spent() >= cap)
+        self.cap.is_some_and(|cap| self.spent() >= cap) || self.budget.is_some_and(|b| self.tokens().total >= b)
+    }
+
+    /// Today's tokens, locked; a new UTC day starts at zero.
+    fn tokens(&self) -> std::sync::MutexGuard<'_, Tokens> {
+        let day = now_ms() / DAY_MS;
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        if tokens.day != day {
+            *tokens = Tokens { day, ..Tokens::default() };
+        }
+        tokens
+    }
+
+    /// Tokens used today, in all.
+    pub(crate) fn tokens_today(&self) -> u64 {
+        self.tokens().total
+    }
+
+    /// Refuses a model call once today's tokens reached the budget, or once a stranger who
+    /// pays for it (see [`paid_by`]) used its share.
+    pub(crate) fn check_tokens(&self) -> Result<(), OverBudget> {
+        let payers = PAYERS.try_with(Clone::clone).unwrap_or_default();
+        let tokens = self.tokens();
+        if let Some(budget) = self.budget.filter(|b| tokens.total >= *b) {
+            return Err(OverBudget::Daily { used: tokens.total, budget });
+        }
+        for payer in payers {
+            self.within_share(&tokens, &payer)?;
+        }
+        Ok(())
+    }
+
+    /// Whether stranger `payer` may still be answered today.
+    pub(crate) fn stranger_allowed(&self, payer: &str) -> Result<(), OverBudget> {
+        self.within_share(&self.tokens(), payer)
+    }
+
+    fn within_share(&self, tokens: &Tokens, payer: &str) -> Result<(), OverBudget> {
+        let Some(share) = self.share else { return Ok(()) };
+        let used = match tokens.by_payer.get(payer) {
+            Some(used) => *used,
+            None if tokens.by_payer.len() >= MAX_PAYERS => share,
+            None => 0,
+        };
+        if used >= share {
+            return Err(OverBudget::Share { payer: payer.to_owned(), used, share });
+        }
+        Ok(())
+    }
+
+    /// Counts `used` tokens of one answer, split between the strangers who pay for it.
+    pub(crate) fn add_tokens(&self, used: u64) {
+        let payers = PAYERS.try_with(Clone::clone).unwrap_or_default();
+        let mut tokens = self.tokens();
+        tokens.total = tokens.total.saturating_add(used);
+        if self.share.is_none() || payers.is_empty() {
+            return;
+        }
+        let each = used.div_ceil(payers.len() as u64);
+        for payer in payers {
+            if tokens.by_payer.len() >= MAX_PAYERS && !tokens.by_payer.contains_key(&payer) {
+                continue;
+            }
+            let spent = tokens.by_payer.entry(payer).or_default();
+            *spent = spent.saturating_add(each);
+        }
     }
 
     /// Refuses a model call once today's spend has reached the cap.
@@ -150,6 +267,76 @@ mod tests {
 
     fn config(prompt: f64, completion: f64, cap: f64) -> AgentLlm {
         AgentLlm { prompt_price: prompt, completion_price: completion, daily_spend_cap: cap, ..AgentLlm::default() }
+    }
+
+    fn budget(tokens: u64, share: f64) -> Spend {
+        let config = AgentLlm { daily_token_budget: tokens, stranger_share: share, ..AgentLlm::default() };
+        Spend::new(&config, Metrics::default(), None)
+    }
+
+    #[test]
+    fn the_defaults_bound_tokens_and_a_strangers_share() {
+        let config = AgentLlm::default();
+        assert!(config.daily_token_budget > 0, "a budget by default");
+        assert!(config.stranger_share > 0.0 && config.stranger_share < 1.0);
+        let spend = Spend::new(&config, Metrics::default(), None);
+        assert_eq!(spend.budget, Some(config.daily_token_budget));
+        assert!(spend.share.is_some_and(|s| s < config.daily_token_budget));
+    }
+
+    #[tokio::test]
+    async fn the_daily_token_budget_refuses_every_call_once_reached() {
+        let spend = budget(1000, 1.0);
+        spend.add_tokens(600);
+        assert!(spend.check_tokens().is_ok() && !spend.capped());
+        paid_by(vec!["did:plc:stranger".into()], async { spend.add_tokens(400) }).await;
+        assert_eq!(spend.tokens_today(), 1000);
+        assert!(spend.capped(), "the polls wait for the next day");
+        let refused = spend.check_tokens().expect_err("over the budget");
+        assert_eq!(refused, OverBudget::Daily { used: 1000, budget: 1000 });
+        assert!(refused.to_string().contains("daily_token_budget"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn a_stranger_may_not_spend_more_than_its_share_and_others_go_on() {
+        let spend = budget(10_000, 0.1);
+        let (eve, bob) = ("did:plc:eve".to_owned(), "did:plc:bob".to_owned());
+        paid_by(vec![eve.clone()], async {
+            assert!(spend.check_tokens().is_ok());
+            spend.add_tokens(999);
+            assert!(spend.check_tokens().is_ok(), "one token under the share");
+            spend.add_tokens(1);
+            let refused = spend.check_tokens().expect_err("at the share");
+            assert_eq!(refused, OverBudget::Share { payer: eve.clone(), used: 1000, share: 1000 });
+        })
+        .await;
+        assert!(spend.stranger_allowed(&eve).is_err());
+        assert!(spend.stranger_allowed(&bob).is_ok(), "another stranger has its own share");
+        paid_by(vec![bob.clone()], async { assert!(spend.check_tokens().is_ok()) }).await;
+        // The owner and the agent's own runs pay no share: only the budget bounds them.
+        spend.add_tokens(5000);
+        assert!(spend.check_tokens().is_ok());
+        assert!(!spend.capped());
+    }
+
+    #[tokio::test]
+    async fn a_call_for_several_strangers_is_split_between_them() {
+        let spend = budget(10_000, 0.1);
+        let payers = vec!["did:plc:a".to_owned(), "did:plc:b".to_owned()];
+        paid_by(payers.clone(), async { spend.add_tokens(1500) }).await;
+        // 750 each: both under their share of 1,000.
+        assert!(payers.iter().all(|p| spend.stranger_allowed(p).is_ok()));
+        paid_by(payers.clone(), async { spend.add_tokens(500) }).await;
+        assert!(payers.iter().all(|p| spend.stranger_allowed(p).is_err()));
+        assert_eq!(spend.tokens_today(), 2000);
+    }
+
+    #[test]
+    fn no_budget_never_refuses() {
+        let spend = budget(0, 0.1);
+        spend.add_tokens(u64::MAX);
+        assert!(spend.check_tokens().is_ok() && !spend.capped());
+        assert!(spend.stranger_allowed("did:plc:x").is_ok());
     }
 
     #[tokio::test]
