@@ -155,13 +155,16 @@ fn unit_of(word: &str) -> Option<UnixMillis> {
     }
 }
 
-/// The periods `q` names, read against `now` (the time of the search) for relative phrases
-/// and for a month or day named without its year (the last one at or before `now`). At most
-/// [`MAX_PERIODS`]; none for a question that names no time.
-pub(crate) fn periods(q: &str, now: UnixMillis) -> Vec<Period> {
+/// The periods `q` names: relative phrases ("yesterday", "last week") are read against `now`
+/// (the time of the search), and a month or day named without its year is the last one at or
+/// before `latest()`, the time of the newest memory the question is asked of (a conversation
+/// recorded years ago reads "in June" as its own last June; for a memory kept as it is lived,
+/// that is now). At most [`MAX_PERIODS`]; none for a question that names no time.
+pub(crate) fn periods(q: &str, now: UnixMillis, latest: &dyn Fn() -> UnixMillis) -> Vec<Period> {
     let w = words(q);
     let mut found: Vec<(usize, Period)> = Vec::new();
     let (this_year, this_month) = year_month(now);
+    let mut anchor: Option<(i64, u32)> = None;
     let today = now - now % DAY;
     let mut i = 0;
     while i < w.len() && found.len() < MAX_PERIODS {
@@ -184,7 +187,10 @@ pub(crate) fn periods(q: &str, now: UnixMillis) -> Vec<Period> {
                 if day_after.is_none() && day_before.is_some() {
                     start = i - 1;
                 }
-                let year = year.unwrap_or(if month <= this_month { this_year } else { this_year - 1 });
+                let year = year.unwrap_or_else(|| {
+                    let (latest_year, latest_month) = *anchor.get_or_insert_with(|| year_month(latest()));
+                    if month <= latest_month { latest_year } else { latest_year - 1 }
+                });
                 period = match day {
                     Some(day) => day_period(year, month, day),
                     None => month_period(year, month),
@@ -298,27 +304,27 @@ mod tests {
             "What happened on 2023-07-07?",
             "what happened on 7 jul 2023",
         ] {
-            assert_eq!(periods(q, NOW), vec![seventh], "{q}");
+            assert_eq!(periods(q, NOW, &|| NOW), vec![seventh], "{q}");
         }
     }
 
     #[test]
     fn a_month_a_year_and_a_month_without_its_year() {
         assert_eq!(
-            periods("What did she do in May 2023?", NOW),
+            periods("What did she do in May 2023?", NOW, &|| NOW),
             vec![Period { start: day(2023, 5, 1), end: day(2023, 6, 1) }]
         );
         assert_eq!(
-            periods("Where did we travel in 2024?", NOW),
+            periods("Where did we travel in 2024?", NOW, &|| NOW),
             vec![Period { start: day(2024, 1, 1), end: day(2025, 1, 1) }]
         );
         // The last such month at or before the search: November is this year's, December last year's.
         assert_eq!(
-            periods("what did I buy in November", NOW),
+            periods("what did I buy in November", NOW, &|| NOW),
             vec![Period { start: day(2026, 11, 1), end: day(2026, 12, 1) }]
         );
         assert_eq!(
-            periods("what did I buy in December", NOW),
+            periods("what did I buy in December", NOW, &|| NOW),
             vec![Period { start: day(2025, 12, 1), end: day(2026, 1, 1) }]
         );
     }
@@ -327,10 +333,10 @@ mod tests {
     fn words_that_are_not_times_name_none() {
         for q in ["What may John do next?", "Who won the 2000 meters?", "How many books did she read?", "March on!", ""]
         {
-            assert_eq!(periods(q, NOW), Vec::new(), "{q}");
+            assert_eq!(periods(q, NOW, &|| NOW), Vec::new(), "{q}");
         }
         assert_eq!(
-            periods("Is 31 February real in 2023?", NOW).len(),
+            periods("Is 31 February real in 2023?", NOW, &|| NOW).len(),
             1,
             "an impossible day is dropped, the year kept"
         );
@@ -339,27 +345,27 @@ mod tests {
     #[test]
     fn relative_phrases_count_back_from_the_search() {
         let today = day(2026, 11, 27);
-        assert_eq!(periods("what did I eat yesterday", NOW), vec![Period { start: today - DAY, end: today }]);
+        assert_eq!(periods("what did I eat yesterday", NOW, &|| NOW), vec![Period { start: today - DAY, end: today }]);
         assert_eq!(
-            periods("plans from last month?", NOW),
+            periods("plans from last month?", NOW, &|| NOW),
             vec![Period { start: day(2026, 10, 1), end: day(2026, 11, 1) }]
         );
         assert_eq!(
-            periods("who called two weeks ago", NOW),
+            periods("who called two weeks ago", NOW, &|| NOW),
             vec![Period { start: today - 3 * WEEK, end: today - WEEK }]
         );
-        let last_week = periods("what did we decide last week", NOW);
+        let last_week = periods("what did we decide last week", NOW, &|| NOW);
         assert!(last_week.len() == 1 && last_week[0].tells(today - 5 * DAY) && !last_week[0].tells(today - 30 * DAY));
     }
 
     #[test]
     fn a_span_before_a_date_reaches_back_from_it() {
         assert_eq!(
-            periods("What did he do the week before August 3, 2023?", NOW),
+            periods("What did he do the week before August 3, 2023?", NOW, &|| NOW),
             vec![Period { start: day(2023, 8, 3) - WEEK, end: day(2023, 8, 4) }]
         );
         assert_eq!(
-            periods("the puppy she got two weeks before 11 August 2023", NOW),
+            periods("the puppy she got two weeks before 11 August 2023", NOW, &|| NOW),
             vec![Period { start: day(2023, 8, 11) - 2 * WEEK, end: day(2023, 8, 12) }]
         );
     }

@@ -489,3 +489,20 @@ fn what_was_said_in_the_named_time_is_found_behind_many_better_matches() {
     assert_eq!(ask_at(&m, "hiking trail", "mel", 10, NOW + MINUTE), plain);
     assert_eq!(ask_at(&m, "hiking trail in March 1999", "mel", 10, NOW + MINUTE), nothing_then);
 }
+
+#[test]
+fn a_month_without_its_year_is_the_last_one_the_conversation_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    // A conversation recorded three years before the search.
+    let at = |date: &str| crate::dates::parse(date).unwrap();
+    let june = m.add(turn("Mel: we went camping by the lake", "mel", "s1", at("2023-06-10")), "u", NOW).unwrap();
+    let sept = m.add(turn("Mel: we went camping by the lake", "mel", "s2", at("2023-09-02")), "u", NOW).unwrap();
+    m.add(turn("Mel: the bakery opens at seven", "mel", "s3", at("2023-10-01")), "u", NOW).unwrap();
+    let both = [june.crystal.id, sept.crystal.id];
+    let order = |q: &str| -> Vec<CrystalId> {
+        ask_at(&m, q, "mel", 10, NOW + MINUTE).into_iter().filter(|id| both.contains(id)).collect()
+    };
+    assert_eq!(order("when did Mel go camping in June?"), both);
+    assert_eq!(order("when did Mel go camping in September?"), [both[1], both[0]]);
+}

@@ -275,9 +275,12 @@ impl Memory {
         let depth = candidate_depth(k);
         let embedding = self.embed_one(&query.q)?;
         let tuning = self.tuning();
-        let periods = if tuning.time_weight > 0.0 { periods::periods(&query.q, now) } else { Vec::new() };
         self.publish_text()?;
         let crystals = read(&self.crystals);
+        let periods = match tuning.time_weight > 0.0 {
+            true => periods::periods(&query.q, now, &|| self.latest_said(query.namespace.as_ref(), &crystals, now)),
+            false => Vec::new(),
+        };
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
         let vector_depth = self.vector_depth(depth);
         let vector_half = || -> Result<Vec<(u64, f32)>, Error> {

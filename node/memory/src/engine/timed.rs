@@ -4,7 +4,11 @@
 
 use std::collections::HashMap;
 
-use crate::crystal::CrystalId;
+use druse_protocol::UnixMillis;
+use rustc_hash::FxHashMap;
+
+use super::{Memory, read, said_at};
+use crate::crystal::{Crystal, CrystalId, Namespace};
 use crate::periods::Period;
 use crate::text::{self, Filter, TextIndex};
 
@@ -41,4 +45,21 @@ pub(super) fn text_hits(
     let mut within: Vec<(CrystalId, f32)> = within.into_iter().collect();
     within.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     Ok((hits, within))
+}
+
+impl Memory {
+    /// When the newest memory of `namespace` said at or before `now` was said (`now` when it
+    /// has none, or for a search of every namespace): what a month named without its year is
+    /// read against.
+    pub(super) fn latest_said(
+        &self,
+        namespace: Option<&Namespace>,
+        crystals: &FxHashMap<CrystalId, Crystal>,
+        now: UnixMillis,
+    ) -> UnixMillis {
+        let Some(namespace) = namespace else { return now };
+        let scopes = read(&self.scopes);
+        let members = scopes.members(namespace).into_iter().flatten();
+        members.filter_map(|id| crystals.get(id)).map(said_at).filter(|at| *at <= now).max().unwrap_or(now)
+    }
 }
