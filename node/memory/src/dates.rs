@@ -32,6 +32,11 @@ fn civil(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// `(year, month 1–12, day)` of a Unix time, in UTC.
+pub(crate) fn civil_date(at: UnixMillis) -> (i64, u32, u32) {
+    civil((at / 86_400_000) as i64)
+}
+
 /// "Sunday 22 November 2026 (2026-11-22)": words a question about a date will share.
 pub fn describe(at: UnixMillis) -> String {
     let days = (at / 86_400_000) as i64;

@@ -36,6 +36,7 @@ mod recall;
 mod reembed;
 mod skills;
 mod storage;
+mod timed;
 mod vectors;
 
 use codec::{decode_vector, is_own};

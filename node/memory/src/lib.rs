@@ -16,6 +16,7 @@ pub mod embed;
 pub mod engine;
 pub mod governance;
 pub mod hormones;
+mod periods;
 mod record;
 mod scopes;
 mod sentences;

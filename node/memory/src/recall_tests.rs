@@ -435,3 +435,74 @@ fn every_vector_of_a_memory_leaves_the_index_when_it_expires_and_none_comes_back
     assert_eq!(m.vector_stats().live, 1, "and a start indexes nothing of the purged memories");
     assert_eq!(ask(&m, "the kids loved the waterfall", "u1", 5), [kept]);
 }
+
+const DAY: u64 = 24 * 60 * MINUTE;
+
+/// Asks in `namespace` at `now`, the ids best first.
+fn ask_at(m: &Memory, q: &str, namespace: &str, k: usize, now: u64) -> Vec<CrystalId> {
+    let query = Query { namespace: Some(user(namespace)), ..Query::new(q, k) };
+    m.peek(&query, Caller::LocalAgent, now).unwrap().into_iter().map(|h| h.crystal.id).collect()
+}
+
+#[test]
+fn a_question_that_names_a_time_prefers_what_was_said_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    // The same words said a month ago and yesterday, in sessions of their own.
+    let month_ago =
+        m.add(turn("Mel: we went hiking up the hills", "mel", "s1", NOW - 30 * DAY), "u", NOW).unwrap().crystal.id;
+    let yesterday =
+        m.add(turn("Mel: we went hiking up the hills", "mel", "s2", NOW - DAY / 2), "u", NOW).unwrap().crystal.id;
+    m.add(turn("Mel: the bakery opens at seven", "mel", "s3", NOW - 10 * DAY), "u", NOW).unwrap();
+    let both = [month_ago, yesterday];
+    let order = |m: &Memory, q: &str| -> Vec<CrystalId> {
+        ask_at(m, q, "mel", 10, NOW + MINUTE).into_iter().filter(|id| both.contains(id)).collect()
+    };
+    assert_eq!(order(&m, "where did Mel go hiking yesterday?"), [yesterday, month_ago]);
+    let a_month_back = crate::dates::describe(NOW - 30 * DAY);
+    let named_day = a_month_back.split(" (").next().unwrap_or_default();
+    assert_eq!(order(&m, &format!("where did Mel go hiking on {named_day}?")), [month_ago, yesterday], "{named_day}");
+    // With the time weight at 0, which day "yesterday" is changes nothing.
+    m.set_tuning(Tuning { time_weight: 0.0, ..m.tuning() });
+    let q = "where did Mel go hiking yesterday?";
+    assert_eq!(ask_at(&m, q, "mel", 10, NOW + MINUTE), ask_at(&m, q, "mel", 10, NOW + 29 * DAY));
+}
+
+#[test]
+fn what_was_said_in_the_named_time_is_found_behind_many_better_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    // 120 turns that match the words better, said long ago, and one said yesterday.
+    let crowd: Vec<NewMemory> = (0..120)
+        .map(|i| turn(&format!("Mel: hiking hiking hiking trail {i}"), "mel", &format!("old{i}"), NOW - 300 * DAY))
+        .collect();
+    m.add_many(crowd, "u", NOW).unwrap();
+    let target = m.add(turn("Mel: a short hiking walk", "mel", "new", NOW - DAY / 2), "u", NOW).unwrap().crystal.id;
+    m.set_tuning(Tuning { time_weight: 0.0, ..m.tuning() });
+    assert!(!ask_at(&m, "hiking yesterday", "mel", 10, NOW + MINUTE).contains(&target), "words alone miss it");
+    m.set_tuning(Tuning { time_weight: 2.0, ..m.tuning() });
+    assert_eq!(ask_at(&m, "hiking yesterday", "mel", 10, NOW + MINUTE).first(), Some(&target));
+    // A question that names no time, or a time when nothing matching was said, is unchanged.
+    let plain = ask_at(&m, "hiking trail", "mel", 10, NOW + MINUTE);
+    let nothing_then = ask_at(&m, "hiking trail in March 1999", "mel", 10, NOW + MINUTE);
+    m.set_tuning(Tuning { time_weight: 0.0, ..m.tuning() });
+    assert_eq!(ask_at(&m, "hiking trail", "mel", 10, NOW + MINUTE), plain);
+    assert_eq!(ask_at(&m, "hiking trail in March 1999", "mel", 10, NOW + MINUTE), nothing_then);
+}
+
+#[test]
+fn a_month_without_its_year_is_the_last_one_the_conversation_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    // A conversation recorded three years before the search.
+    let at = |date: &str| crate::dates::parse(date).unwrap();
+    let june = m.add(turn("Mel: we went camping by the lake", "mel", "s1", at("2023-06-10")), "u", NOW).unwrap();
+    let sept = m.add(turn("Mel: we went camping by the lake", "mel", "s2", at("2023-09-02")), "u", NOW).unwrap();
+    m.add(turn("Mel: the bakery opens at seven", "mel", "s3", at("2023-10-01")), "u", NOW).unwrap();
+    let both = [june.crystal.id, sept.crystal.id];
+    let order = |q: &str| -> Vec<CrystalId> {
+        ask_at(&m, q, "mel", 10, NOW + MINUTE).into_iter().filter(|id| both.contains(id)).collect()
+    };
+    assert_eq!(order("when did Mel go camping in June?"), both);
+    assert_eq!(order("when did Mel go camping in September?"), [both[1], both[0]]);
+}

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, RangeQuery, TermQuery};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, QueryParser, RangeQuery, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
@@ -366,7 +366,10 @@ impl TextIndex {
         if filter.since.is_some() || filter.until.is_some() {
             let bound =
                 |v: Option<u64>| v.map_or(Bound::Unbounded, |v| Bound::Included(Term::from_field_u64(self.at, v)));
-            clauses.push((Occur::Must, Box::new(RangeQuery::new(bound(filter.since), bound(filter.until)))));
+            // A time range only filters: it adds nothing to a score, so the scores of a search
+            // within a time are those of the same documents in a search without it.
+            let range = RangeQuery::new(bound(filter.since), bound(filter.until));
+            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(Box::new(range), 0.0))));
         }
         let query = BooleanQuery::new(clauses);
         let top = searcher.search(&query, &TopDocs::with_limit(k.max(1)).order_by_score())?;

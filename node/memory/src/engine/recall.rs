@@ -9,10 +9,11 @@ use rustc_hash::FxHashMap;
 
 use super::codec::crystal_of;
 use super::vectors::ScopedSearch;
-use super::{CRYSTAL, Error, Hit, Memory, Query, key, read, write};
+use super::{CRYSTAL, Error, Hit, Memory, Query, key, read, timed, write};
 use crate::correction::speaker;
 use crate::crystal::{Crystal, CrystalId};
 use crate::governance::Caller;
+use crate::periods;
 use crate::record;
 use crate::vector;
 
@@ -50,6 +51,12 @@ pub struct Tuning {
     /// 0.777 / 0.862 (0.2: 0.771 / 0.852; 0.5: 0.782 / 0.857) and hashing from 0.727 / 0.795
     /// to 0.740 / 0.810; `tests/data/retrieval.json` is unchanged (0.823 and 0.581).
     pub session_weight: f64,
+    /// How much the BM25 matches said in a time the question names count (a day, a month, a
+    /// year, "last week", "two weeks before 3 August"): the best matches said in it or soon
+    /// after are searched for apart, scored as the text list is, and `time_weight` of that
+    /// score is added to their relevance, before the neighbour and session lifts. A question
+    /// that names no time is not affected; 0 turns it off.
+    pub time_weight: f64,
 }
 
 /// How recall combines its vector and BM25 candidate lists into one relevance.
@@ -104,6 +111,7 @@ impl Default for Tuning {
             day_in_context_vector: false,
             speaker_weight: 1.0,
             session_weight: 0.3,
+            time_weight: 0.5,
         }
     }
 }
@@ -266,8 +274,13 @@ impl Memory {
         let k = query.k;
         let depth = candidate_depth(k);
         let embedding = self.embed_one(&query.q)?;
+        let tuning = self.tuning();
         self.publish_text()?;
         let crystals = read(&self.crystals);
+        let periods = match tuning.time_weight > 0.0 {
+            true => periods::periods(&query.q, now, &|| self.latest_said(query.namespace.as_ref(), &crystals, now)),
+            false => Vec::new(),
+        };
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
         let vector_depth = self.vector_depth(depth);
         let vector_half = || -> Result<Vec<(u64, f32)>, Error> {
@@ -288,7 +301,7 @@ impl Memory {
         };
         // The two halves at once: the text half on a thread of its own, which takes no lock of
         // the engine's, so that no pool thread waits inside a lock this search holds.
-        let text_half = || self.text.search_where(&query.q, depth, &query.text_filter());
+        let text_half = || timed::text_hits(&self.text, &query.q, depth, &query.text_filter(), &periods);
         let (text_hits, vector_hits) = std::thread::scope(|scope| {
             match std::thread::Builder::new().name("druse-recall".into()).spawn_scoped(scope, text_half) {
                 Ok(text) => {
@@ -299,10 +312,16 @@ impl Memory {
                 Err(_) => (text_half(), vector_half()),
             }
         });
-        let text_hits = text_hits?;
+        let (text_hits, within) = text_hits?;
         let vector_hits = by_crystal(vector_hits?);
-        let tuning = self.tuning();
         let mut fused = fuse(&vector_hits, &text_hits, tuning.fusion);
+        if tuning.time_weight > 0.0 {
+            // Said in the time the question names: the text list's share of the match among
+            // what was said then.
+            for (id, (relevance, _, _)) in fuse(&[], &within, tuning.fusion) {
+                fused.entry(id).or_insert((0.0, None, None)).0 += tuning.time_weight * relevance;
+            }
+        }
         // What each candidate matched by itself, before any lift.
         let found: HashMap<CrystalId, f64> = fused.iter().map(|(id, entry)| (*id, entry.0)).collect();
         if tuning.neighbour_weight > 0.0 {

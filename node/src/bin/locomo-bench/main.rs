@@ -8,7 +8,10 @@
 //! `kind` = `interaction`, text `"Speaker: text"`), then every question (category 5, the
 //! adversarial one, left out) is asked in its conversation's namespace with k = 10. A question
 //! counts as found at k when any of its evidence turns is among the first k hits
-//! (recall_any@k). The figures print overall and per category, with add and search latency.
+//! (recall_any@k). The figures print overall, per category and per conversation, with add and
+//! search latency. With `--sweep`, the questions are asked again under each setting, and the
+//! leave-one-conversation-out figures follow: each conversation measured under the setting
+//! that found the most in the others.
 //!
 //! `--via api` (the default) starts a real node on loopback in a temporary directory and goes
 //! through its HTTP API, as a user would: one `POST /v1/memories` per turn (or
@@ -23,7 +26,7 @@
 //! is not in the top 10, and `LOCOMO_SHOW=<words>` (with `--via engine`) prints the hits, with
 //! their vector and text ranks, of each question containing those words.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,8 +41,10 @@ use druse_memory::governance::Caller;
 use serde_json::{Value, json};
 
 use data::{Question, Turn, load, new_memory};
+use tally::{Pass, print_leave_one_out};
 
 mod data;
+mod tally;
 
 #[global_allocator]
 static ALLOCATOR: druse_node::Allocator = druse_node::Allocator;
@@ -75,6 +80,9 @@ struct Cli {
     /// Override recall's session weight (0 turns the lift from a session's best match off).
     #[arg(long)]
     session_weight: Option<f64>,
+    /// Override recall's time weight (0 turns the lift and search of a named time off).
+    #[arg(long)]
+    time_weight: Option<f64>,
     /// Override whether a turn is indexed with the turn after it.
     #[arg(long)]
     next_context: Option<bool>,
@@ -85,8 +93,9 @@ struct Cli {
     #[arg(long)]
     context: Option<bool>,
     /// After the first pass, ask everything again under each of these query-time settings
-    /// (`FUSION/NEIGHBOUR_WEIGHT`, comma separated, FUSION as for `--fusion`): a sweep over
-    /// one stored set.
+    /// (`FUSION/NEIGHBOUR_WEIGHT[/session=W][/speaker=W][/time=W]`, comma separated, FUSION as for
+    /// `--fusion`): a sweep over one stored set, followed by the leave-one-conversation-out
+    /// figures over the first pass and these.
     #[arg(long, value_delimiter = ',')]
     sweep: Vec<String>,
     /// Instead of the run, time the embedder (`--embedder`) alone on the first N turns and
@@ -234,49 +243,6 @@ async fn start(cli: &Cli) -> anyhow::Result<(Target, String)> {
     }
 }
 
-/// recall_any@5 and @10 per category, with the latency of each search.
-#[derive(Debug, Default)]
-struct Pass {
-    found: BTreeMap<u32, [usize; 3]>,
-    latency: Vec<Duration>,
-}
-
-impl Pass {
-    fn record(&mut self, category: u32, hits: &[CrystalId], evidence: &[CrystalId]) {
-        let at = |k: usize| hits.iter().take(k).any(|h| evidence.contains(h));
-        let tally = self.found.entry(category).or_default();
-        tally[0] += usize::from(at(5));
-        tally[1] += usize::from(at(10));
-        tally[2] += 1;
-    }
-
-    fn print(&self, name: &str) {
-        let total = self.found.values().fold([0; 3], |a, t| [a[0] + t[0], a[1] + t[1], a[2] + t[2]]);
-        let ratio = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
-        println!(
-            "{name}: recall_any@5 {:.3}  @10 {:.3}  over {} questions",
-            ratio(total[0], total[2]),
-            ratio(total[1], total[2]),
-            total[2]
-        );
-        for (category, [at5, at10, of]) in &self.found {
-            let label = match category {
-                1 => "multi-hop",
-                2 => "temporal",
-                3 => "open-domain",
-                4 => "single-hop",
-                _ => "other",
-            };
-            println!(
-                "  category {category} {label:<12} @5 {:.3}  @10 {:.3}  ({of})",
-                ratio(*at5, *of),
-                ratio(*at10, *of)
-            );
-        }
-        println!("  search latency {}", percentiles(&self.latency));
-    }
-}
-
 fn percentiles(samples: &[Duration]) -> String {
     if samples.is_empty() {
         return "n/a".into();
@@ -294,7 +260,7 @@ async fn ask(target: &Target, questions: &[Question], ids: &HashMap<String, Crys
         let started = Instant::now();
         let hits = target.search(question, 10).await?;
         pass.latency.push(started.elapsed());
-        pass.record(question.category, &hits, &evidence);
+        pass.record(&question.namespace, question.category, &hits, &evidence);
         if std::env::var_os("LOCOMO_MISSES").is_some() && !hits.iter().any(|h| evidence.contains(h)) {
             println!("MISS [{}] {} <- {:?}", question.category, question.text, question.evidence);
         }
@@ -332,6 +298,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     tuning.neighbour_weight = cli.neighbour_weight.unwrap_or(tuning.neighbour_weight);
     tuning.speaker_weight = cli.speaker_weight.unwrap_or(tuning.speaker_weight);
     tuning.session_weight = cli.session_weight.unwrap_or(tuning.session_weight);
+    tuning.time_weight = cli.time_weight.unwrap_or(tuning.time_weight);
     tuning.next_turn_context = cli.next_context.unwrap_or(tuning.next_turn_context);
     tuning.day_in_context_vector = cli.day_in_vector.unwrap_or(tuning.day_in_context_vector);
     memory.set_tuning(tuning);
@@ -373,19 +340,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(path) = std::env::var_os("LOCOMO_DUMP") {
         dump(&cli, &memory, &turns, &questions, &ids, Path::new(&path))?;
     }
-    ask(&target, &questions, &ids).await?.print("first pass");
+    let first = ask(&target, &questions, &ids).await?;
+    first.print("first pass");
     if cli.repeat {
         ask(&target, &questions, &ids).await?.print("asked again");
     }
+    let defaults = memory.tuning();
+    let mut settings = vec![("the defaults (first pass)".to_owned(), first)];
     for setting in &cli.sweep {
-        let (fusion, neighbour) = setting
-            .split_once('/')
-            .with_context(|| format!("--sweep takes FUSION/NEIGHBOUR_WEIGHT, not {setting:?}"))?;
-        let fusion = parse_fusion(fusion).map_err(anyhow::Error::msg)?;
-        let neighbour_weight: f64 = neighbour.parse().with_context(|| format!("neighbour weight in {setting:?}"))?;
-        memory.set_tuning(Tuning { fusion, neighbour_weight, ..memory.tuning() });
-        ask(&target, &questions, &ids).await?.print(&format!("{fusion:?}, neighbour {neighbour_weight}"));
+        let tuning = parse_setting(setting, defaults)?;
+        memory.set_tuning(tuning);
+        let pass = ask(&target, &questions, &ids).await?;
+        pass.print(setting);
+        settings.push((setting.clone(), pass));
     }
+    memory.set_tuning(defaults);
+    print_leave_one_out(&settings);
     target.stop().await;
     let _ = std::fs::remove_dir_all(scratch_dir_path());
     Ok(())
@@ -469,6 +439,31 @@ fn dump(
         writeln!(out, "{line}")?;
     }
     Ok(())
+}
+
+/// A `--sweep` setting, `FUSION/NEIGHBOUR_WEIGHT` then any of `/session=W`, `/speaker=W`,
+/// `/time=W`, over `base`.
+fn parse_setting(setting: &str, base: Tuning) -> anyhow::Result<Tuning> {
+    let mut parts = setting.split('/');
+    let (Some(fusion), Some(neighbour)) = (parts.next(), parts.next()) else {
+        bail!("--sweep takes FUSION/NEIGHBOUR_WEIGHT[/KEY=VALUE...], not {setting:?}");
+    };
+    let mut tuning = Tuning {
+        fusion: parse_fusion(fusion).map_err(anyhow::Error::msg)?,
+        neighbour_weight: neighbour.parse().with_context(|| format!("neighbour weight in {setting:?}"))?,
+        ..base
+    };
+    for part in parts {
+        let (key, value) = part.split_once('=').with_context(|| format!("{part:?} in {setting:?} is not KEY=VALUE"))?;
+        let value: f64 = value.parse().with_context(|| format!("{part:?} in {setting:?}"))?;
+        match key {
+            "session" => tuning.session_weight = value,
+            "speaker" => tuning.speaker_weight = value,
+            "time" => tuning.time_weight = value,
+            _ => bail!("{key:?} in {setting:?}: the keys are session, speaker, time"),
+        }
+    }
+    Ok(tuning)
 }
 
 /// `score:VECTOR_SHARE` or `rank:TEXT_WEIGHT:K`.
