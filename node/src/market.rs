@@ -262,7 +262,7 @@ impl Stats {
     ) -> Counted {
         let key = reporter.to_string();
         let admitted = self.admit(config, skill, &key, &vouched);
-        if admitted == room::Admit::Refused {
+        if admitted.refused() {
             return Counted::Full;
         }
         let entry = self.executions.entry(key.clone()).or_default();
@@ -296,7 +296,7 @@ impl Stats {
             return Counted::OverCap;
         }
         let admitted = self.admit(config, skill, &key, &vouched);
-        if admitted == room::Admit::Refused {
+        if admitted.refused() {
             return Counted::Full;
         }
         self.adopters.insert(key.clone(), price_paid);

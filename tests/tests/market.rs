@@ -229,7 +229,10 @@ async fn fresh_keys_and_self_reports_never_price_a_skill_and_attested_adopters_d
         execution(reporter, other, true, 0.5).await;
         execution(reporter, other, true, 0.5).await;
     }
-    let listed = listings_when(&cluster, other, "the other skill listed", |l| l.gate_passed).await;
+    let listed = listings_when(&cluster, other, "the other skill listed on all four runs", |l| {
+        l.gate_passed && l.stats.gate_executions == 4
+    })
+    .await;
     let other_before = same_price(&listed);
     assert!(other_before > 0);
     let reputation = listed[0].computed_price.reputation;
@@ -290,7 +293,8 @@ async fn fresh_keys_and_self_reports_never_price_a_skill_and_attested_adopters_d
     execution(b, target, true, 0.9).await;
     execution(b, target, true, 0.9).await;
     execution(c, target, true, 0.9).await;
-    let listed = listings_when(&cluster, target, "the target listed", |l| l.gate_passed).await;
+    let listed =
+        listings_when(&cluster, target, "the target listed", |l| l.gate_passed && l.stats.gate_executions == 3).await;
     let stats = &listed[0].stats;
     assert_eq!((stats.vouched_weight, stats.vouched_executions), (2.0, 3.0), "{stats:?}");
     assert!(same_price(&listed) > 0);

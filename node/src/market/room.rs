@@ -37,6 +37,13 @@ pub(super) enum Admit {
     Refused,
 }
 
+impl Admit {
+    /// The key has no room: its message is not counted.
+    pub(super) fn refused(self) -> bool {
+        self == Self::Refused
+    }
+}
+
 /// A key's rank for unvouched room on `skill`: the hash of the skill's id and the key. The
 /// lowest are kept; salted by the skill, a key that ranks low on one skill has no edge on
 /// another.
