@@ -644,39 +644,45 @@ fn unescape(text: &str) -> String {
     };
     while i < bytes.len() {
         let b = bytes[i];
-        if b == b'%' && i + 3 <= bytes.len() {
-            if let Some(v) = hex(&bytes[i + 1..i + 3]) {
-                out.push(v as u8);
-                i += 3;
-                continue;
-            }
+        if b == b'%'
+            && i + 3 <= bytes.len()
+            && let Some(v) = hex(&bytes[i + 1..i + 3])
+        {
+            out.push(v as u8);
+            i += 3;
+            continue;
         }
-        if b == b'\\' && bytes.get(i + 1) == Some(&b'x') && i + 4 <= bytes.len() {
-            if let Some(v) = hex(&bytes[i + 2..i + 4]) {
-                out.push(v as u8);
-                i += 4;
-                continue;
-            }
+        if b == b'\\'
+            && bytes.get(i + 1) == Some(&b'x')
+            && i + 4 <= bytes.len()
+            && let Some(v) = hex(&bytes[i + 2..i + 4])
+        {
+            out.push(v as u8);
+            i += 4;
+            continue;
         }
-        if b == b'\\' && bytes.get(i + 1) == Some(&b'u') && i + 6 <= bytes.len() {
-            if let Some(v) = hex(&bytes[i + 2..i + 6]) {
-                push_char(&mut out, v);
-                i += 6;
-                continue;
-            }
+        if b == b'\\'
+            && bytes.get(i + 1) == Some(&b'u')
+            && i + 6 <= bytes.len()
+            && let Some(v) = hex(&bytes[i + 2..i + 6])
+        {
+            push_char(&mut out, v);
+            i += 6;
+            continue;
         }
-        if b == b'&' && bytes.get(i + 1) == Some(&b'#') {
-            if let Some(end) = bytes[i..].iter().take(10).position(|&c| c == b';') {
-                let body = &bytes[i + 2..i + end];
-                let code = match body.first() {
-                    Some(b'x') | Some(b'X') => hex(&body[1..]),
-                    _ => std::str::from_utf8(body).ok().and_then(|s| s.parse().ok()),
-                };
-                if let Some(code) = code {
-                    push_char(&mut out, code);
-                    i += end + 1;
-                    continue;
-                }
+        if b == b'&'
+            && bytes.get(i + 1) == Some(&b'#')
+            && let Some(end) = bytes[i..].iter().take(10).position(|&c| c == b';')
+        {
+            let body = &bytes[i + 2..i + end];
+            let code = match body.first() {
+                Some(b'x') | Some(b'X') => hex(&body[1..]),
+                _ => std::str::from_utf8(body).ok().and_then(|s| s.parse().ok()),
+            };
+            if let Some(code) = code {
+                push_char(&mut out, code);
+                i += end + 1;
+                continue;
             }
         }
         out.push(b);
