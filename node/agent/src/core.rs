@@ -200,7 +200,7 @@ impl Agent {
         messages: Vec<Message>,
         tools: &[Tool],
         handler: &mut T,
-    ) -> Result<model::Run, model::Error> {
+    ) -> Result<model::Finished, model::Error> {
         let at = now_ms();
         let started = std::time::Instant::now();
         let context = messages.clone();

@@ -154,7 +154,7 @@ fn tools(entry: Entry) -> Vec<Tool> {
 }
 
 /// The tool handler of one musing, reflection or review run.
-struct Run {
+struct EntryTools {
     agent: Arc<Agent>,
     entry: Entry,
     /// The crystals a review may act on, and those it acted on.
@@ -165,7 +165,7 @@ struct Run {
     outcome: RunReport,
 }
 
-impl Tools for Run {
+impl Tools for EntryTools {
     async fn call(&mut self, call: &ToolCall) -> String {
         let result = match (self.entry, call.function.name.as_str()) {
             (_, "do_nothing") => Ok("ok: nothing done".to_owned()),
@@ -183,7 +183,7 @@ impl Tools for Run {
     }
 }
 
-impl Run {
+impl EntryTools {
     async fn search(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: QueryArg = args(call)?;
         let memory = Arc::clone(self.agent.node.memory());
@@ -373,7 +373,7 @@ impl Agent {
         entry: Entry,
         system: String,
         user: String,
-        run: &mut Run,
+        run: &mut EntryTools,
     ) -> Result<(), super::llm::Error> {
         let system = format!(
             "{system}\n\n[YOU] @{} ({}); your owner is @{}\n[NOW] {}\n",
@@ -394,8 +394,8 @@ impl Agent {
         self.run_model(entry.as_str(), messages, &tools, run).await.map(|_| ())
     }
 
-    fn handler(self: &Arc<Self>, entry: Entry) -> Run {
-        Run {
+    fn handler(self: &Arc<Self>, entry: Entry) -> EntryTools {
+        EntryTools {
             agent: Arc::clone(self),
             entry,
             listed: HashSet::new(),

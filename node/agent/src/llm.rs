@@ -161,7 +161,7 @@ pub trait Tools {
 
 /// How a tool loop ended.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Run {
+pub struct Finished {
     /// The model's last words (a summary for the log), if it stopped by itself.
     pub summary: Option<String>,
     /// Round trips made.
@@ -371,8 +371,8 @@ impl Llm {
         max_steps: usize,
         handler: &mut T,
         trace: &mut Trace,
-    ) -> Result<Run, Error> {
-        let mut run = Run { summary: None, steps: 0, calls: Vec::new(), exhausted: false, errors: 0 };
+    ) -> Result<Finished, Error> {
+        let mut run = Finished { summary: None, steps: 0, calls: Vec::new(), exhausted: false, errors: 0 };
         while run.steps < max_steps {
             run.steps += 1;
             trace.steps = run.steps;

@@ -104,7 +104,7 @@ pub struct Answered {
 
 /// A run waiting for its outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Run {
+pub struct Watched {
     pub id: String,
     pub at: UnixMillis,
     pub answered: Vec<Answered>,
@@ -124,7 +124,7 @@ pub struct Run {
     pub last_signal_at: Option<UnixMillis>,
 }
 
-impl Run {
+impl Watched {
     /// Notes a signal from `person` about `reply`; false if the run has no such reply to
     /// that person (a stranger's like of the agent's reply is not the answered person's).
     pub fn note(&mut self, reply: &str, person: &str, signal: Signal, now: UnixMillis) -> bool {
@@ -137,7 +137,7 @@ impl Run {
         true
     }
 
-    /// Notes that the agent stands behind a signal [`Run::note`] took.
+    /// Notes that the agent stands behind a signal [`Watched::note`] took.
     pub fn back(&mut self, signal: Signal) {
         self.backed.push(signal);
         self.backed.truncate(64);
@@ -188,8 +188,8 @@ mod tests {
         assert_eq!(reward(&[Signal::Blocked, Signal::Complained]), Some(-1.0));
     }
 
-    fn run() -> Run {
-        Run {
+    fn run() -> Watched {
+        Watched {
             id: "r".into(),
             at: 1_000,
             answered: vec![Answered { reply: "at://agent/post/1".into(), person: "did:plc:ann".into() }],

@@ -14,7 +14,7 @@ use super::bluesky::Notification;
 use super::context;
 use super::core::{Agent, Failing, id, lock, memory};
 use super::llm::Message;
-use super::outcome::{self, Answered, Run, Signal};
+use super::outcome::{self, Answered, Signal, Watched};
 use super::rules::BatchScope;
 use super::state::Good;
 use super::tools::{self, Batch};
@@ -221,7 +221,7 @@ impl Agent {
         let now = now_ms();
         let window = self.config.outcome_window.as_millis() as u64;
         let quiet = self.config.outcome_quiet.as_millis() as u64;
-        let due: Vec<Run> = self.state.runs().into_iter().filter(|r| r.closes(now, window, quiet)).collect();
+        let due: Vec<Watched> = self.state.runs().into_iter().filter(|r| r.closes(now, window, quiet)).collect();
         let mut distill = Vec::new();
         for mut run in due.into_iter().take(CLOSED_PER_POLL) {
             // A block is seen on the person's profile, not in the notifications.
@@ -591,7 +591,7 @@ impl Agent {
             return;
         }
         let at = now_ms();
-        let run = Run {
+        let run = Watched {
             id: format!("{at}-{}", replied[0].post.rsplit('/').next().unwrap_or_default()),
             at,
             // Every part of a threaded answer: a like of its last part is a like of the answer.

@@ -21,7 +21,7 @@ use druse_protocol::UnixMillis;
 use fjall::{Database, Keyspace, PersistMode};
 use serde::{Deserialize, Serialize};
 
-use super::outcome::Run;
+use super::outcome::Watched;
 use super::rules::Gate;
 use super::schedule::Schedule;
 
@@ -373,11 +373,12 @@ impl AgentState {
 
     /// Keeps a run waiting for its outcome, with the index of its replies; past
     /// [`MAX_RUNS`] the oldest is dropped. Blocks.
-    pub(crate) fn put_run(&self, run: &Run) -> Result<(), fjall::Error> {
+    pub(crate) fn put_run(&self, run: &Watched) -> Result<(), fjall::Error> {
         let _writing = self.lock();
         let mut batch = self.batch();
         if !self.tree.contains_key(key(RUN, &run.id))? && self.tree.prefix(RUN).count() >= MAX_RUNS {
-            let oldest = self.tree.prefix(RUN).filter_map(|e| e.into_inner().ok()).filter_map(|(_, v)| json::<Run>(&v));
+            let oldest =
+                self.tree.prefix(RUN).filter_map(|e| e.into_inner().ok()).filter_map(|(_, v)| json::<Watched>(&v));
             if let Some(old) = oldest.min_by_key(|r| r.at) {
                 tracing::info!(run = %old.id, "too many runs wait for their outcome; the oldest closes unreported");
                 self.drop_run(&mut batch, &old);
@@ -390,7 +391,7 @@ impl AgentState {
         batch.commit()
     }
 
-    fn drop_run(&self, batch: &mut fjall::OwnedWriteBatch, run: &Run) {
+    fn drop_run(&self, batch: &mut fjall::OwnedWriteBatch, run: &Watched) {
         batch.remove(&self.tree, key(RUN, &run.id));
         for a in &run.answered {
             batch.remove(&self.tree, key(REPLY, &a.reply));
@@ -398,18 +399,18 @@ impl AgentState {
     }
 
     /// The run that posted reply `uri`, if it still waits.
-    pub(crate) fn run_of_reply(&self, uri: &str) -> Option<Run> {
+    pub(crate) fn run_of_reply(&self, uri: &str) -> Option<Watched> {
         let id = self.tree.get(key(REPLY, uri)).ok()??;
         json(&self.tree.get(key(RUN, std::str::from_utf8(&id).ok()?)).ok()??)
     }
 
     /// Every run waiting for its outcome.
-    pub(crate) fn runs(&self) -> Vec<Run> {
+    pub(crate) fn runs(&self) -> Vec<Watched> {
         self.tree.prefix(RUN).filter_map(|e| e.into_inner().ok()).filter_map(|(_, v)| json(&v)).collect()
     }
 
     /// Closes a run: it no longer waits, and its replies lead nowhere. Blocks.
-    pub(crate) fn close_run(&self, run: &Run) -> Result<(), fjall::Error> {
+    pub(crate) fn close_run(&self, run: &Watched) -> Result<(), fjall::Error> {
         let _writing = self.lock();
         let mut batch = self.batch();
         self.drop_run(&mut batch, run);
@@ -513,8 +514,8 @@ impl AgentState {
 mod tests {
     use super::*;
 
-    fn run(id: &str, at: u64, reply: &str) -> Run {
-        Run {
+    fn run(id: &str, at: u64, reply: &str) -> Watched {
+        Watched {
             id: id.into(),
             at,
             answered: vec![super::super::outcome::Answered { reply: reply.into(), person: "did:plc:p".into() }],
