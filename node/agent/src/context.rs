@@ -5,7 +5,7 @@
 use druse_protocol::UnixMillis;
 
 use druse_memory::Memory;
-use druse_memory::crystal::{Crystal, MemoryKind, Namespace, Origin};
+use druse_memory::crystal::{Crystal, MemoryKind, Namespace, Origin, Status};
 use druse_memory::engine::{Error, Query};
 use druse_memory::governance::Caller;
 
@@ -50,6 +50,12 @@ pub struct SkillLine {
     pub summary: String,
     /// The node that published it (its peer id): whose text this is.
     pub publisher: String,
+}
+
+/// Whether a crystal is the agent's own memory: active, and neither in the `swarm` namespace
+/// nor of origin `peer` (a peer's skill an older store kept in `episodic`).
+pub fn is_own(crystal: &Crystal) -> bool {
+    crystal.status == Status::Active && crystal.origin != Origin::Peer && crystal.namespace != Namespace::Swarm
 }
 
 /// Cuts `text` to about `tokens` tokens on a line boundary.
@@ -113,13 +119,7 @@ fn recall(
     // The engine filters by namespace after ranking its candidates, so a wide net is cast and
     // cut to `k` here; a namespace-scoped search in the engine would make this exact.
     let query = Query { q: q.to_owned(), k: WIDE, namespace: Some(ns.clone()), kind: Some(kind), ..Default::default() };
-    Ok(memory
-        .peek(&query, Caller::LocalAgent, now)?
-        .into_iter()
-        .map(|h| h.crystal)
-        .filter(super::experience::is_own)
-        .take(k)
-        .collect())
+    Ok(memory.peek(&query, Caller::LocalAgent, now)?.into_iter().map(|h| h.crystal).filter(is_own).take(k).collect())
 }
 
 /// The per-author blocks for `handle`: impression (low), observations (medium, the top 10

@@ -5,19 +5,15 @@
 //! reach the model only through the swarm skills block and `use_skill`, which say whose they are.
 
 use druse_memory::Memory;
-use druse_memory::crystal::{Crystal, Namespace, Origin, Status};
+use druse_memory::crystal::Namespace;
 use druse_memory::engine::Query;
 use druse_memory::governance::Caller;
 use druse_protocol::UnixMillis;
 
+use super::context::{is_own, quote};
+
 /// Hits of one namespace a memory search shows, at most.
 const PER_NAMESPACE: usize = 5;
-
-/// Whether a crystal is the agent's own memory: active, and neither in the `swarm` namespace
-/// nor of origin `peer` (a peer's skill an older store kept in `episodic`).
-pub fn is_own(crystal: &Crystal) -> bool {
-    crystal.status == Status::Active && crystal.origin != Origin::Peer && crystal.namespace != Namespace::Swarm
-}
 
 /// The agent's own memories in `namespaces` that match `q`, one line each, labelled with the
 /// namespace they are from.
@@ -28,7 +24,7 @@ pub fn search(memory: &Memory, q: &str, namespaces: &[Namespace], now: UnixMilli
         let query = Query { q: q.to_owned(), k: PER_NAMESPACE * 4, namespace: Some(ns.clone()), ..Default::default() };
         if let Ok(hits) = memory.search(&query, Caller::LocalAgent, now) {
             for h in hits.into_iter().filter(|h| is_own(&h.crystal)).take(PER_NAMESPACE) {
-                lines.push(format!("- [{}] {}", ns.as_string(), super::context::quote(&h.crystal.text, 300)));
+                lines.push(format!("- [{}] {}", ns.as_string(), quote(&h.crystal.text, 300)));
             }
         }
     }
@@ -39,7 +35,7 @@ pub fn search(memory: &Memory, q: &str, namespaces: &[Namespace], now: UnixMilli
 mod tests {
     use std::sync::Arc;
 
-    use druse_memory::crystal::MemoryKind;
+    use druse_memory::crystal::{MemoryKind, Origin};
     use druse_memory::skills::SkillMemory;
     use druse_protocol::body::SemanticType;
 
