@@ -91,7 +91,7 @@ fn main() {
         5 tries.\n2. Add up to 20% jitter so that clients do not retry together.\n3. Give up on 4xx statuses.\n\n\
         ## Avoid\nRetrying writes that are not idempotent; retrying forever.\n\n## Example\n```sh\nfor i in 1 2 4; do \
         curl -fsS https://api.github.com/ && break; sleep $i; done\n```\n"
-        .repeat(2);
+        .repeat(4);
     let procedure = &procedure[..1024];
     group.bench_function("skill_scan", |b| b.iter(|| druse_protocol::scan::scan_text_only(black_box(procedure))));
     group.finish();
