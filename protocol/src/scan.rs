@@ -27,6 +27,30 @@
 //! findings are shown to whoever reviews it.
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+use aho_corasick::AhoCorasick;
+
+/// A list of phrases looked for in one pass over a text (an Aho-Corasick automaton, built on
+/// first use): the scanner runs on every listing a node ingests, beside its signature check.
+struct Phrases {
+    list: &'static [&'static str],
+    automaton: OnceLock<Option<AhoCorasick>>,
+}
+
+impl Phrases {
+    const fn new(list: &'static [&'static str]) -> Self {
+        Self { list, automaton: OnceLock::new() }
+    }
+
+    /// The phrase found first in `hay`, if any.
+    fn find(&self, hay: &str) -> Option<&'static str> {
+        match self.automaton.get_or_init(|| AhoCorasick::new(self.list).ok()) {
+            Some(automaton) => automaton.find(hay).map(|m| self.list[m.pattern().as_usize()]),
+            None => self.list.iter().copied().find(|p| hay.contains(p)),
+        }
+    }
+}
 
 /// How much a finding weighs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
@@ -336,7 +360,7 @@ fn phrases(found: &mut Found, file: &str, squashed: &str) {
             }
         }
     }
-    const PHRASES: &[&str] = &[
+    static PHRASES: Phrases = Phrases::new(&[
         "forgeteverythingabove",
         "forgeteverythingyouweretold",
         "newinstructionsfollow",
@@ -367,8 +391,8 @@ fn phrases(found: &mut Found, file: &str, squashed: &str) {
         "overridesafety",
         "disableyoursafety",
         "ignoresafety",
-    ];
-    if let Some(p) = PHRASES.iter().find(|p| squashed.contains(*p)) {
+    ]);
+    if let Some(p) = PHRASES.find(squashed) {
         found.add("model-override", Severity::High, file, p);
     }
 }
@@ -376,7 +400,7 @@ fn phrases(found: &mut Found, file: &str, squashed: &str) {
 /// Chat and tool-call markup, and role claims, on the folded text (and squashed, for markup
 /// spaced out).
 fn markup(found: &mut Found, file: &str, plain: &str, squashed: &str) {
-    const MARKUP: &[&str] = &[
+    static MARKUP: Phrases = Phrases::new(&[
         "<|im_start|>",
         "<|im_end|>",
         "<|system|>",
@@ -398,13 +422,13 @@ fn markup(found: &mut Found, file: &str, plain: &str, squashed: &str) {
         "### system",
         "system message:",
         "system prompt:",
-    ];
-    if let Some(m) = MARKUP.iter().find(|m| plain.contains(*m)) {
+    ]);
+    if let Some(m) = MARKUP.find(plain) {
         found.add("role-markup", Severity::High, file, m);
         return;
     }
-    const SQUASHED: &[&str] = &["imstartsystem", "toolcallname", "startheaderidsystem"];
-    if let Some(m) = SQUASHED.iter().find(|m| squashed.contains(*m)) {
+    static SQUASHED: Phrases = Phrases::new(&["imstartsystem", "toolcallname", "startheaderidsystem"]);
+    if let Some(m) = SQUASHED.find(squashed) {
         found.add("role-markup", Severity::High, file, m);
     }
 }
@@ -428,7 +452,7 @@ fn remote_exec(found: &mut Found, file: &str, joined: &str) {
         "| node",
         "| ruby",
     ];
-    const ALWAYS: &[&str] = &[
+    static ALWAYS: Phrases = Phrases::new(&[
         "bash <(curl",
         "bash <(wget",
         "sh <(curl",
@@ -459,8 +483,8 @@ fn remote_exec(found: &mut Found, file: &str, joined: &str) {
         "base64 -d|sh",
         "base64 -d|bash",
         "mkfifo /tmp/",
-    ];
-    if let Some(m) = ALWAYS.iter().find(|m| joined.contains(*m)) {
+    ]);
+    if let Some(m) = ALWAYS.find(joined) {
         found.add("remote-exec", Severity::High, file, m);
         return;
     }
@@ -490,7 +514,7 @@ fn remote_exec(found: &mut Found, file: &str, joined: &str) {
 
 /// Reads of secrets; a `.env` file is high only when something is also sent away.
 fn secrets(found: &mut Found, file: &str, joined: &str, squashed: &str) {
-    const SECRET: &[&str] = &[
+    static SECRET: Phrases = Phrases::new(&[
         "~/.ssh",
         "$home/.ssh",
         "/.ssh/",
@@ -521,13 +545,14 @@ fn secrets(found: &mut Found, file: &str, joined: &str, squashed: &str) {
         "browser cookies",
         "cookies.sqlite",
         "login data",
-    ];
-    if let Some(m) = SECRET.iter().find(|m| joined.contains(*m)) {
+    ]);
+    if let Some(m) = SECRET.find(joined) {
         found.add("secret-read", Severity::High, file, m);
         return;
     }
-    const SQUASHED: &[&str] = &["sshprivatekey", "idrsa", "awscredentials", "awssecretaccesskey", "yourprivatekeys"];
-    if let Some(m) = SQUASHED.iter().find(|m| squashed.contains(*m)) {
+    static SQUASHED: Phrases =
+        Phrases::new(&["sshprivatekey", "idrsa", "awscredentials", "awssecretaccesskey", "yourprivatekeys"]);
+    if let Some(m) = SQUASHED.find(squashed) {
         found.add("secret-read", Severity::High, file, m);
         return;
     }
@@ -538,7 +563,7 @@ fn secrets(found: &mut Found, file: &str, joined: &str, squashed: &str) {
     if !env_file {
         return;
     }
-    const SEND: &[&str] = &[
+    static SEND: Phrases = Phrases::new(&[
         "curl -d",
         "curl --data",
         "curl -f ",
@@ -557,8 +582,8 @@ fn secrets(found: &mut Found, file: &str, joined: &str, squashed: &str) {
         "upload it to",
         "send the contents",
         "email it to",
-    ];
-    if let Some(m) = SEND.iter().find(|m| joined.contains(*m)) {
+    ]);
+    if let Some(m) = SEND.find(joined) {
         found.add("secret-read", Severity::High, file, &format!(".env sent away ({})", m.trim()));
     } else {
         found.add("env-file", Severity::Medium, file, ".env");
