@@ -43,6 +43,14 @@ impl Phrases {
         Self { list, automaton: OnceLock::new() }
     }
 
+    /// Where the first phrase found in `hay` starts, if any.
+    fn position(&self, hay: &str) -> Option<usize> {
+        match self.automaton.get_or_init(|| AhoCorasick::new(self.list).ok()) {
+            Some(automaton) => automaton.find(hay).map(|m| m.start()),
+            None => self.list.iter().filter_map(|p| hay.find(p)).min(),
+        }
+    }
+
     /// The phrase found first in `hay`, if any.
     fn find(&self, hay: &str) -> Option<&'static str> {
         match self.automaton.get_or_init(|| AhoCorasick::new(self.list).ok()) {
@@ -265,6 +273,10 @@ fn pictograph(c: char) -> bool {
 fn fold(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c.to_ascii_lowercase());
+            continue;
+        }
         let code = c as u32;
         if matches!(code, 0x200B..=0x200F | 0x2060..=0x2064 | 0xFEFF | 0x00AD | 0x202A..=0x202E | 0x2066..=0x2069)
             || (0xE0000..=0xE007F).contains(&code)
@@ -435,7 +447,8 @@ fn markup(found: &mut Found, file: &str, plain: &str, squashed: &str) {
 
 /// Shell that fetches code and runs it.
 fn remote_exec(found: &mut Found, file: &str, joined: &str) {
-    const FETCH: &[&str] = &["curl ", "wget ", "iwr ", "invoke-webrequest", "invoke-restmethod", "irm ", "fetch("];
+    static FETCH: Phrases =
+        Phrases::new(&["curl ", "wget ", "iwr ", "invoke-webrequest", "invoke-restmethod", "irm ", "fetch("]);
     const RUN: &[&str] = &[
         "| sh",
         "|sh",
@@ -489,7 +502,7 @@ fn remote_exec(found: &mut Found, file: &str, joined: &str) {
         return;
     }
     for line in joined.lines() {
-        let Some(at) = FETCH.iter().filter_map(|f| line.find(f)).min() else { continue };
+        let Some(at) = FETCH.position(line) else { continue };
         if let Some(run) = RUN.iter().find(|r| line[at..].contains(*r)) {
             found.add(
                 "remote-exec",
@@ -611,10 +624,12 @@ fn urls(found: &mut Found, file: &str, text: &str, allowed: &[String]) {
         if host.is_empty() {
             continue;
         }
-        let ok = ALLOWED_HOSTS.iter().copied().chain(allowed.iter().map(String::as_str)).any(|a| {
-            let a = a.trim().to_lowercase();
-            !a.is_empty() && (host == a || host.ends_with(&format!(".{a}")))
-        }) || host == "127.0.0.1";
+        let under = |a: &str| {
+            !a.is_empty() && host.ends_with(a) && (host.len() == a.len() || host[..host.len() - a.len()].ends_with('.'))
+        };
+        let ok = host == "127.0.0.1"
+            || ALLOWED_HOSTS.iter().any(|a| under(a))
+            || allowed.iter().any(|a| under(&a.trim().to_lowercase()));
         if !ok {
             found.add("url", Severity::Medium, file, host);
         }
