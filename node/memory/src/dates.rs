@@ -2,7 +2,8 @@
 
 use druse_protocol::UnixMillis;
 
-const MONTHS: [&str; 12] = [
+/// The months' names, January first.
+pub const MONTHS: [&str; 12] = [
     "January",
     "February",
     "March",

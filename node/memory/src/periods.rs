@@ -9,26 +9,13 @@
 
 use druse_protocol::UnixMillis;
 
+use crate::dates::MONTHS;
+
 const DAY: UnixMillis = 86_400_000;
 const WEEK: UnixMillis = 7 * DAY;
 
 /// The most periods read from one question.
 const MAX_PERIODS: usize = 4;
-
-const MONTHS: [&str; 12] = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
 
 /// A span of time `[start, end)` in Unix milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +111,9 @@ fn words(q: &str) -> Vec<String> {
 fn month_of(word: &str) -> Option<u32> {
     MONTHS
         .iter()
-        .position(|m| *m == word || (word.len() == 3 && m.starts_with(word) && word != "may"))
+        .position(|m| {
+            m.eq_ignore_ascii_case(word) || (word.len() == 3 && m[..3].eq_ignore_ascii_case(word) && word != "may")
+        })
         .map(|i| i as u32 + 1)
 }
 

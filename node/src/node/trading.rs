@@ -332,14 +332,19 @@ mod tests {
     use crate::config::Config;
     use crate::ingest::Outcome;
 
-    async fn start() -> (Node, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
+    /// A node's config in `dir`: loopback on a port the OS picks, no mDNS, the hashing embedder.
+    fn config(dir: &tempfile::TempDir) -> Config {
         let mut config = Config::default();
         config.store.data_dir = dir.path().to_owned();
         config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
         config.p2p.mdns = false;
         config.memory.embed.embedder = druse_memory::embed::Choice::Hashing;
-        (Node::start(config, Role::Edge).await.unwrap(), dir)
+        config
+    }
+
+    async fn start() -> (Node, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        (Node::start(config(&dir), Role::Edge).await.unwrap(), dir)
     }
 
     /// A skill by another author, priced so the gate's computed price is not needed.
@@ -408,11 +413,7 @@ mod tests {
         // the gate passes and the skill has a price.
         let managers: Vec<Keypair> = (0..3u8).map(|i| Keypair::from_seed([40 + i; 32])).collect();
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::default();
-        config.store.data_dir = dir.path().to_owned();
-        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
-        config.p2p.mdns = false;
-        config.memory.embed.embedder = druse_memory::embed::Choice::Hashing;
+        let mut config = config(&dir);
         config.trust.management_keys = managers.iter().map(|k| k.public().to_string()).collect();
         let node = Node::start(config, Role::Edge).await.unwrap();
         let author = Keypair::from_seed([7; 32]);

@@ -8,6 +8,8 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use druse_memory::dates::MONTHS;
+
 #[derive(Debug, Deserialize)]
 struct Sample {
     sample_id: String,
@@ -42,21 +44,6 @@ pub(crate) struct Question {
     pub(crate) evidence: Vec<String>,
     pub(crate) category: u32,
 }
-
-const MONTHS: [&str; 12] = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
 
 /// `"1:56 pm on 8 May, 2023"` as `(year, month, day, minutes into the day)`.
 fn session_date(text: &str) -> Option<(u32, u32, u32, u32)> {
