@@ -10,7 +10,7 @@ use druse_protocol::body::TrustLevel;
 use druse_protocol::net::Multiaddr;
 use serde::{Deserialize, Serialize};
 
-pub use druse_agent::config::{Agent, AgentBluesky, AgentLlm, LongPosts, OutcomeSource};
+pub use druse_agent::config::{AgentBluesky, AgentLlm, Config as Agent, LongPosts, OutcomeSource};
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -437,6 +437,12 @@ impl Node {
         );
     }
 
+    /// Runs `task` until it ends by itself: it watches [`Node::stopping`] and ends soon after,
+    /// and shutdown waits for it (at most `DRAIN`, then aborts it).
+    pub fn spawn_to_end(&self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        lock(&self.inner.tasks).spawn(task.instrument(tracing::info_span!("task", name)));
+    }
+
     /// Whether the node is shutting down.
     pub fn stopping(&self) -> &CancellationToken {
         &self.inner.stopping

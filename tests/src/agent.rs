@@ -208,11 +208,18 @@ impl AgentNode {
 
     /// Stops the node with SIGTERM.
     pub async fn stop(mut self) -> Result<()> {
-        if let Some(pid) = self.child.id() {
-            let _ = tokio::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().await;
+        if self.terminate().await?.is_none() {
+            let _ = self.child.kill().await;
         }
-        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
-        let _ = self.child.kill().await;
         Ok(())
+    }
+
+    /// Sends SIGTERM and waits for the node to exit: its exit status, or `None` if it still
+    /// ran after the wait (its log stays readable).
+    pub async fn terminate(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        if let Some(pid) = self.child.id() {
+            tokio::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().await?;
+        }
+        Ok(tokio::time::timeout(WAIT, self.child.wait()).await.ok().transpose()?)
     }
 }

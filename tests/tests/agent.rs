@@ -172,6 +172,12 @@ async fn a_mention_is_answered_in_its_thread_and_remembered_then_a_correction_su
     assert_eq!(node.metric("druse_agent_reconciled_total{label=\"update\"}").await?, 1.0);
     let asked = world.llm.requests();
     assert!(asked.iter().any(|r| r.schema_name().as_deref() == Some("reconciliation")));
+    // Every call of the model is in the journal, labelled by what it was for.
+    for entry in ["notifications", "extraction", "reconciliation"] {
+        let runs = node.get_auth("/v1/agent/runs", &[("entry", entry)]).await?;
+        let ok = runs.as_array().is_some_and(|r| r.iter().any(|run| run["outcome"] == "ok"));
+        assert!(ok, "no {entry} call recorded as ok in the journal: {runs}");
+    }
 
     let status = node.agent().await?;
     assert_eq!(status["replies"], 2, "{status}");

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::core::Agent;
 use super::llm::{self, Message};
 use super::reconcile::MemoryError;
-use super::tools::{self, Batch};
+use super::tools::{self, Hands, Room};
 
 /// The longest message, and the longest earlier turn, in bytes.
 pub const MAX_MESSAGE: usize = 8 * 1024;
@@ -120,7 +120,7 @@ impl Agent {
             self.persona,
             self.bsky.handle(),
             self.bsky.did(),
-            super::run::chrono_now(),
+            super::prompt::chrono_now(),
         );
         let mut messages = vec![Message::system(system)];
         for turn in body.history {
@@ -132,8 +132,8 @@ impl Agent {
             });
         }
         messages.push(Message::user(body.message));
-        let mut handler = Batch::local(Arc::clone(self));
-        let run = self.run_model("chat", messages, &tools::local_definitions(), &mut handler).await?;
+        let mut hands = Hands::new(Arc::clone(self), Room::Chat, Vec::new());
+        let run = self.run_model("chat", messages, &tools::offered(Room::Chat, &self.config), &mut hands).await?;
         Ok(ChatAnswer { answer: run.summary.unwrap_or_default(), tools: run.calls, step_limit: run.exhausted })
     }
 }

@@ -31,7 +31,7 @@ mod hour_or_off {
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
         let out_of_range = |what: String| D::Error::custom(format!("{what} is not an hour: write 0 to 23, or \"off\""));
         match Written::deserialize(d)? {
-            // Out of range but still a u8 (24..=255) is left to `Agent::check`, which names the key.
+            // Out of range but still a u8 (24..=255) is left to `Config::check`, which names the key.
             Written::Hour(h) => u8::try_from(h).map(Some).map_err(|_| out_of_range(h.to_string())),
             Written::Word(w) if w.eq_ignore_ascii_case("off") => Ok(None),
             Written::Word(w) => Err(out_of_range(format!("{w:?}"))),
@@ -40,10 +40,10 @@ mod hour_or_off {
 }
 
 /// The agent loop (seeds 000–002); off until configured. Every key is documented in
-/// `deploy/edge.toml`; [`Agent::check`] refuses a bad or missing one by name.
+/// `deploy/edge.toml`; [`Config::check`] refuses a bad or missing one by name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Agent {
+pub struct Config {
     pub enabled: bool,
     /// How often notifications are polled (seed 001: 10 s).
     #[serde(with = "humantime_serde")]
@@ -145,7 +145,7 @@ pub struct Agent {
     pub llm: AgentLlm,
 }
 
-impl Default for Agent {
+impl Default for Config {
     fn default() -> Self {
         Self {
             enabled: false,
@@ -290,7 +290,7 @@ impl Default for AgentLlm {
     }
 }
 
-impl Agent {
+impl Config {
     /// Checks what TOML types cannot. A disabled agent is not checked further; an enabled
     /// one needs its accounts and its model, and each refusal names the key.
     pub fn check(&self) -> Result<(), Invalid> {

@@ -1,7 +1,7 @@
-//! The running agent's parts, shared by its loop (`run`), its tools and its scheduled entry
+//! The running agent's parts, shared by its turns (`turn`), its tools and its scheduled entry
 //! points: the model, the account, the node, its state and metrics, and what it shows of itself.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use druse_memory::crystal::{MemoryKind, Namespace, Origin};
@@ -20,6 +20,7 @@ use super::schedule::{Entry, Schedule};
 use super::state::{AgentState, Copy};
 use crate::config;
 use crate::node::Node;
+use crate::task::Tasks;
 
 /// Who the agent is and how it speaks, unless `persona_file` says otherwise.
 pub(crate) const PERSONA: &str = "You are a druse agent on Bluesky: one node of a peer-to-peer swarm of agents \
@@ -76,7 +77,7 @@ pub(crate) struct Failing {
 #[derive(Debug)]
 pub(crate) struct Agent {
     pub(crate) node: Arc<dyn Node>,
-    pub(crate) config: config::Agent,
+    pub(crate) config: config::Config,
     pub(crate) llm: Llm,
     pub(crate) bsky: Bluesky,
     pub(crate) owner_did: String,
@@ -89,12 +90,14 @@ pub(crate) struct Agent {
     pub(crate) schedule: Mutex<Schedule>,
     /// Held by a distill pass: one at a time.
     pub(crate) distilling: tokio::sync::Mutex<()>,
-    /// The threads (by root URI) whose run is under way: a poll leaves their new
-    /// notifications for a later one.
-    pub(crate) in_flight: Mutex<HashSet<String>>,
-    /// Those of them that hold the owner's notifications: a slot of their own beside
-    /// `concurrent_batches`, so the owner never waits behind strangers' hung threads.
-    pub(crate) owner_threads: Mutex<HashSet<String>>,
+    /// The threads (by root URI) whose run is under way, each with whether it holds the
+    /// owner's notifications (a slot of their own beside `concurrent_batches`, so the owner
+    /// never waits behind strangers' hung threads): a poll leaves their new notifications for
+    /// a later one.
+    pub(crate) in_flight: Mutex<HashMap<String, bool>>,
+    /// Every batch, operator run, scheduled entry point and distill pass, each under its
+    /// deadline; cancelled and awaited when the node stops.
+    pub(crate) tasks: Tasks,
     /// Held by a scheduled entry point's run: one at a time, beside the polls.
     pub(crate) entries: Arc<tokio::sync::Mutex<()>>,
     /// Who the agent is and how it speaks: the head of every prompt (`persona_file`).
@@ -153,7 +156,7 @@ impl Agent {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         node: Arc<dyn Node>,
-        config: config::Agent,
+        config: config::Config,
         llm: Llm,
         bsky: Bluesky,
         owner_did: String,
@@ -173,8 +176,8 @@ impl Agent {
             gate: Mutex::new(gate),
             failing: Mutex::new(HashMap::new()),
             distilling: tokio::sync::Mutex::new(()),
-            in_flight: Mutex::new(HashSet::new()),
-            owner_threads: Mutex::new(HashSet::new()),
+            in_flight: Mutex::new(HashMap::new()),
+            tasks: Tasks::default(),
             entries: Arc::new(tokio::sync::Mutex::new(())),
             persona: PERSONA.to_owned(),
             journal: None,
@@ -205,30 +208,45 @@ impl Agent {
         let started = std::time::Instant::now();
         let context = messages.clone();
         let mut trace = Trace::default();
-        let deadline = self.config.batch_deadline;
+        let deadline = self.deadline();
         let run = self.llm.run(messages, tools, self.config.max_tool_steps, handler, &mut trace);
         let result = tokio::time::timeout(deadline, run).await.unwrap_or_else(|_| {
             self.metrics.batch_deadlines.inc();
             Err(model::Error::Deadline(deadline))
         });
-        let mut record = RunRecord::new(entry, at, &context, trace);
-        record.ms = started.elapsed().as_millis() as u64;
-        record.cost_usd = self.llm.spend().cost_usd(record.tokens.prompt_tokens, record.tokens.completion_tokens);
-        record.outcome = match &result {
+        let outcome = match &result {
             Ok(run) if run.exhausted => "step_limit",
             Ok(_) => "ok",
             Err(model::Error::Deadline(_)) => "deadline",
             Err(_) => "failed",
+        };
+        let error = result.as_ref().err().map(ToString::to_string);
+        self.record(RunRecord::new(entry, at, &context, trace), started, outcome, error).await;
+        result
+    }
+
+    /// How long a model call may take now: `batch_deadline`, or less when the task it runs in
+    /// must end sooner (a second is kept to record the call).
+    fn deadline(&self) -> std::time::Duration {
+        const TO_RECORD: std::time::Duration = std::time::Duration::from_secs(1);
+        match crate::task::time_left() {
+            Some(left) => left.saturating_sub(TO_RECORD).min(self.config.batch_deadline),
+            None => self.config.batch_deadline,
         }
-        .to_owned();
-        record.error = result.as_ref().err().map(ToString::to_string);
+    }
+
+    /// Keeps `record` in the journal with how long it took, its cost and how it ended.
+    async fn record(&self, mut record: RunRecord, started: std::time::Instant, outcome: &str, error: Option<String>) {
+        record.ms = started.elapsed().as_millis() as u64;
+        record.cost_usd = self.llm.spend().cost_usd(record.tokens.prompt_tokens, record.tokens.completion_tokens);
+        record.outcome = outcome.to_owned();
+        record.error = error;
         if let Some(journal) = self.journal.clone() {
             let kept = crate::task::blocking(move || journal.put(&mut record)).await;
             if let Err(error) = kept.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
                 tracing::warn!(%error, "could not record the run in the journal");
             }
         }
-        result
     }
 
     /// One model call without tools for `entry` (a synthesis, a summary): the answer's text,
@@ -242,6 +260,38 @@ impl Agent {
             }
         }
         Ok(self.run_model(entry, messages, &[], &mut NoTools).await?.summary.unwrap_or_default())
+    }
+
+    /// One structured answer for `entry` (an extraction, a reconciliation, a distill pass): the
+    /// answer to `name`'s JSON `schema`, under the run's deadline and recorded in the journal
+    /// however it ends, as every other call of the model.
+    pub(crate) async fn structured<T: serde::de::DeserializeOwned>(
+        &self,
+        entry: &str,
+        messages: &[Message],
+        name: &str,
+        schema: serde_json::Value,
+    ) -> Result<T, model::Error> {
+        let (at, started) = (now_ms(), std::time::Instant::now());
+        let mut trace = Trace::default();
+        let deadline = self.deadline();
+        let asked = self.llm.extract_counted(messages, name, schema, &mut trace.tokens);
+        let result = tokio::time::timeout(deadline, asked).await.unwrap_or_else(|_| {
+            self.metrics.batch_deadlines.inc();
+            Err(model::Error::Deadline(deadline))
+        });
+        trace.steps = 1;
+        let outcome = match &result {
+            Ok(text) => {
+                trace.text = Some(text.clone());
+                "ok"
+            }
+            Err(model::Error::Deadline(_)) => "deadline",
+            Err(_) => "failed",
+        };
+        let error = result.as_ref().err().map(ToString::to_string);
+        self.record(RunRecord::new(entry, at, messages, trace), started, outcome, error).await;
+        model::parse_json(&result?).map_err(|e| model::Error::Schema { schema: name.to_owned(), detail: e.to_string() })
     }
 
     /// Runs a write of the agent's state off the async threads (it blocks on the store's

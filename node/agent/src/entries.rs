@@ -1,5 +1,5 @@
 //! The entry points beside notification batches (seed 001), each through the same tool
-//! loop with its own prompt and tool set:
+//! loop with its own prompt and the tools the table (`tools.rs`) offers it:
 //! - musing: "you have a moment; post if you want, or don't", with a `post` that posts at
 //!   once (turning musing on is the owner's standing approval for it), at most one per
 //!   session and never mid-conversation (seed 003);
@@ -8,24 +8,19 @@
 //!   or archiving each (seed 000's `process_review`; archiving supersedes, nothing is
 //!   hard-deleted).
 
-use std::collections::HashSet;
 use std::sync::Arc;
-
-use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use druse_protocol::body::SemanticType;
 
 use super::context::{heading, quote};
 use super::core::{Agent, memory};
-use super::llm::{Message, Tool, ToolCall, Tools};
+use super::llm::Message;
 use super::metrics::Metrics;
 use super::reconcile::Fixed;
-use super::schedule::{DAY_MS, Entry, day};
-use super::tools::{QueryArg, TextArg, ToolError, args};
+use super::schedule::{DAY_MS, Entry, RunReport, day};
+use super::tools::{self, Hands, Room};
 use druse_memory::correction::Decision;
 use druse_memory::crystal::{Crystal, CrystalId, MemoryKind, Namespace, Origin, Status};
-use druse_memory::engine::NewMemory;
 use druse_protocol::now_ms;
 
 /// Memories one reflection reads at most.
@@ -36,289 +31,6 @@ const REVIEW_WINDOW_MS: u64 = 7 * DAY_MS;
 /// People whose summary one review writes again, at most; observations each reads.
 const SUMMARIES_PER_REVIEW: usize = 5;
 const SUMMARY_INPUT: usize = 20;
-
-/// What running an entry point did (`POST /v1/agent/run`, `druse-node agent run`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunReport {
-    pub entry: Entry,
-    /// `done`, `skipped` (a rule or the schedule said no) or `failed` (the model or Bluesky).
-    pub result: String,
-    pub detail: String,
-    /// The post a musing made.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub post: Option<String>,
-    /// The crystals written: the summary of a reflection, the new values of a review.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub crystals: Vec<CrystalId>,
-    /// A review's decisions: crystal ids kept, updated and archived.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub kept: Vec<CrystalId>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub updated: Vec<CrystalId>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub archived: Vec<CrystalId>,
-    /// The per-person summaries a review wrote again.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub summaries: Vec<CrystalId>,
-}
-
-impl RunReport {
-    pub(crate) fn new(entry: Entry, result: &str, detail: impl Into<String>) -> Self {
-        Self {
-            entry,
-            result: result.into(),
-            detail: detail.into(),
-            post: None,
-            crystals: Vec::new(),
-            kept: Vec::new(),
-            updated: Vec::new(),
-            archived: Vec::new(),
-            summaries: Vec::new(),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct CrystalArg {
-    crystal: CrystalId,
-}
-#[derive(Deserialize)]
-struct UpdateArgs {
-    crystal: CrystalId,
-    text: String,
-}
-#[derive(Deserialize)]
-struct ArchiveArgs {
-    crystal: CrystalId,
-    #[serde(default)]
-    reason: String,
-}
-
-fn tools(entry: Entry) -> Vec<Tool> {
-    let text = json!({"type": "string"});
-    let id = json!({"type": "integer"});
-    let nothing = Tool::new(
-        "do_nothing",
-        "Decide to do nothing now; that is fine.",
-        json!({"type": "object", "properties": {"reason": text}}),
-    );
-    let search = Tool::new(
-        "search_memory",
-        "Search your own episodic memory.",
-        json!({"type": "object", "properties": {"query": text}, "required": ["query"]}),
-    );
-    match entry {
-        Entry::Musing => vec![
-            Tool::new(
-                "post",
-                "Post one original thought on Bluesky now, outside any thread. Once at most.",
-                json!({"type": "object", "properties": {"text": text}, "required": ["text"]}),
-            ),
-            search,
-            Tool::new(
-                "remember",
-                "Keep a note about the world in your episodic memory.",
-                json!({"type": "object", "properties": {"text": text}, "required": ["text"]}),
-            ),
-            nothing,
-        ],
-        Entry::Reflection => vec![
-            Tool::new(
-                "write_summary",
-                "Write the one summary of your day, from the memories listed. Once.",
-                json!({"type": "object", "properties": {"text": text}, "required": ["text"]}),
-            ),
-            search,
-            nothing,
-        ],
-        Entry::Review => vec![
-            Tool::new(
-                "keep",
-                "Keep one listed observation as it is.",
-                json!({"type": "object", "properties": {"crystal": id}, "required": ["crystal"]}),
-            ),
-            Tool::new(
-                "update",
-                "Replace one listed observation with a better wording or value; the old one is kept in its history.",
-                json!({"type": "object", "properties": {"crystal": id, "text": text}, "required": ["crystal", "text"]}),
-            ),
-            Tool::new(
-                "archive",
-                "Archive one listed observation that is stale or wrong; it leaves your context but stays in its history.",
-                json!({"type": "object", "properties": {"crystal": id, "reason": text}, "required": ["crystal"]}),
-            ),
-            nothing,
-        ],
-        Entry::Notifications => Vec::new(),
-    }
-}
-
-/// The tool handler of one musing, reflection or review run.
-struct EntryTools {
-    agent: Arc<Agent>,
-    entry: Entry,
-    /// The crystals a review may act on, and those it acted on.
-    listed: HashSet<CrystalId>,
-    acted: HashSet<CrystalId>,
-    /// The crystals a reflection summarises.
-    sources: Vec<CrystalId>,
-    outcome: RunReport,
-}
-
-impl Tools for EntryTools {
-    async fn call(&mut self, call: &ToolCall) -> String {
-        let result = match (self.entry, call.function.name.as_str()) {
-            (_, "do_nothing") => Ok("ok: nothing done".to_owned()),
-            (_, "search_memory") => self.search(call).await,
-            (Entry::Musing, "post") => self.post(call).await,
-            (Entry::Reflection, "post") if self.agent.config.post_reflection => self.post(call).await,
-            (Entry::Musing, "remember") => self.remember(call).await,
-            (Entry::Reflection, "write_summary") => self.summary(call).await,
-            (Entry::Review, "keep") => self.keep(call),
-            (Entry::Review, "update") => self.update(call).await,
-            (Entry::Review, "archive") => self.archive(call).await,
-            (_, other) => Err(ToolError::Failed(format!("there is no tool named {other:?} here"))),
-        };
-        result.unwrap_or_else(|e| e.to_string())
-    }
-}
-
-impl EntryTools {
-    async fn search(&mut self, call: &ToolCall) -> Result<String, ToolError> {
-        let a: QueryArg = args(call)?;
-        let memory = Arc::clone(self.agent.node.memory());
-        let lines = crate::task::blocking(move || {
-            let q = druse_memory::engine::Query {
-                q: a.query,
-                k: 5,
-                namespace: Some(Namespace::Episodic),
-                ..Default::default()
-            };
-            memory
-                .search(&q, druse_memory::governance::Caller::LocalAgent, now_ms())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|h| h.crystal.status == Status::Active)
-                .map(|h| format!("- {}", quote(&h.crystal.text, 300)))
-                .collect::<Vec<_>>()
-        })
-        .await
-        .map_err(ToolError::failed)?;
-        Ok(if lines.is_empty() { "nothing found".into() } else { lines.join("\n") })
-    }
-
-    async fn post(&mut self, call: &ToolCall) -> Result<String, ToolError> {
-        let a: TextArg = args(call)?;
-        if self.outcome.post.is_some() {
-            self.agent.metrics.refuse("musing_second_post");
-            return Err(ToolError::Refused(format!("one post per {}", self.entry.as_str())));
-        }
-        let facets = self.agent.facets_for(&a.text, "").await;
-        let post = self
-            .agent
-            .bsky
-            .post(&a.text, facets)
-            .await
-            .map_err(|e| ToolError::Failed(format!("the post failed: {e}")))?;
-        Metrics::count(&self.agent.metrics.actions, "post");
-        self.agent.mused(now_ms()).await;
-        tracing::info!(uri = %post.uri, "the agent mused: an original post");
-        self.outcome.post = Some(post.uri.clone());
-        Ok(format!("ok: posted as {}", post.uri))
-    }
-
-    async fn remember(&mut self, call: &ToolCall) -> Result<String, ToolError> {
-        let a: TextArg = args(call)?;
-        let new = memory(a.text, Namespace::Episodic, MemoryKind::Observation, SemanticType::Episode);
-        self.agent.store(new).await.map(|id| format!("ok: remembered as crystal {id}")).map_err(ToolError::failed)
-    }
-
-    async fn summary(&mut self, call: &ToolCall) -> Result<String, ToolError> {
-        let a: TextArg = args(call)?;
-        if !self.outcome.crystals.is_empty() {
-            self.agent.metrics.refuse("second_summary");
-            return Err(ToolError::Refused("the day already has its summary".into()));
-        }
-        let date = atrium_api::types::string::Datetime::now().as_str().chars().take(10).collect::<String>();
-        let mut new = memory(
-            format!("Reflection on {date}: {}", a.text),
-            Namespace::Episodic,
-            MemoryKind::Summary,
-            SemanticType::Episode,
-        );
-        new.metadata =
-            Some(json!({"reflection_of": self.sources, "day": date}).as_object().cloned().unwrap_or_default());
-        let id = self.agent.store(new).await.map_err(ToolError::failed)?;
-        self.outcome.crystals.push(id);
-        Ok(format!("ok: the summary is crystal {id}"))
-    }
-
-    /// A listed crystal, still active, not yet acted on in this review.
-    fn target(&self, id: CrystalId) -> Result<Crystal, ToolError> {
-        if !self.listed.contains(&id) {
-            self.agent.metrics.refuse("review_unlisted");
-            return Err(ToolError::Refused(format!("crystal {id} is not among the observations listed")));
-        }
-        if self.acted.contains(&id) {
-            return Err(ToolError::Refused(format!("crystal {id} was already reviewed")));
-        }
-        match self.agent.node.memory().get(id) {
-            Some(c) if c.status == Status::Active => Ok(c),
-            _ => Err(ToolError::Refused(format!("crystal {id} is no longer active"))),
-        }
-    }
-
-    fn keep(&mut self, call: &ToolCall) -> Result<String, ToolError> {
-        let a: CrystalArg = args(call)?;
-        self.target(a.crystal)?;
-        self.acted.insert(a.crystal);
-        self.outcome.kept.push(a.crystal);
-        Ok("ok: kept".into())
-    }
-
-    async fn update(&mut self, call: &ToolCall) -> Result<String, ToolError> {
-        let a: UpdateArgs = args(call)?;
-        let old = self.target(a.crystal)?;
-        let confidence = self.agent.node.memory().config().correction.supersede_confidence;
-        let new = NewMemory {
-            subject: old.subject.clone(),
-            attribute: old.attribute.clone(),
-            decay_class: old.decay_class,
-            ..memory(a.text, old.namespace.clone(), MemoryKind::Observation, old.semantic_type)
-        };
-        let id = self.write(new, Decision::Update { target: old.id, confidence }).await?;
-        self.acted.insert(old.id);
-        self.outcome.updated.push(old.id);
-        self.outcome.crystals.push(id);
-        Ok(format!("ok: crystal {} is superseded by crystal {id}", old.id))
-    }
-
-    async fn archive(&mut self, call: &ToolCall) -> Result<String, ToolError> {
-        let a: ArchiveArgs = args(call)?;
-        let old = self.target(a.crystal)?;
-        let reason = if a.reason.trim().is_empty() { "stale".to_owned() } else { a.reason };
-        let new = memory(
-            format!("archived in review: {reason}"),
-            old.namespace.clone(),
-            MemoryKind::Observation,
-            old.semantic_type,
-        );
-        self.write(new, Decision::Delete { target: old.id }).await?;
-        self.acted.insert(old.id);
-        self.outcome.archived.push(old.id);
-        Ok(format!("ok: crystal {} is archived (superseded, kept in its history)", old.id))
-    }
-
-    /// Writes through the engine with the review's decision on that exact crystal.
-    async fn write(&self, new: NewMemory, decision: Decision) -> Result<CrystalId, ToolError> {
-        let memory = Arc::clone(self.agent.node.memory());
-        crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
-            .await
-            .map_err(ToolError::failed)?
-            .map(|added| added.crystal.id)
-            .map_err(ToolError::failed)
-    }
-}
 
 fn age(now: u64, at: u64) -> String {
     let h = now.saturating_sub(at) / 3_600_000;
@@ -332,8 +44,16 @@ impl Agent {
         let outcome = tracing::Instrument::instrument(
             async {
                 match entry {
-                    Entry::Notifications => match self.poll(true).await {
-                        Ok(()) => RunReport::new(entry, "done", "polled the notifications and ran their batches"),
+                    Entry::Notifications => match self.poll().await {
+                        Ok((threads, distill)) => {
+                            // The operator hears once this poll's threads ended.
+                            let ended: Vec<_> = threads.into_iter().map(|t| self.start(t)).collect();
+                            self.start_distill(distill);
+                            for thread in ended {
+                                let _ = thread.await;
+                            }
+                            RunReport::new(entry, "done", "polled the notifications and ran their batches")
+                        }
                         Err(e) => RunReport::new(entry, "failed", e.to_string()),
                     },
                     Entry::Musing => self.muse().await,
@@ -373,7 +93,7 @@ impl Agent {
         entry: Entry,
         system: String,
         user: String,
-        run: &mut EntryTools,
+        run: &mut Hands,
     ) -> Result<(), super::llm::Error> {
         let system = format!(
             "{system}\n\n[YOU] @{} ({}); your owner is @{}\n[NOW] {}\n",
@@ -383,26 +103,12 @@ impl Agent {
             atrium_api::types::string::Datetime::now().as_str()
         );
         let messages = vec![Message::system(system), Message::user(user)];
-        let mut tools = tools(entry);
-        if entry == Entry::Reflection && self.config.post_reflection {
-            tools.push(Tool::new(
-                "post",
-                "Post your reflection of the day on Bluesky, once.",
-                json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-            ));
-        }
+        let tools = tools::offered(Room::of(entry), &self.config);
         self.run_model(entry.as_str(), messages, &tools, run).await.map(|_| ())
     }
 
-    fn handler(self: &Arc<Self>, entry: Entry) -> EntryTools {
-        EntryTools {
-            agent: Arc::clone(self),
-            entry,
-            listed: HashSet::new(),
-            acted: HashSet::new(),
-            sources: Vec::new(),
-            outcome: RunReport::new(entry, "done", ""),
-        }
+    fn handler(self: &Arc<Self>, entry: Entry) -> Hands {
+        Hands::new(Arc::clone(self), Room::of(entry), Vec::new())
     }
 
     async fn muse(self: &Arc<Self>) -> RunReport {
@@ -433,13 +139,13 @@ impl Agent {
         let mut run = self.handler(Entry::Musing);
         match self.go(Entry::Musing, system, "You have a moment. Post if you want, or don't.".into(), &mut run).await {
             Ok(()) => {
-                let mut outcome = run.outcome;
+                let mut outcome = run.report;
                 outcome.detail =
                     if outcome.post.is_some() { "posted".into() } else { "the model chose not to post".into() };
                 outcome
             }
             Err(e) => {
-                RunReport { post: run.outcome.post, ..RunReport::new(Entry::Musing, "failed", format!("LLM: {e}")) }
+                RunReport { post: run.report.post, ..RunReport::new(Entry::Musing, "failed", format!("LLM: {e}")) }
             }
         }
     }
@@ -490,7 +196,7 @@ impl Agent {
         match self.go(Entry::Reflection, system, user, &mut run).await {
             Ok(()) => {
                 self.with_schedule(|s| s.reflected_day = day(now) + 1).await;
-                let mut outcome = run.outcome;
+                let mut outcome = run.report;
                 outcome.detail = match outcome.crystals.first() {
                     Some(id) => format!("{} memories became the summary crystal {id}", today.len()),
                     None => "the model wrote no summary".into(),
@@ -548,7 +254,7 @@ impl Agent {
         let mut run = self.handler(Entry::Review);
         run.listed = recent.iter().map(|c| c.id).collect();
         let result = self.go(Entry::Review, system, user, &mut run).await;
-        let mut outcome = run.outcome;
+        let mut outcome = run.report;
         // Then each person's impression is written again from what is now believed of them.
         if result.is_ok() {
             let mut people: Vec<String> = Vec::new();

@@ -6,25 +6,31 @@
 //! market), which the agent defines and the node implements; the node's daemon composes its
 //! HTTP routes and CLI from the [`Handle`] this crate gives. Where each part lives:
 //!
-//! - this file: [`start`], the loop that polls, runs entry points and keeps the pause, and the
-//!   [`Handle`] the daemon holds;
-//! - [`node`]: the port to the node; [`config`]: the `[agent]` section; [`secret`]: the
+//! - this file: [`start`], the loop that polls, starts each run in the agent's task set and
+//!   keeps the pause, and the [`Handle`] the daemon holds; `task`: the task set (every run
+//!   under its deadline, all cancelled and awaited when the node stops) and blocking work off
+//!   the async threads;
+//! - [`node`]: the port to the node; [`config`]: the `[agent]` section; `secret`: the
 //!   passwords and keys it reads from the environment;
 //! - `core`: the running agent's parts (model, account, node, state, metrics, status) and
-//!   `run_model`, every model call's journal record and deadline;
-//! - `run`: one notification batch, from the poll to the reply and what it remembers; `tools`:
-//!   the tools the model calls; `act`: what it does on Bluesky and in the swarm, behind the
-//!   owner's gate;
+//!   `run_model`/`structured`, every model call's journal record and deadline;
+//! - `turn`: one mention from the poll to its reply, in numbered steps (poll, gate, context,
+//!   model, tools, act, outcome), each naming the one file it goes to: `prompt` (the
+//!   messages), `tools` (the one tool table, its dispatch and gate; handlers in
+//!   `tools/social.rs`, `tools/memory.rs`, `tools/skills.rs`), `act` (what it does on Bluesky
+//!   and in the swarm, behind the owner's gate), `learn` (the exchange, observations
+//!   extracted and reconciled) and `watch` (runs watched for reactions, closed and reported);
+//!   `account`: the account's history and the tagging consents kept on its PDS;
 //! - `mind`: the self-state, goals, first-interaction and synthesis blocks (seed 002);
 //!   [`context`]: the trust-labelled blocks of the system prompt;
 //! - `entries`: musing, the daily reflection and the review beside the batches, with
-//!   [`schedule`] deciding when;
+//!   [`schedule`] deciding when and [`RunReport`] saying what a run did;
 //! - `swarm`: the agent as a buyer (skills by meaning, adoption, execution reports);
 //!   `distill`: skills it earns from episodes that went well, `privacy` keeping anything
-//!   personal from leaving in one; [`outcome`]: what followed a
-//!   run, the reward it reports, read by [`reaction`] (thanks, a correction, a complaint, or
-//!   nothing clear) from the people [`standing`] says the agent stands behind;
-//!   [`experience`]: what the agent lived, apart from peers' skills;
+//!   personal from leaving in one; [`outcome`]: what followed a run, the reward it reports,
+//!   read by [`reaction`] (thanks, a correction, a complaint, or nothing clear) from the
+//!   people [`standing`] says the agent stands behind; [`experience`]: what the agent lived,
+//!   apart from peers' skills;
 //! - [`llm`]: the chat-completions client (tools, bounded loop, retries, JSON schema), with
 //!   `toolcall` reading the calls a model writes in its text; `spend`: what the model costs,
 //!   its daily token budget and each stranger's share of it;
@@ -34,9 +40,9 @@
 //! - [`rules`]: batch-only URIs, per-author limit, the owner gate bound to its request post;
 //! - [`reconcile`]: the LLM reconciler of new observations, with the rules as fallback;
 //! - [`chat`]: a local conversation with the operator; [`journal`]: the record of every run;
-//!   [`state`]: what the agent keeps in its keyspace; [`metrics`]: what it counts; `task`:
-//!   blocking work off the async threads.
+//!   [`state`]: what the agent keeps in its keyspace; [`metrics`]: what it counts.
 
+mod account;
 mod act;
 pub mod bluesky;
 pub mod chat;
@@ -49,6 +55,7 @@ mod entries;
 pub mod experience;
 pub mod facets;
 pub mod journal;
+mod learn;
 pub mod llm;
 pub mod metrics;
 mod mind;
@@ -56,10 +63,10 @@ pub mod node;
 pub mod outcome;
 pub mod posts;
 mod privacy;
+mod prompt;
 pub mod reaction;
 pub mod reconcile;
 pub mod rules;
-mod run;
 pub mod schedule;
 mod secret;
 mod spend;
@@ -69,11 +76,12 @@ mod swarm;
 mod task;
 mod toolcall;
 mod tools;
+mod turn;
+mod watch;
 
-pub use config::{Agent as Config, AgentBluesky, AgentLlm, LongPosts};
+pub use config::{AgentBluesky, AgentLlm, Config, LongPosts};
 pub use core::AgentStatus;
-pub use entries::RunReport;
-pub use schedule::Entry;
+pub use schedule::{Entry, RunReport};
 pub use secret::{Secret, Secrets};
 
 use std::path::PathBuf;
@@ -354,13 +362,18 @@ async fn run_agent(
     mut requests: mpsc::Receiver<RunRequest>,
 ) {
     let Handle { status, paused, journal, agent: running, .. } = handle;
+    let mut stopped = host.node.stopped();
     // Retries double from 2 s up to a minute: an operator who mends the PDS or the password
     // sees the agent log in within a minute, and a host under load that failed the first few
     // tries is not left waiting minutes for the next.
     const MOST: Duration = Duration::from_secs(60);
     let mut backoff = Duration::from_secs(2);
     let agent = loop {
-        match connect(&host, &metrics, &secrets, &status, journal.clone()).await {
+        let connected = tokio::select! {
+            () = &mut stopped => return,
+            connected = connect(&host, &metrics, &secrets, &status, journal.clone()) => connected,
+        };
+        match connected {
             Ok(agent) => break agent,
             Err(error) => {
                 tracing::error!(%error, retry_in_s = backoff.as_secs(), "the agent could not start");
@@ -368,7 +381,10 @@ async fn run_agent(
                     s.state = "retrying";
                     s.last_error = Some(error);
                 });
-                tokio::time::sleep(backoff).await;
+                tokio::select! {
+                    () = &mut stopped => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
                 backoff = (backoff * 2).min(MOST);
             }
         }
@@ -387,21 +403,24 @@ async fn run_agent(
     let mut tick = tokio::time::interval(host.config.poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        // One loop for every entry point: an operator's run waits for the batch in progress.
-        // Nothing that waits for the model runs in this loop: each thread's run, an operator's
-        // run and the scheduled entry points run beside it, so a slow model never holds a
-        // poll or an owner's approval.
+        // One loop for every entry point. Nothing that waits for the model runs in it: each
+        // thread's run, an operator's run, the scheduled entry points and the distill passes
+        // are tasks of the agent's set (`task.rs`), each under its deadline, so a slow model
+        // never holds a poll or an owner's approval.
         tokio::select! {
+            () = &mut stopped => break,
             _ = tick.tick() => {}
             Some((entry, reply)) = requests.recv() => {
-                let agent = Arc::clone(&agent);
-                tokio::spawn(async move {
-                    let _one_at_a_time = agent.entries.lock().await;
-                    let _ = reply.send(agent.run_entry(entry).await);
+                let a = Arc::clone(&agent);
+                // An operator's run waits for the scheduled run in progress.
+                agent.tasks.spawn("operator_run", RUN_TIMEOUT, || {}, async move {
+                    let _one_at_a_time = a.entries.lock().await;
+                    let _ = reply.send(a.run_entry(entry).await);
                 });
                 continue;
             }
         }
+        agent.tasks.reap();
         let now_paused = paused.load(Ordering::SeqCst);
         if now_paused != kept {
             kept = now_paused;
@@ -413,7 +432,10 @@ async fn run_agent(
             set(&status, |s| s.polls_skipped += 1);
             continue;
         }
-        let result = agent.poll(false).await;
+        let result = tokio::select! {
+            () = &mut stopped => break,
+            polled = agent.poll() => polled,
+        };
         metrics.session_refreshes.set(agent.bsky.refreshes() as i64);
         set(&status, |s| {
             s.polls += 1;
@@ -422,21 +444,30 @@ async fn run_agent(
                 s.last_error = Some(error.to_string());
             }
         });
-        if let Err(error) = result {
-            tracing::warn!(%error, "polling notifications failed; trying again next tick");
+        match result {
+            Ok((threads, distill)) => {
+                for thread in threads {
+                    agent.start(thread);
+                }
+                agent.start_distill(distill);
+            }
+            Err(error) => tracing::warn!(%error, "polling notifications failed; trying again next tick"),
         }
         // The scheduled entry points whose time has come (seed 001: checked on every tick).
         let due = agent.due(now_ms());
         if !due.is_empty()
-            && let Ok(running) = Arc::clone(&agent.entries).try_lock_owned()
+            && let Ok(one_at_a_time) = Arc::clone(&agent.entries).try_lock_owned()
         {
-            let agent = Arc::clone(&agent);
-            tokio::spawn(async move {
-                let _running = running;
+            let a = Arc::clone(&agent);
+            agent.tasks.spawn("scheduled_run", RUN_TIMEOUT, || {}, async move {
+                let _one_at_a_time = one_at_a_time;
                 for entry in due {
-                    agent.run_entry(entry).await;
+                    a.run_entry(entry).await;
                 }
             });
         }
     }
+    let cancelled = agent.tasks.close().await;
+    set(&status, |s| s.state = "stopped");
+    tracing::info!(cancelled, "the agent stopped: its runs are cancelled and awaited, and none is left");
 }

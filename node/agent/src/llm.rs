@@ -351,13 +351,24 @@ impl Llm {
         name: &str,
         schema: Value,
     ) -> Result<T, Error> {
+        let text = self.extract_counted(messages, name, schema, &mut Usage::default()).await?;
+        parse_json(&text).map_err(|e| Error::Schema { schema: name.to_owned(), detail: e.to_string() })
+    }
+
+    /// The text of an answer that should follow `schema`, adding the tokens it used to `used`.
+    pub(crate) async fn extract_counted(
+        &self,
+        messages: &[Message],
+        name: &str,
+        schema: Value,
+        used: &mut Usage,
+    ) -> Result<String, Error> {
         let format = json!({
             "type": "json_schema",
             "json_schema": { "name": name, "strict": true, "schema": schema },
         });
-        let message = self.chat(messages, &[], Some(&format)).await?;
-        let text = message.content.unwrap_or_default();
-        parse_json(&text).map_err(|e| Error::Schema { schema: name.to_owned(), detail: e.to_string() })
+        let message = self.chat_counted(messages, &[], Some(&format), used).await?;
+        Ok(message.content.unwrap_or_default())
     }
 
     /// The tool loop: asks, runs the tools the model calls, gives their results back, and

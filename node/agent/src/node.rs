@@ -76,8 +76,13 @@ pub trait Node: Send + Sync + std::fmt::Debug + 'static {
     /// journal.
     fn keyspace(&self, name: &str) -> Result<fjall::Keyspace, fjall::Error>;
 
-    /// Runs `task` until it ends or the node stops; the node owns it.
+    /// Runs `task` until it ends; the node owns it, and when it stops waits a bounded time for
+    /// it to end, so the task must end soon after [`Node::stopped`] resolves (cancelling and
+    /// awaiting what it started).
     fn spawn(&self, name: &'static str, task: Pending<'static, ()>);
+
+    /// Resolves when the node begins to stop.
+    fn stopped(&self) -> Pending<'static, ()>;
 
     /// Swarm skill `id`, priced as the node computes it.
     fn skill(&self, id: ContentId) -> Pending<'_, Result<SwarmSkill, Error>>;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use druse_memory::crystal::CrystalId;
 use druse_protocol::UnixMillis;
 
 use crate::config;
@@ -122,7 +123,7 @@ impl Schedule {
     }
 
     /// The entry points whose time has come at `now`.
-    pub fn due(&self, config: &config::Agent, now: UnixMillis) -> Vec<Entry> {
+    pub fn due(&self, config: &config::Config, now: UnixMillis) -> Vec<Entry> {
         let mut out = Vec::new();
         if config.musing && now.saturating_sub(self.musing_tried_at) >= config.musing_interval.as_millis() as u64 {
             out.push(Entry::Musing);
@@ -137,6 +138,47 @@ impl Schedule {
     }
 }
 
+/// What running an entry point did (`POST /v1/agent/run`, `druse-node agent run`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    pub entry: Entry,
+    /// `done`, `skipped` (a rule or the schedule said no) or `failed` (the model or Bluesky).
+    pub result: String,
+    pub detail: String,
+    /// The post a musing made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post: Option<String>,
+    /// The crystals written: the summary of a reflection, the new values of a review.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crystals: Vec<CrystalId>,
+    /// A review's decisions: crystal ids kept, updated and archived.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<CrystalId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub updated: Vec<CrystalId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub archived: Vec<CrystalId>,
+    /// The per-person summaries a review wrote again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub summaries: Vec<CrystalId>,
+}
+
+impl RunReport {
+    pub(crate) fn new(entry: Entry, result: &str, detail: impl Into<String>) -> Self {
+        Self {
+            entry,
+            result: result.into(),
+            detail: detail.into(),
+            post: None,
+            crystals: Vec::new(),
+            kept: Vec::new(),
+            updated: Vec::new(),
+            archived: Vec::new(),
+            summaries: Vec::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,7 +190,7 @@ mod tests {
 
     #[test]
     fn musing_is_off_by_default_and_fires_on_its_interval_when_on() {
-        let mut config = config::Agent { reflection_hour: None, ..config::Agent::default() };
+        let mut config = config::Config { reflection_hour: None, ..config::Config::default() };
         let s = Schedule::default();
         assert!(s.due(&config, MIDNIGHT).is_empty(), "off by default");
         config.musing = true;
@@ -160,7 +202,7 @@ mod tests {
 
     #[test]
     fn reflection_fires_once_per_day_from_its_hour() {
-        let config = config::Agent { reflection_hour: Some(23), ..config::Agent::default() };
+        let config = config::Config { reflection_hour: Some(23), ..config::Config::default() };
         let mut s = Schedule::default();
         assert!(s.due(&config, MIDNIGHT + 22 * 60 * MIN).is_empty(), "before the hour");
         assert_eq!(s.due(&config, MIDNIGHT + 23 * 60 * MIN), [Entry::Reflection]);
@@ -174,7 +216,7 @@ mod tests {
         let failed = Schedule { reflection_failed_at: tomorrow + 23 * 60 * MIN, ..s };
         assert!(failed.due(&config, tomorrow + 23 * 60 * MIN + 9 * MIN).is_empty());
         assert_eq!(failed.due(&config, tomorrow + 23 * 60 * MIN + 10 * MIN), [Entry::Reflection]);
-        let off = config::Agent { reflection_hour: None, ..config::Agent::default() };
+        let off = config::Config { reflection_hour: None, ..config::Config::default() };
         assert!(Schedule::default().due(&off, tomorrow + 23 * 60 * MIN).is_empty());
     }
 

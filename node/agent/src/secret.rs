@@ -1,6 +1,6 @@
 //! The agent's secrets, read from the environment variables its config names.
 
-use crate::config::{Agent, Invalid};
+use crate::config::{Config, Invalid};
 
 /// A secret read from the environment: never printed, never logged.
 #[derive(Clone)]
@@ -31,7 +31,7 @@ pub struct Secrets {
 impl Secrets {
     /// Reads them, or refuses with a sentence naming the key and the variable. `None` when
     /// the agent is off.
-    pub fn from_env(agent: &Agent) -> Result<Option<Self>, Invalid> {
+    pub fn from_env(agent: &Config) -> Result<Option<Self>, Invalid> {
         if !agent.enabled {
             return Ok(None);
         }

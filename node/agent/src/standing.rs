@@ -25,7 +25,7 @@ pub struct Reactor {
 
 /// Why the agent stands behind a reaction: the first of `outcome_from` the reactor meets, or
 /// `None` when it meets none.
-pub fn stands_behind(config: &config::Agent, reactor: &Reactor, now: UnixMillis) -> Option<OutcomeSource> {
+pub fn stands_behind(config: &config::Config, reactor: &Reactor, now: UnixMillis) -> Option<OutcomeSource> {
     let min_age = config.outcome_min_account_age.as_millis() as u64;
     config.outcome_from.iter().copied().find(|source| match source {
         OutcomeSource::Owner => reactor.owner,
@@ -37,7 +37,7 @@ pub fn stands_behind(config: &config::Agent, reactor: &Reactor, now: UnixMillis)
 
 /// Whether the reactor needs its profile read to decide (a follow or an age is asked for,
 /// and neither the owner nor a DID on the allow list settles it).
-pub fn needs_profile(config: &config::Agent, did: &str, owner: bool) -> bool {
+pub fn needs_profile(config: &config::Config, did: &str, owner: bool) -> bool {
     let settled = (owner && config.outcome_from.contains(&OutcomeSource::Owner))
         || (config.outcome_from.contains(&OutcomeSource::AllowList) && config.outcome_allow.iter().any(|a| a == did));
     !settled
@@ -95,7 +95,7 @@ mod tests {
 
     #[test]
     fn by_default_only_the_owner_and_followed_accounts_back_a_report() {
-        let config = config::Agent::default();
+        let config = config::Config::default();
         assert_eq!(config.outcome_from, vec![OutcomeSource::Owner, OutcomeSource::Follows]);
         assert_eq!(stands_behind(&config, &stranger(), NOW), None, "a fresh stranger's like backs nothing");
         let old = Reactor { created_at: Some(0), ..stranger() };
@@ -108,11 +108,11 @@ mod tests {
 
     #[test]
     fn the_allow_list_names_handles_or_dids_and_age_needs_its_threshold() {
-        let config = config::Agent {
+        let config = config::Config {
             outcome_from: vec![OutcomeSource::AllowList, OutcomeSource::OlderThan],
             outcome_allow: vec!["@Friend.test".into(), "did:plc:pal".into()],
             outcome_min_account_age: Duration::from_secs(90 * 86_400),
-            ..config::Agent::default()
+            ..config::Config::default()
         };
         let friend = Reactor { handle: Some("friend.test".into()), ..stranger() };
         assert_eq!(stands_behind(&config, &friend, NOW), Some(OutcomeSource::AllowList));
@@ -133,10 +133,10 @@ mod tests {
 
     #[test]
     fn an_empty_list_backs_no_report_and_reads_no_profile() {
-        let config = config::Agent { outcome_from: Vec::new(), ..config::Agent::default() };
+        let config = config::Config { outcome_from: Vec::new(), ..config::Config::default() };
         assert_eq!(stands_behind(&config, &Reactor { owner: true, followed: true, ..stranger() }, NOW), None);
         assert!(!needs_profile(&config, "did:plc:x", true));
-        let default = config::Agent::default();
+        let default = config::Config::default();
         assert!(!needs_profile(&default, "did:plc:owner", true), "the owner is settled without a lookup");
         assert!(needs_profile(&default, "did:plc:x", false), "a follow is read from the profile");
     }

@@ -31,7 +31,11 @@ impl port::Node for Node {
     }
 
     fn spawn(&self, name: &'static str, task: Pending<'static, ()>) {
-        self.spawn_task(name, task);
+        self.spawn_to_end(name, task);
+    }
+
+    fn stopped(&self) -> Pending<'static, ()> {
+        Box::pin(self.stopping().clone().cancelled_owned())
     }
 
     fn skill(&self, id: ContentId) -> Pending<'_, Result<SwarmSkill, port::Error>> {

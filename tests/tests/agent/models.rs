@@ -138,6 +138,9 @@ async fn a_skill_that_names_people_is_refused_and_publish_skill_says_why() -> an
     })
     .await?;
     assert_eq!(skill["crystal"]["governance"]["scope"], "private", "{skill}");
+    // The distill pass's call of the model is in the journal like every other.
+    let runs = node.get_auth("/v1/agent/runs", &[("entry", "distill")]).await?;
+    assert!(runs.as_array().is_some_and(|r| r.iter().any(|run| run["outcome"] == "ok")), "{runs}");
     let refused_at_distill = node.metric("druse_agent_skills_refused_total{label=\"privacy\"}").await?;
 
     // The owner asks to publish it: publish_skill refuses, saying why, and nothing is requested.

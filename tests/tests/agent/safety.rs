@@ -319,3 +319,28 @@ async fn a_hung_model_call_holds_no_other_thread_and_bad_tool_arguments_are_erro
     assert!(node.log_text().contains("passed its deadline"), "{}", node.log_tail());
     node.stop().await
 }
+
+/// Stopping a node while a thread's model call hangs cancels the agent's runs and waits for
+/// them: the node exits cleanly and says how many runs it cancelled, with none left.
+#[tokio::test]
+async fn a_node_stopped_mid_batch_cancels_its_runs_and_leaves_none() -> anyhow::Result<()> {
+    let world = World::new(messy).await?;
+    let mut node = world.node("batch_deadline = \"300s\"").await?;
+    let ivy = Account::create(world.net, &handle("iv")).await?;
+    world.mention(&ivy, "please hang").await?;
+    eventually(ANSWERED, "the hanging call to reach the model", async || {
+        world.llm.requests().iter().any(|r| r.text().contains("please hang"))
+    })
+    .await?;
+    let status = node.terminate().await?;
+    assert!(status.is_some_and(|s| s.success()), "the node exited cleanly: {status:?}\n{}", node.log_tail());
+    let stopped = node.log_text().lines().find(|l| l.contains("the agent stopped")).map(str::to_owned);
+    let stopped = stopped.ok_or_else(|| anyhow::anyhow!("no stop line\n{}", node.log_tail()))?;
+    assert!(stopped.contains("cancelled=1"), "the hung thread's run was cancelled: {stopped}");
+    assert!(
+        !node.log_text().contains("background tasks did not finish in time"),
+        "the agent ended by itself, within the node's drain:\n{}",
+        node.log_tail()
+    );
+    Ok(())
+}
