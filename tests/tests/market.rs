@@ -63,7 +63,7 @@ async fn maintenance_ticks(node: &TestNode, n: u32) {
 /// One execution report by `node`. Two identical reports from one node are two messages: the
 /// node issues each after the last (see `Node::report`).
 async fn execution(node: &TestNode, id: ContentId, success: bool, reward: f64) {
-    node.report(id, ReportEvent::Execution { success, reward }).await.unwrap();
+    node.market().report(id, ReportEvent::Execution { success, reward }).await.unwrap();
 }
 
 /// Waits until every node's listing of `id` satisfies `check`, and returns the listings.
@@ -71,7 +71,7 @@ async fn listings_when(cluster: &Cluster, id: ContentId, what: &str, check: impl
     let mut out = Vec::new();
     for node in cluster.nodes() {
         let listing = wait_for(WAIT, format_args!("{} to see {what}", node.name), async || {
-            node.listing(id).await.ok().filter(|l| check(l))
+            node.market().listing(id).await.ok().filter(|l| check(l))
         })
         .await
         .unwrap();
@@ -145,7 +145,7 @@ async fn reports_from_attested_adopters_move_the_price_identically_on_every_node
     // they pay nothing) and then report.
     attest(&cluster, &[b, c], TrustLevel::Verified).await;
     attest(&cluster, &[d], TrustLevel::Trusted).await;
-    let (x, y) = tokio::join!(b.adopt(id), c.adopt(id));
+    let (x, y) = tokio::join!(b.market().adopt(id), c.market().adopt(id));
     for adoption in [x, y] {
         let adoption = adoption.unwrap();
         assert_eq!((adoption.settlement.computed, adoption.settlement.paid), (0, 0), "no price, nothing paid");
@@ -154,14 +154,14 @@ async fn reports_from_attested_adopters_move_the_price_identically_on_every_node
     // All at once: the reports have the same fields and, likely, the same millisecond; each
     // names its reporter, so none is deduplicated as another.
     let run = ReportEvent::Execution { success: true, reward: 0.8 };
-    let (x, y) = tokio::join!(b.report(id, run.clone()), c.report(id, run.clone()));
+    let (x, y) = tokio::join!(b.market().report(id, run.clone()), c.market().report(id, run.clone()));
     assert!(x.unwrap() != y.unwrap(), "two reports, two content ids");
     execution(b, id, true, 0.8).await;
     execution(c, id, true, 0.8).await;
     let reported = listings_when(&cluster, id, "four executions", |l| l.stats.executions == 4).await;
 
     // d adopts at the asking price, which every node's computation now supports.
-    let adoption = d.adopt(id).await.unwrap();
+    let adoption = d.market().adopt(id).await.unwrap();
     assert!(adoption.settlement.asking_supported, "d computes {:?}", adoption.settlement);
     assert_eq!(adoption.settlement.paid, 1_000, "a supported asking price is paid as asked");
     let after = listings_when(&cluster, id, "three adopters", |l| l.stats.unique_adopters == 3).await;
@@ -193,11 +193,11 @@ async fn reports_from_attested_adopters_move_the_price_identically_on_every_node
 
     // The ledgers: d spent the asking price and the author earned it; b and c paid nothing.
     for (adopter, spent) in [(b, 0), (c, 0), (d, 1_000)] {
-        let ledger = adopter.ledger(10).unwrap();
+        let ledger = adopter.market().ledger(10).unwrap();
         assert_eq!((ledger.spent, ledger.earned), (spent, 0), "{}", adopter.name);
         assert_eq!(ledger.balance, 1_000_000 - i128::from(spent));
     }
-    let ledger = a.ledger(10).unwrap();
+    let ledger = a.market().ledger(10).unwrap();
     assert_eq!((ledger.earned, ledger.spent, ledger.entries.len()), (1_000, 0, 3));
     cluster.stop().await;
 }
@@ -222,7 +222,7 @@ async fn fresh_keys_and_self_reports_never_price_a_skill_and_attested_adopters_d
     // The publisher's other skill is listed on two verified adopters' reports.
     attest(&cluster, &[b, c, d], TrustLevel::Verified).await;
     for reporter in [b, c] {
-        reporter.adopt(other).await.unwrap();
+        reporter.market().adopt(other).await.unwrap();
     }
     listings_when(&cluster, other, "two adopters of the other skill", |l| l.stats.unique_adopters == 2).await;
     for reporter in [b, c] {
@@ -287,7 +287,7 @@ async fn fresh_keys_and_self_reports_never_price_a_skill_and_attested_adopters_d
     // 4. Attested adopters lift the gate: two verified (weight 2) list it, a third (weight 3)
     //    satisfies the endorsement policy.
     for reporter in [b, c, d] {
-        reporter.adopt(target).await.unwrap();
+        reporter.market().adopt(target).await.unwrap();
     }
     listings_when(&cluster, target, "three attested adopters", |l| l.stats.unique_adopters == 23).await;
     execution(b, target, true, 0.9).await;
@@ -331,16 +331,16 @@ async fn bounty_is_matched_claimed_and_seen_by_the_management_node() {
     cluster.management.bounty(flaky).await.unwrap();
     for node in cluster.nodes() {
         let record = wait_for(WAIT, format_args!("{} to match the bounty", node.name), async || {
-            node.bounties().unwrap().into_iter().find(|r| r.bounty.id == "flaky-http" && !r.matches.is_empty())
+            node.market().bounties().unwrap().into_iter().find(|r| r.bounty.id == "flaky-http" && !r.matches.is_empty())
         })
         .await
         .unwrap();
         assert_eq!(record.matches, vec![id], "{} matched the wrong skills", node.name);
-        let listing = node.listing(id).await.unwrap();
+        let listing = node.market().listing(id).await.unwrap();
         assert_eq!(listing.stats.bounty_matches, 1);
         assert_eq!(listing.bounties_matched, vec!["flaky-http".to_owned()]);
         assert!((listing.computed_price.demand - (1.0 + 2f64.ln() * 0.1)).abs() < 1e-12, "a match is demand");
-        assert_eq!(node.listing(other).await.unwrap().stats.bounty_matches, 0);
+        assert_eq!(node.market().listing(other).await.unwrap().stats.bounty_matches, 0);
         assert_eq!(node.metric("druse_bounty_matches_total", &[]), 1.0);
     }
     // The matched skill's crystal gained curiosity on the author's node.
@@ -352,9 +352,15 @@ async fn bounty_is_matched_claimed_and_seen_by_the_management_node() {
     .unwrap();
     assert!((boosted.curiosity_boost - 0.2).abs() < 1e-9);
 
-    a.report(id, ReportEvent::Claim { bounty_id: "flaky-http".into() }).await.unwrap();
+    a.market().report(id, ReportEvent::Claim { bounty_id: "flaky-http".into() }).await.unwrap();
     let claimed = wait_for(WAIT, "the management node to record the claim", async || {
-        cluster.mgmt.bounties().unwrap().into_iter().find(|r| r.bounty.id == "flaky-http" && !r.claims.is_empty())
+        cluster
+            .mgmt
+            .market()
+            .bounties()
+            .unwrap()
+            .into_iter()
+            .find(|r| r.bounty.id == "flaky-http" && !r.claims.is_empty())
     })
     .await
     .unwrap();
@@ -371,7 +377,7 @@ async fn bounty_is_matched_claimed_and_seen_by_the_management_node() {
     let short = bounty("short", "anything about contracts", "law", Duration::from_millis(1_500));
     cluster.management.bounty(short).await.unwrap();
     eventually(WAIT, "b to hold the short bounty", async || {
-        b.bounties().unwrap().iter().any(|r| r.bounty.id == "short")
+        b.market().bounties().unwrap().iter().any(|r| r.bounty.id == "short")
     })
     .await
     .unwrap();
@@ -380,7 +386,7 @@ async fn bounty_is_matched_claimed_and_seen_by_the_management_node() {
     })
     .await
     .unwrap();
-    assert!(b.bounties().unwrap().iter().all(|r| r.bounty.id != "short"));
+    assert!(b.market().bounties().unwrap().iter().all(|r| r.bounty.id != "short"));
     cluster.stop().await;
 }
 
@@ -406,8 +412,8 @@ async fn a_bounty_boost_that_never_reached_memory_is_applied_once_by_the_sweep()
     let a = cluster.edge("a");
     let boosted_by = async |bounty: &str| {
         wait_for(WAIT, format_args!("a's crystal to have the boost of {bounty}"), async || {
-            let stats: Stats = a.store().market.get(id.digest()).unwrap()?;
-            stats.boosted.contains(bounty).then(|| a.memory().get(crystal)).flatten()
+            // The crystal records the bounties whose boost it had, in the write that boosts it.
+            a.memory().get(crystal).filter(|c| druse_node::market::bounties_boosted(c).contains(bounty))
         })
         .await
         .unwrap()
@@ -441,10 +447,10 @@ async fn a_second_version_deprecates_the_first_everywhere_and_nobody_else_can() 
         assert!(old.deprecated, "{} still shows v1 as current", node.name);
         assert_eq!(old.deprecated_by, Some(v2));
         assert!(!node.stored(&v2).unwrap().unwrap().deprecated);
-        let versions = node.versions(&v1.to_string()).await.unwrap();
+        let versions = node.market().versions(&v1.to_string()).await.unwrap();
         let ids: Vec<(u32, ContentId)> = versions.iter().map(|l| (l.skill.listing.version, l.skill.id)).collect();
         assert_eq!(ids, vec![(1, v1), (2, v2)], "{}", node.name);
-        let by_stable_id = node.versions("csv-import-id").await.unwrap();
+        let by_stable_id = node.market().versions("csv-import-id").await.unwrap();
         assert_eq!(by_stable_id.len(), 2);
     }
 
@@ -455,7 +461,7 @@ async fn a_second_version_deprecates_the_first_everywhere_and_nobody_else_can() 
         assert!(!node.stored(&v2).unwrap().unwrap().deprecated, "{} let b deprecate a's skill", node.name);
         assert!(!node.stored(&squatter).unwrap().unwrap().deprecated);
     }
-    let err = a.versions("no-such-skill").await.unwrap_err();
+    let err = a.market().versions("no-such-skill").await.unwrap_err();
     assert!(matches!(err, node::Error::Market(Code::NotFound, _)), "{err}");
     cluster.stop().await;
 }
@@ -467,7 +473,7 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
 
     // No evidence: the computed price is 0, so the 50 000 asked is not supported and b pays 0.
     let greedy = publish_everywhere(&cluster, a, priced("greedy", 50_000, &[])).await;
-    let adoption = b.adopt(greedy).await.unwrap();
+    let adoption = b.market().adopt(greedy).await.unwrap();
     assert!(!adoption.settlement.asking_supported);
     assert_eq!((adoption.settlement.asking, adoption.settlement.paid), (50_000, adoption.settlement.computed));
     assert_eq!(adoption.settlement.paid, 0);
@@ -483,9 +489,9 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
         .await
         .unwrap();
     }
-    let again = b.adopt(greedy).await.unwrap_err();
+    let again = b.market().adopt(greedy).await.unwrap_err();
     assert!(matches!(again, node::Error::Market(Code::Conflict, _)), "{again}");
-    let own = a.adopt(greedy).await.unwrap_err();
+    let own = a.market().adopt(greedy).await.unwrap_err();
     assert!(matches!(own, node::Error::Market(Code::Invalid, _)), "{own}");
 
     // A skill priced above b's credits (listed on the reports of two verified adopters): the
@@ -493,24 +499,25 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
     let good = publish_everywhere(&cluster, a, priced("good", 1_000_000, &[])).await;
     attest(&cluster, &[c, d], TrustLevel::Verified).await;
     for reporter in [c, d] {
-        assert_eq!(reporter.adopt(good).await.unwrap().settlement.paid, 0, "no price yet");
+        assert_eq!(reporter.market().adopt(good).await.unwrap().settlement.paid, 0, "no price yet");
     }
     listings_when(&cluster, good, "two adopters", |l| l.stats.unique_adopters == 2).await;
     // Each reporter's two runs at once, all fields the same: still two reports.
     let run = ReportEvent::Execution { success: true, reward: 1.0 };
     for reporter in [c, d] {
-        let (x, y) = tokio::join!(reporter.report(good, run.clone()), reporter.report(good, run.clone()));
+        let (x, y) =
+            tokio::join!(reporter.market().report(good, run.clone()), reporter.market().report(good, run.clone()));
         assert!(x.unwrap() != y.unwrap(), "{}'s two identical reports are two messages", reporter.name);
     }
     let seen = listings_when(&cluster, good, "four executions", |l| l.stats.executions == 4).await;
     assert!(seen[0].gate_passed);
     assert!(seen[0].computed_price.micros > 5_000, "{:?}", seen[0].computed_price);
-    let poor = b.adopt(good).await.unwrap_err();
+    let poor = b.market().adopt(good).await.unwrap_err();
     assert!(matches!(poor, node::Error::Market(Code::Conflict, _)), "{poor}");
     assert!(poor.to_string().contains("ledger holds 5000"), "{poor}");
-    let ledger = b.ledger(10).unwrap();
+    let ledger = b.market().ledger(10).unwrap();
     assert_eq!((ledger.balance, ledger.spent, ledger.entries.len()), (5_000, 0, 1));
-    assert!(!b.listing(good).await.unwrap().adopted);
+    assert!(!b.market().listing(good).await.unwrap().adopted);
     cluster.stop().await;
 }
 
@@ -644,7 +651,7 @@ async fn the_price_follows_what_happened_step_by_step_on_every_node() {
     // Three trusted adopters, one success each: 3 counted successes, 2.25 of vouched weight.
     attest(&cluster, &[b, c, d], TrustLevel::Trusted).await;
     for adopter in [b, c, d] {
-        assert_eq!(adopter.adopt(id).await.unwrap().settlement.paid, 0, "no price yet");
+        assert_eq!(adopter.market().adopt(id).await.unwrap().settlement.paid, 0, "no price yet");
     }
     listings_when(&cluster, id, "three trusted adopters", |l| l.stats.unique_adopters == 8).await;
     for reporter in [b, c, d] {
