@@ -145,7 +145,8 @@ async fn reports_from_attested_adopters_move_the_price_identically_on_every_node
     // they pay nothing) and then report.
     attest(&cluster, &[b, c], TrustLevel::Verified).await;
     attest(&cluster, &[d], TrustLevel::Trusted).await;
-    let (x, y) = tokio::join!(b.market().adopt(id), c.market().adopt(id));
+    let (b_market, c_market) = (b.market(), c.market());
+    let (x, y) = tokio::join!(b_market.adopt(id), c_market.adopt(id));
     for adoption in [x, y] {
         let adoption = adoption.unwrap();
         assert_eq!((adoption.settlement.computed, adoption.settlement.paid), (0, 0), "no price, nothing paid");
@@ -154,7 +155,7 @@ async fn reports_from_attested_adopters_move_the_price_identically_on_every_node
     // All at once: the reports have the same fields and, likely, the same millisecond; each
     // names its reporter, so none is deduplicated as another.
     let run = ReportEvent::Execution { success: true, reward: 0.8 };
-    let (x, y) = tokio::join!(b.market().report(id, run.clone()), c.market().report(id, run.clone()));
+    let (x, y) = tokio::join!(b_market.report(id, run.clone()), c_market.report(id, run.clone()));
     assert!(x.unwrap() != y.unwrap(), "two reports, two content ids");
     execution(b, id, true, 0.8).await;
     execution(c, id, true, 0.8).await;
@@ -505,8 +506,8 @@ async fn adoption_at_an_unsupported_asking_price_pays_the_computed_price() {
     // Each reporter's two runs at once, all fields the same: still two reports.
     let run = ReportEvent::Execution { success: true, reward: 1.0 };
     for reporter in [c, d] {
-        let (x, y) =
-            tokio::join!(reporter.market().report(good, run.clone()), reporter.market().report(good, run.clone()));
+        let market = reporter.market();
+        let (x, y) = tokio::join!(market.report(good, run.clone()), market.report(good, run.clone()));
         assert!(x.unwrap() != y.unwrap(), "{}'s two identical reports are two messages", reporter.name);
     }
     let seen = listings_when(&cluster, good, "four executions", |l| l.stats.executions == 4).await;
