@@ -21,7 +21,7 @@ impl Management {
     /// One pass of the policy over every skill with market evidence: endorses each that
     /// qualifies now; returns their ids.
     pub async fn auto_endorse_pass(&self) -> Result<Vec<ContentId>, Error> {
-        let ids = self.node().skills_with_evidence(|_| true)?;
+        let ids = self.node().market().skills_with_evidence(|_| true)?;
         self.auto_endorse(ids).await
     }
 
@@ -37,8 +37,8 @@ impl Management {
             if skill.deprecated || skill.endorsement.as_ref().is_some_and(|e| e.by == me) {
                 continue;
             }
-            let stats = self.node().stats(&id)?;
-            let summary = self.node().summary(&skill, &stats);
+            let stats = self.node().market().stats(&id)?;
+            let summary = self.node().market().summary(&skill, &stats);
             if !summary.passes_independently(&gate, policy.min_independent_reporters) {
                 continue;
             }
@@ -63,7 +63,7 @@ impl Management {
             return false;
         }
         let this = Arc::clone(self);
-        let mut changes = self.node().evidence_changes();
+        let mut changes = self.node().market().evidence_changes();
         self.node().spawn_task("auto-endorse", async move {
             let mut pass = this.auto_endorse_pass().await;
             loop {

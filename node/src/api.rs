@@ -94,7 +94,9 @@ impl From<node::Error> for Error {
             node::Error::Refused(_) | node::Error::Body(_) => Self::new(Code::Invalid, error.to_string()),
             node::Error::NoSkill(_) => Self::not_found(error.to_string()),
             node::Error::Market(code, detail) => Self::new(code, detail),
-            node::Error::PriceAboveMax { .. } => Self::new(Code::Conflict, error.to_string()),
+            node::Error::PriceAboveMax { .. } | node::Error::OverBudget { .. } => {
+                Self::new(Code::Conflict, error.to_string())
+            }
             other => Self::internal(other),
         }
     }
@@ -255,7 +257,7 @@ async fn list_skills(
     State(node): State<Node>,
     query: Result<Query<Limit>, QueryRejection>,
 ) -> Result<Json<Vec<crate::market::Listing>>, Error> {
-    Ok(Json(node.listings(limit(query)?).await?))
+    Ok(Json(node.market().listings(limit(query)?).await?))
 }
 
 async fn get_skill(
@@ -263,7 +265,7 @@ async fn get_skill(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<crate::market::Listing>, Error> {
     let Path(id) = id?;
-    Ok(Json(node.listing(parse_id(&id)?).await?))
+    Ok(Json(node.market().listing(parse_id(&id)?).await?))
 }
 
 /// `GET /v1/skills/{id}/versions`: `id` is a content id of any version, or a stable skill id.
@@ -272,7 +274,7 @@ async fn skill_versions(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Vec<crate::market::Listing>>, Error> {
     let Path(id) = id?;
-    Ok(Json(node.versions(&id).await?))
+    Ok(Json(node.market().versions(&id).await?))
 }
 
 /// What a report says: an execution (`success`, optional `reward` in [-1, 1]) or a bounty
@@ -323,7 +325,7 @@ async fn report_skill(
     let Json(request) = request?;
     let event = request.event()?;
     let now = now_ms();
-    let content_id = node.report(id, event).await?;
+    let content_id = node.market().report(id, event).await?;
     Ok((StatusCode::CREATED, Json(Published { content_id, issued_at: now })))
 }
 
@@ -342,23 +344,33 @@ async fn adopt_skill(
     State(node): State<Node>,
     id: Result<Path<String>, PathRejection>,
     query: Result<Query<AdoptQuery>, QueryRejection>,
-) -> Result<(StatusCode, Json<node::Adoption>), Error> {
+) -> Result<(StatusCode, Json<crate::market::desk::Adoption>), Error> {
     let Path(id) = id?;
     let Query(query) = query.map_err(|e| Error::bad_request(e.body_text()))?;
-    Ok((StatusCode::CREATED, Json(node.adopt_at_most(parse_id(&id)?, query.max_price).await?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(
+            node.market()
+                .adopt_with(
+                    parse_id(&id)?,
+                    crate::market::desk::Terms { max_price: query.max_price, daily_budget: None },
+                )
+                .await?,
+        ),
+    ))
 }
 
 async fn bounties(State(node): State<Node>) -> Result<Json<Vec<crate::market::BountyRecord>>, Error> {
-    Ok(Json(crate::task::blocking(move || node.bounties()).await??))
+    Ok(Json(crate::task::blocking(move || node.market().bounties()).await??))
 }
 
 /// `GET /v1/ledger?limit=`.
 async fn ledger(
     State(node): State<Node>,
     query: Result<Query<Limit>, QueryRejection>,
-) -> Result<Json<node::LedgerView>, Error> {
+) -> Result<Json<crate::market::desk::LedgerView>, Error> {
     let limit = limit(query)?;
-    Ok(Json(crate::task::blocking(move || node.ledger(limit)).await??))
+    Ok(Json(crate::task::blocking(move || node.market().ledger(limit)).await??))
 }
 
 /// Who an API read comes from: the node's own agent when it carries the bearer token.

@@ -50,9 +50,17 @@ use druse_protocol::{ContentId, PublicKey, UnixMillis};
 use serde::{Deserialize, Serialize};
 
 use crate::skill::Skill;
-use crate::store::{self, Store, Writes};
 
+pub mod desk;
+mod ledger;
+pub mod quote;
 mod room;
+pub mod shared;
+
+pub use ledger::{
+    DAY_MS, DAY_SPENT_KEY, DayBudget, DaySpent, Direction, Entry, PaidAdoption, TOTALS_KEY, Totals, add_day_spent,
+    day_spent, day_spent_in, paid_adoption_key, record, totals, totals_in,
+};
 
 /// The market's knobs; `Default` holds seed 004's numbers.
 #[derive(Debug, Clone, PartialEq)]
@@ -216,7 +224,9 @@ pub struct Stats {
     pub bounty_matches: BTreeSet<String>,
     /// Ids of the bounties claimed with the skill.
     pub claims: BTreeSet<String>,
-    /// Ids of the matched bounties whose curiosity boost this node's memory has applied.
+    /// Ids of the matched bounties whose curiosity boost this node's memory had applied, as
+    /// records written before the crystal kept them ([`BOUNTIES_BOOSTED`]) say; read, no
+    /// longer written.
     #[serde(default)]
     pub boosted: BTreeSet<String>,
     /// Keys of the two tables that something vouched for when last looked at: they hold the
@@ -230,10 +240,29 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Matched bounties whose curiosity boost the skill's crystal has not had yet.
+    /// Matched bounties whose curiosity boost the stats do not record as had: the crystal's
+    /// own record ([`bounties_boosted`]) says which of these it had since.
     pub fn boosts_owed(&self) -> Vec<String> {
         self.bounty_matches.difference(&self.boosted).cloned().collect()
     }
+}
+
+/// The key of a skill crystal's metadata that lists the bounties whose curiosity boost it had,
+/// written with the boost itself.
+pub const BOUNTIES_BOOSTED: &str = "bounties_boosted";
+
+/// The bounties whose boost `crystal` had.
+pub fn bounties_boosted(crystal: &druse_memory::crystal::Crystal) -> BTreeSet<String> {
+    let list = crystal.metadata.as_ref().and_then(|m| m.get(BOUNTIES_BOOSTED)).and_then(|v| v.as_array());
+    list.into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+}
+
+/// Adds `bounties` to the bounties whose boost `crystal` had.
+pub fn record_boosts(crystal: &mut druse_memory::crystal::Crystal, bounties: &[String]) {
+    let mut had = bounties_boosted(crystal);
+    had.extend(bounties.iter().cloned());
+    let list = had.into_iter().map(serde_json::Value::String).collect();
+    crystal.metadata.get_or_insert_default().insert(BOUNTIES_BOOSTED.to_owned(), serde_json::Value::Array(list));
 }
 
 /// What a report did to a skill's stats.
@@ -666,98 +695,6 @@ pub fn matches(bounty: &Bounty, listing: &CrystalListing, text_overlap: f64) -> 
     let have = words(&format!("{} {} {}", listing.name, listing.text, listing.tags.join(" ")));
     let shared = wanted.intersection(&have).count();
     shared >= 2 && shared as f64 >= text_overlap * wanted.len() as f64
-}
-
-/// Which way credits moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// This node adopted someone's skill.
-    Spent,
-    /// Someone whose key something vouches for (management, an attestation, endorsed skills)
-    /// adopted this node's skill.
-    Earned,
-    /// A key nothing vouches for said it adopted this node's skill and paid: recorded, but
-    /// not credited, since the amount is only that key's word and fresh keys cost nothing.
-    Claimed,
-}
-
-/// One ledger entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
-    pub at: UnixMillis,
-    pub direction: Direction,
-    pub skill: ContentId,
-    /// The other side's PeerId.
-    pub counterparty: String,
-    /// Micro-USDC.
-    pub amount: u64,
-}
-
-/// The ledger's running totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Totals {
-    pub earned: u64,
-    pub spent: u64,
-    /// What unvouched adopters said they paid ([`Direction::Claimed`]); not in the balance.
-    #[serde(default)]
-    pub claimed: u64,
-    /// Entries written so far; the next entry's key.
-    pub entries: u64,
-}
-
-impl Totals {
-    /// The balance, in micro-USDC, from `starting` credits.
-    pub fn balance(&self, starting: u64) -> i128 {
-        i128::from(starting) + i128::from(self.earned) - i128::from(self.spent)
-    }
-}
-
-/// The state record of the ledger's totals.
-pub const TOTALS_KEY: &str = "ledger_totals";
-
-/// Appends a ledger entry and updates the totals, trimming the oldest entries past
-/// `max_entries` (the totals keep counting them).
-pub fn record(store: &Store, writes: &mut Writes, entry: &Entry, max_entries: usize) -> Result<Totals, store::Error> {
-    let mut totals: Totals = writes.get(&store.state, TOTALS_KEY.as_bytes())?.unwrap_or_default();
-    writes.put(&store.ledger, &totals.entries.to_be_bytes(), entry)?;
-    totals.entries += 1;
-    match entry.direction {
-        Direction::Earned => totals.earned = totals.earned.saturating_add(entry.amount),
-        Direction::Spent => totals.spent = totals.spent.saturating_add(entry.amount),
-        Direction::Claimed => totals.claimed = totals.claimed.saturating_add(entry.amount),
-    }
-    writes.put(&store.state, TOTALS_KEY.as_bytes(), &totals)?;
-    // Keys are 0, 1, 2, …: the entry that falls out of the window is `entries − max − 1`.
-    if let Some(old) = totals.entries.checked_sub(max_entries.max(1) as u64 + 1) {
-        writes.remove(&store.ledger, &old.to_be_bytes());
-    }
-    Ok(totals)
-}
-
-/// The ledger's totals.
-pub fn totals(store: &Store) -> Result<Totals, store::Error> {
-    Ok(store.state(TOTALS_KEY)?.unwrap_or_default())
-}
-
-/// An adoption this node paid for: kept with its debit, so that a retry publishes the same
-/// signed report instead of paying again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PaidAdoption {
-    pub report_id: ContentId,
-    /// The signed adoption report.
-    pub report: Vec<u8>,
-    pub settlement: Settlement,
-}
-
-/// Where the paid adoption of `skill` is kept (in the state table).
-pub fn paid_adoption_key(skill: &ContentId) -> String {
-    format!("adoption/{skill}")
-}
-
-/// The ledger's totals as `writes` leave them.
-pub fn totals_in(store: &Store, writes: &Writes) -> Result<Totals, store::Error> {
-    Ok(writes.get(&store.state, TOTALS_KEY.as_bytes())?.unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -37,10 +37,8 @@ use crate::weather;
 mod agent;
 mod memory_worker;
 mod sync;
-mod trading;
 
 pub use sync::Synced;
-pub use trading::{Adoption, LedgerView};
 /// The version every binary reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -57,9 +55,6 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 /// Peers remembered in the trust book.
 const PEER_BOOK_CAPACITY: usize = 10_000;
-
-/// Batches of changed market evidence an observer may fall behind by.
-const EVIDENCE_BATCHES: usize = 64;
 
 /// Peer activity an observer may fall behind by before it loses the oldest events.
 const ACTIVITY_BUFFER: usize = 4096;
@@ -134,6 +129,9 @@ pub enum Error {
     /// An adoption bound to a maximum price settled above it: nothing was paid.
     #[error("adopting skill {id} now costs {price} micro-USDC, above the maximum of {max}")]
     PriceAboveMax { id: ContentId, price: u64, max: u64 },
+    /// An adoption held to the owner's daily budget would pass it: nothing was paid.
+    #[error("adopting skill {id} costs {price} micro-USDC, over what is left of today's budget ({left} micro-USDC)")]
+    OverBudget { id: ContentId, price: u64, left: u64 },
 }
 
 /// Syncs and questions waiting for the anti-entropy task, each.
@@ -173,8 +171,8 @@ struct Inner {
     ingest: actor::Handle,
     /// The actor's threads, joined at shutdown.
     ingest_threads: Mutex<Option<actor::Threads>>,
-    /// The market's config (fixed at start).
-    market: crate::market::Config,
+    /// The market's config and state between calls (see `market::desk`).
+    market: crate::market::shared::Shared,
     connected: Mutex<HashSet<PeerId>>,
     token: String,
     started: Instant,
@@ -184,21 +182,14 @@ struct Inner {
     stopping: CancellationToken,
     /// Set when work for the memory worker was dropped or failed: the next sweep makes up for it.
     owed: Arc<AtomicBool>,
-    /// Adoptions run one at a time, so the ledger is never spent twice.
-    adopting: tokio::sync::Mutex<()>,
     /// Skills are put into memory one at a time, so none is indexed twice.
     indexing: Mutex<()>,
     /// The low-priority thread that indexes skills into memory, behind ingestion and the API.
     indexer: druse_memory::background::Background,
     /// Bounty boosts are applied one skill at a time, so none is applied twice.
     boosting: Mutex<()>,
-    /// The issue time of the node's last report: each report is issued after it, so two
-    /// reports with the same fields are two messages (see [`Node::report`]).
-    last_report: AtomicU64,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
     activity: broadcast::Sender<Activity>,
-    /// Skills whose market evidence changed, a batch per maintenance tick, for observers.
-    evidence: broadcast::Sender<Vec<ContentId>>,
     /// Work for the anti-entropy task.
     sync: SyncQueues,
 }
@@ -370,20 +361,17 @@ impl Node {
                 metrics,
                 ingest,
                 ingest_threads: Mutex::new(Some(ingest_threads)),
-                market,
+                market: crate::market::shared::Shared::new(market),
                 connected: Mutex::new(HashSet::new()),
                 token,
                 started: Instant::now(),
                 tasks: Mutex::new(JoinSet::new()),
                 stopping: CancellationToken::new(),
                 owed,
-                adopting: tokio::sync::Mutex::new(()),
                 indexing: Mutex::new(()),
                 indexer: druse_memory::background::Background::start("druse-index", druse_memory::background::LOW)?,
                 boosting: Mutex::new(()),
-                last_report: AtomicU64::new(0),
                 activity,
-                evidence: broadcast::channel(EVIDENCE_BATCHES).0,
                 sync: SyncQueues { syncs, questions },
             }),
         };
@@ -471,6 +459,16 @@ impl Node {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The market's config and state between calls (see `market::desk`).
+    pub(crate) fn market_state(&self) -> &crate::market::shared::Shared {
+        &self.inner.market
+    }
+
+    /// The one writer of ingestion's state, the trust book and the market's tables.
+    pub(crate) fn ingest(&self) -> &actor::Handle {
+        &self.inner.ingest
     }
 
     /// The memory engine.
@@ -774,7 +772,7 @@ impl Node {
             for (peer, score) in done.scores {
                 let _ = self.inner.net.set_application_score(peer, score).await;
             }
-            self.observe_market(done.repriced).await;
+            self.market().end_tick(done.repriced).await;
             self.inner.metrics.maintenance_ticks.inc();
         }
     }

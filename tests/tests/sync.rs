@@ -32,7 +32,7 @@ async fn a_node_that_joins_later_gets_every_skill_endorsement_bounty_and_the_wea
     eventually(WAIT, "a to hold all four", async || {
         a.stored(&skill).ok().flatten().is_some_and(|s| s.is_verified)
             && a.halted()
-            && a.bounties().is_ok_and(|b| b.iter().any(|r| r.bounty.id == "sync-bounty"))
+            && a.market().bounties().is_ok_and(|b| b.iter().any(|r| r.bounty.id == "sync-bounty"))
     })
     .await
     .unwrap();
@@ -43,7 +43,7 @@ async fn a_node_that_joins_later_gets_every_skill_endorsement_bounty_and_the_wea
     connect(late.net(), a.net()).await.unwrap();
     eventually(WAIT, "the newcomer to hold the endorsed skill, the bounty and the weather", async || {
         late.stored(&skill).ok().flatten().is_some_and(|s| s.is_verified && s.verified_by == Some(mgmt_key().public()))
-            && late.bounties().is_ok_and(|b| b.iter().any(|r| r.bounty.id == "sync-bounty"))
+            && late.market().bounties().is_ok_and(|b| b.iter().any(|r| r.bounty.id == "sync-bounty"))
             && late.weather().active == a.weather().active
     })
     .await

@@ -307,7 +307,7 @@ async fn connect(
     };
     metrics::Metrics::count(&metrics.sessions, how);
     metrics.session_refreshes.set(bsky.refreshes() as i64);
-    let spent_today = state.spent(now_ms() / 86_400_000);
+    let spent_today = node.spent_today();
     set(status, |s| {
         s.did = Some(bsky.did().to_owned());
         s.session = Some(origin);

@@ -23,6 +23,10 @@ pub enum Error {
     /// An adoption would settle at `price`, above the `max` agreed.
     #[error("adopting skill {id} costs {price} micro-USDC now, above the {max} agreed")]
     PriceAboveMax { id: ContentId, price: u64, max: u64 },
+    /// An adoption would take the day's spending past the budget it was given: `left` is what
+    /// the budget still allows.
+    #[error("adopting skill {id} costs {price} micro-USDC, over what is left of today's budget ({left} micro-USDC)")]
+    OverBudget { id: ContentId, price: u64, left: u64 },
     /// Anything else, in the node's words.
     #[error("{0}")]
     Refused(String),
@@ -55,13 +59,29 @@ pub struct SwarmSkill {
     pub reputation: f64,
 }
 
+/// What an adoption may pay: the node checks both in the same step that debits its ledger,
+/// so the agent reserves nothing ahead and gives nothing back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// Never more than this (the price the agent read, or the owner approved).
+    pub max_price: Option<u64>,
+    /// The owner's daily budget: the adoption counts toward the UTC day's spending and is
+    /// refused ([`Error::OverBudget`]) if it would pass it; `u64::MAX` counts without a limit
+    /// (an adoption the owner approved).
+    pub daily_budget: Option<u64>,
+}
+
 /// What an adoption paid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Adopted {
     /// Micro-USDC.
     pub paid: u64,
     /// The ledger's balance after it.
     pub balance: i128,
+    /// What the day's budgeted adoptions have spent with this one, in micro-USDC.
+    pub spent_today: u64,
+    /// The skill, adopted now.
+    pub skill: SwarmSkill,
 }
 
 /// The node, as the agent uses it.
@@ -84,13 +104,17 @@ pub trait Node: Send + Sync + std::fmt::Debug + 'static {
     /// Resolves when the node begins to stop.
     fn stopped(&self) -> Pending<'static, ()>;
 
-    /// Swarm skill `id`, priced as the node computes it.
+    /// Swarm skill `id`, priced as the node computes it (once per maintenance tick: a second
+    /// read, or an adoption, within the tick uses the same price).
     fn skill(&self, id: ContentId) -> Pending<'_, Result<SwarmSkill, Error>>;
 
-    /// Adopts skill `id`: pays what the node's computation supports from its ledger, never
-    /// above `max_price` when there is one ([`Error::PriceAboveMax`]), and signs an adoption
-    /// report.
-    fn adopt(&self, id: ContentId, max_price: Option<u64>) -> Pending<'_, Result<Adopted, Error>>;
+    /// Adopts skill `id` in one step: pays what the node's computation supports from its
+    /// ledger, within `terms` ([`Error::PriceAboveMax`], [`Error::OverBudget`]), and signs an
+    /// adoption report.
+    fn adopt(&self, id: ContentId, terms: Terms) -> Pending<'_, Result<Adopted, Error>>;
+
+    /// What the owner's budgeted adoptions spent today (the UTC day), in micro-USDC.
+    fn spent_today(&self) -> u64;
 
     /// Signs and publishes a report about skill `id`; answers the report's content id.
     fn report(&self, id: ContentId, event: ReportEvent) -> Pending<'_, Result<ContentId, Error>>;

@@ -89,8 +89,9 @@ const REPLY: &[u8] = b"y/";
 const GOOD: &[u8] = b"g/";
 /// The skills the agent distilled, by crystal id.
 const SKILL: &[u8] = b"k/";
-/// Micro-USDC spent on the swarm's skills, by UTC day.
-const SPENT: &[u8] = b"b/";
+// `b/` held the micro-USDC spent on the swarm's skills, by UTC day, before the node's market
+// kept the day's spending with its ledger (`market::desk` in druse-node); those records are
+// left as they were, unread, and the prefix is not reused.
 /// Posts the agent answered (seen on the account or replied to here), by URI.
 const ANSWERED: &[u8] = b"a/";
 /// The accounts whose history was taken as handled, by DID.
@@ -468,24 +469,6 @@ impl AgentState {
             .collect()
     }
 
-    /// What was spent on the swarm's skills on UTC day `day`, in micro-USDC.
-    pub(crate) fn spent(&self, day: u64) -> u64 {
-        self.tree.get(crystal_key(SPENT, day)).ok().flatten().and_then(|v| count(&v)).unwrap_or(0)
-    }
-
-    /// Adds `amount` to day `day`'s spending if it stays within `budget`; returns whether it
-    /// did. Read and written as one step. Blocks.
-    pub(crate) fn spend(&self, day: u64, amount: u64, budget: u64) -> Result<bool, fjall::Error> {
-        let _writing = self.lock();
-        let k = crystal_key(SPENT, day);
-        let spent = self.tree.get(&k)?.and_then(|v| count(&v)).unwrap_or(0);
-        let Some(total) = spent.checked_add(amount).filter(|t| *t <= budget) else { return Ok(false) };
-        let mut batch = self.batch();
-        batch.insert(&self.tree, k, total.to_be_bytes());
-        batch.commit()?;
-        Ok(true)
-    }
-
     /// What the model cost on UTC day `day`, in micro-USD.
     pub(crate) fn model_spent(&self, day: u64) -> u64 {
         self.tree.get(crystal_key(MODEL_SPENT, day)).ok().flatten().and_then(|v| count(&v)).unwrap_or(0)
@@ -496,16 +479,6 @@ impl AgentState {
         let _writing = self.lock();
         let mut batch = self.batch();
         batch.insert(&self.tree, crystal_key(MODEL_SPENT, day), total.to_be_bytes());
-        batch.commit()
-    }
-
-    /// Gives back `amount` of day `day`'s spending (an adoption that failed). Blocks.
-    pub(crate) fn refund(&self, day: u64, amount: u64) -> Result<(), fjall::Error> {
-        let _writing = self.lock();
-        let k = crystal_key(SPENT, day);
-        let spent = self.tree.get(&k)?.and_then(|v| count(&v)).unwrap_or(0);
-        let mut batch = self.batch();
-        batch.insert(&self.tree, k, spent.saturating_sub(amount).to_be_bytes());
         batch.commit()
     }
 }
@@ -558,8 +531,6 @@ mod tests {
             };
             state.put_skill(40, &skill).unwrap();
             state.put_skill(41, &OwnSkill { version: 2, replaces: Some(40), ..skill }).unwrap();
-            assert!(state.spend(20_000, 600, 1_000).unwrap());
-            assert!(!state.spend(20_000, 600, 1_000).unwrap(), "over the day's budget");
             // The last write, synced: it takes every earlier one with it.
             state.mark_handled("at://a#mention", 1_000).unwrap();
         }
@@ -574,9 +545,6 @@ mod tests {
         assert_eq!(state.good().len(), 1);
         assert!(state.skill(40).unwrap().superseded, "v2 replaced it");
         assert_eq!(state.skills().len(), 2);
-        assert_eq!(state.spent(20_000), 600);
-        state.refund(20_000, 600).unwrap();
-        assert_eq!(state.spent(20_000), 0);
         state.mark_handled("at://b#reply", 2_000).unwrap();
         assert_eq!(state.prune(1_000 + HANDLED_KEEP_MS).unwrap(), 0);
         assert_eq!(state.prune(1_001 + HANDLED_KEEP_MS).unwrap(), 1);

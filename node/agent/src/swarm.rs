@@ -3,6 +3,13 @@
 //! ledger, within the owner's daily budget, with the owner's approval above a price) and gives
 //! the model its procedure; when the run's outcome is known the node signs an execution report
 //! for that skill with the reward that followed.
+//!
+//! The budget is the node's to keep: an adoption hands the node the day's budget and the price
+//! read, and the node checks both and debits its ledger in one step (`market::desk` in
+//! druse-node). The agent keeps no ledger of its own, so nothing is reserved or given back. One
+//! `use_skill` of a skill not adopted yet crosses the port twice, `skill` then `adopt`, and
+//! the node prices the listing once (the adoption answers the skill as adopted); before, it
+//! crossed three times (`skill`, `adopt`, `skill` again) and priced the listing three times.
 
 use std::sync::Arc;
 
@@ -16,9 +23,7 @@ use druse_protocol::now_ms;
 use super::context::SkillLine;
 use super::core::{Agent, Lead};
 use super::rules::Gated;
-use crate::node::SwarmSkill;
-
-const DAY_MS: u64 = 86_400_000;
+use crate::node::{SwarmSkill, Terms};
 
 /// Why a skill could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -33,8 +38,6 @@ pub(crate) enum UseError {
     OverBudget { price: u64, left: u64 },
     #[error("the market refused the adoption: {0}")]
     Market(String),
-    #[error("the agent's state could not be written: {0}")]
-    State(String),
     #[error("adopting it now costs {now} micro-USDC, more than the {max} agreed")]
     PriceRose { max: u64, now: u64 },
     #[error("dry run: the agent would have adopted it for {0} micro-USDC; nothing was paid, signed or published")]
@@ -120,9 +123,8 @@ impl Agent {
                 .map_err(|e| UseError::Market(e.to_string()))?;
             return Ok(Used::AskedOwner(asked));
         }
-        let paid = self.adopt(content, price, false).await?;
+        let (paid, skill) = self.adopt_skill(content, price, false).await?;
         super::metrics::Metrics::count(&self.metrics.skills_used, "swarm");
-        let skill = self.node.skill(content).await.map_err(|_| UseError::Unknown(content))?;
         Ok(Used::Procedure { skill: Box::new(skill), paid: Some(paid) })
     }
 
@@ -131,48 +133,36 @@ impl Agent {
     /// settles above `price` is refused with the new one ([`UseError::PriceRose`]); a dry run
     /// only says what it would have paid.
     pub(crate) async fn adopt(&self, id: ContentId, price: u64, approved: bool) -> Result<u64, UseError> {
+        self.adopt_skill(id, price, approved).await.map(|(paid, _)| paid)
+    }
+
+    /// [`Agent::adopt`], answering the skill as adopted too. The node checks the price and
+    /// the day's budget and debits its ledger in one step.
+    async fn adopt_skill(&self, id: ContentId, price: u64, approved: bool) -> Result<(u64, SwarmSkill), UseError> {
         if self.config.dry_run {
             tracing::info!(skill = %id, price, approved, "dry run: would have adopted a swarm skill");
             return Err(UseError::DryRun(price));
         }
-        let day = now_ms() / DAY_MS;
         let budget = if approved { u64::MAX } else { self.config.skill_budget_per_day };
-        let reserved = self.write_state("reserve a skill's price", move |s| s.spend(day, price, budget)).await;
-        match reserved {
-            Some(true) => {}
-            Some(false) => {
-                let left = self.config.skill_budget_per_day.saturating_sub(self.state.spent(day));
-                self.metrics.refuse("skill_budget");
-                return Err(UseError::OverBudget { price, left });
-            }
-            None => return Err(UseError::State("the day's spending".into())),
-        }
-        match self.node.adopt(id, Some(price)).await {
+        let terms = Terms { max_price: Some(price), daily_budget: Some(budget) };
+        match self.node.adopt(id, terms).await {
             Ok(adoption) => {
                 let paid = adoption.paid;
-                if paid != price {
-                    self.write_state("settle a skill's price", move |s| {
-                        s.refund(day, price)?;
-                        s.spend(day, paid, u64::MAX)
-                    })
-                    .await;
-                }
                 self.metrics.skills_adopted.inc();
-                self.show_spending();
+                self.show_spending(adoption.spent_today);
                 tracing::info!(skill = %id, paid, balance = adoption.balance, "adopted a swarm skill");
-                Ok(paid)
+                Ok((paid, adoption.skill))
             }
-            Err(error) => {
-                self.write_state("give back a skill's price", move |s| s.refund(day, price)).await;
-                match error {
-                    crate::node::Error::PriceAboveMax { price: now, max, .. } => {
-                        self.metrics.refuse("skill_price_rose");
-                        tracing::info!(skill = %id, max, now, "a skill's price rose above what was agreed: not adopted");
-                        Err(UseError::PriceRose { max, now })
-                    }
-                    error => Err(UseError::Market(error.to_string())),
-                }
+            Err(crate::node::Error::OverBudget { price, left, .. }) => {
+                self.metrics.refuse("skill_budget");
+                Err(UseError::OverBudget { price, left })
             }
+            Err(crate::node::Error::PriceAboveMax { price: now, max, .. }) => {
+                self.metrics.refuse("skill_price_rose");
+                tracing::info!(skill = %id, max, now, "a skill's price rose above what was agreed: not adopted");
+                Err(UseError::PriceRose { max, now })
+            }
+            Err(error) => Err(UseError::Market(error.to_string())),
         }
     }
 
@@ -196,9 +186,8 @@ impl Agent {
         }
     }
 
-    /// Shows today's spending on the swarm's skills in the status.
-    fn show_spending(&self) {
-        let spent = self.state.spent(now_ms() / DAY_MS);
+    /// Shows today's spending on the swarm's skills, `spent`, in the status.
+    fn show_spending(&self, spent: u64) {
         let mut status = super::core::lock(&self.status);
         status.skills_spent_today = spent;
         status.skill_budget_per_day = self.config.skill_budget_per_day;

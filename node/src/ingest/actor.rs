@@ -38,7 +38,7 @@ use druse_protocol::{ContentId, Envelope, Kind, PublicKey};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::{Activity, Effect, Gossiped, Ingestor, Outcome, Prepared, count, count_synced};
-use crate::market::{self, Stats, Totals};
+use crate::market::{self, Totals};
 use crate::metrics::Metrics;
 use crate::peers::Book;
 use crate::store;
@@ -66,15 +66,15 @@ pub enum Command {
     Synced { envelopes: Vec<Vec<u8>>, reply: oneshot::Sender<Vec<(Option<Kind>, Outcome)>> },
     /// A message this node signed, for `topic`; gossiped by the caller once accepted.
     Local { bytes: Vec<u8>, topic: &'static str, reply: oneshot::Sender<Outcome> },
-    /// A skill's crystal had the boosts of these bounties.
-    Boosted { skill: ContentId, bounties: Vec<String>, reply: oneshot::Sender<Result<(), store::Error>> },
-    /// This node pays for an adoption: the debit and the signed report are committed together
-    /// before the report is published, unless the ledger cannot pay `entry.amount` out of
-    /// `starting` credits. An adoption of the same skill paid before is answered with what
-    /// was paid then, and nothing is debited again.
+    /// This node pays for an adoption: the debit, the day's budgeted spending and the signed
+    /// report are committed together before the report is published, unless the ledger cannot
+    /// pay `entry.amount` out of `starting` credits or it would pass `budget`. An adoption of
+    /// the same skill paid before is answered with what was paid then, and nothing is debited
+    /// again.
     Spend {
         entry: market::Entry,
         starting: u64,
+        budget: Option<market::DayBudget>,
         adoption: market::PaidAdoption,
         reply: oneshot::Sender<Result<Spent, store::Error>>,
     },
@@ -87,10 +87,13 @@ pub enum Command {
 /// What a [`Command::Spend`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spent {
-    /// Debited (now or before); the ledger's totals, and the adoption paid for.
-    Debited(Totals, market::PaidAdoption),
+    /// Debited (now or before); the ledger's totals, the adoption paid for, and what the
+    /// budget's day has spent with it.
+    Debited(Totals, market::PaidAdoption, u64),
     /// Not enough credits: the balance, and nothing was written.
     Short(i128),
+    /// Over the day's budget: what the day has spent already, and nothing was written.
+    OverBudget(u64),
 }
 
 /// What the maintenance tick found.
@@ -350,7 +353,6 @@ enum Owed {
     Outcome(oneshot::Sender<Outcome>, Outcome, String, Option<Kind>),
     Local(oneshot::Sender<Outcome>, Outcome),
     Synced(oneshot::Sender<Vec<(Option<Kind>, Outcome)>>, Vec<(Option<Kind>, Outcome)>),
-    Stored(oneshot::Sender<Result<(), store::Error>>, Result<(), store::Error>),
     Spent(oneshot::Sender<Result<Spent, store::Error>>, Result<Spent, store::Error>),
 }
 
@@ -448,12 +450,8 @@ impl Actor {
                 self.note(Envelope::peek_kind(&bytes), outcome);
                 self.waiting.push(Owed::Local(reply, outcome));
             }
-            Command::Boosted { skill, bounties, reply } => {
-                let result = self.ingestor.boosted(skill, bounties);
-                self.waiting.push(Owed::Stored(reply, result));
-            }
-            Command::Spend { entry, starting, adoption, reply } => {
-                let result = self.ingestor.spend(&entry, starting, adoption);
+            Command::Spend { entry, starting, budget, adoption, reply } => {
+                let result = self.ingestor.spend(&entry, starting, budget, adoption);
                 self.waiting.push(Owed::Spent(reply, result));
             }
             Command::Tick { connected, reply } => {
@@ -534,13 +532,6 @@ impl Actor {
                     }
                     let _ = reply.send(outcomes);
                 }
-                Owed::Stored(reply, result) => {
-                    let result = match (result, committed) {
-                        (Ok(()), false) => Err(store::Error::NotCommitted),
-                        (result, _) => result,
-                    };
-                    let _ = reply.send(result);
-                }
                 Owed::Spent(reply, result) => {
                     let result = match (result, committed) {
                         (Ok(Spent::Debited(..)), false) => Err(store::Error::NotCommitted),
@@ -563,34 +554,6 @@ impl Actor {
 }
 
 impl Ingestor {
-    /// Records that a skill's crystal had the boosts of `bounties`.
-    fn boosted(&mut self, skill: ContentId, bounties: Vec<String>) -> Result<(), store::Error> {
-        self.writes.upsert(&self.store.market, skill.digest(), |s: &mut Stats| s.boosted.extend(bounties))?;
-        Ok(())
-    }
-
-    /// Debits the ledger for an adoption when it can pay, keeping the adoption beside it.
-    fn spend(
-        &mut self,
-        entry: &market::Entry,
-        starting: u64,
-        adoption: market::PaidAdoption,
-    ) -> Result<Spent, store::Error> {
-        let key = market::paid_adoption_key(&entry.skill);
-        let totals = market::totals_in(&self.store, &self.writes)?;
-        if let Some(paid) = self.writes.get::<market::PaidAdoption>(&self.store.state, key.as_bytes())? {
-            return Ok(Spent::Debited(totals, paid));
-        }
-        let balance = totals.balance(starting);
-        if balance < i128::from(entry.amount) {
-            return Ok(Spent::Short(balance));
-        }
-        let max = self.me.market.max_ledger_entries;
-        let totals = market::record(&self.store, &mut self.writes, entry, max)?;
-        self.writes.put(&self.store.state, key.as_bytes(), &adoption)?;
-        Ok(Spent::Debited(totals, adoption))
-    }
-
     /// Reads the trust book.
     fn book<T>(&self, read: impl FnOnce(&Book) -> T) -> T {
         read(&self.book.read().unwrap_or_else(std::sync::PoisonError::into_inner))

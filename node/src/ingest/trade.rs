@@ -6,6 +6,7 @@ use std::sync::PoisonError;
 use druse_protocol::body::{Bounty, CrystalListing, Report, ReportEvent};
 use druse_protocol::{ContentId, PublicKey, UnixMillis};
 
+use super::actor::Spent;
 use super::{Effect, Ingestor};
 use crate::market::{self, BountyRecord, Counted, Stats, Versions};
 use crate::metrics::{Metrics, ReportLabels};
@@ -13,6 +14,45 @@ use crate::skill::Skill;
 use crate::store;
 
 impl Ingestor {
+    /// Pays for an adoption in one step: unless it was paid before (then answers what was
+    /// paid), checks the day's budgeted spending against `budget` and the balance against the
+    /// debit, then writes the debit, the day's spending and the adoption together.
+    pub(super) fn spend(
+        &mut self,
+        entry: &market::Entry,
+        starting: u64,
+        budget: Option<market::DayBudget>,
+        adoption: market::PaidAdoption,
+    ) -> Result<Spent, store::Error> {
+        let key = market::paid_adoption_key(&entry.skill);
+        let totals = market::totals_in(&self.store, &self.writes)?;
+        let day = budget.map(|b| b.day);
+        let spent_today = match day {
+            Some(day) => market::day_spent_in(&self.store, &self.writes, day)?,
+            None => 0,
+        };
+        if let Some(paid) = self.writes.get::<market::PaidAdoption>(&self.store.state, key.as_bytes())? {
+            return Ok(Spent::Debited(totals, paid, spent_today));
+        }
+        if let Some(budget) = budget
+            && spent_today.checked_add(entry.amount).is_none_or(|total| total > budget.limit)
+        {
+            return Ok(Spent::OverBudget(spent_today));
+        }
+        let balance = totals.balance(starting);
+        if balance < i128::from(entry.amount) {
+            return Ok(Spent::Short(balance));
+        }
+        let max = self.me.market.max_ledger_entries;
+        let totals = market::record(&self.store, &mut self.writes, entry, max)?;
+        let spent_today = match day {
+            Some(day) => market::add_day_spent(&self.store, &mut self.writes, day, entry.amount)?,
+            None => spent_today,
+        };
+        self.writes.put(&self.store.state, key.as_bytes(), &adoption)?;
+        Ok(Spent::Debited(totals, adoption, spent_today))
+    }
+
     /// Records a version and marks every version but the newest deprecated, whatever order
     /// they arrive in. Only the same author's listings with the same `skill_id` are versions of
     /// one skill, so nobody can deprecate someone else's skill.

@@ -3,6 +3,7 @@
 use druse_protocol::Keypair;
 
 use super::*;
+use crate::store::{Store, Writes};
 
 /// The skill every test counts evidence on.
 fn skill() -> ContentId {

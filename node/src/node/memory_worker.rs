@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::{Error, Node, lock};
 use crate::ingest::Effect;
-use crate::ingest::actor::Command;
+use crate::market;
 use crate::skill::{Provenance, Skill};
 use druse_memory::crystal::CrystalId;
 use druse_memory::skills::SkillMemory;
@@ -179,30 +179,44 @@ impl Node {
 
     /// Raises the curiosity of a skill's crystal by the boost of each matched bounty it has
     /// not had yet (indexing it first if the match came before the skill reached memory), and
-    /// records them as had, so a boost is applied once even when the worker's queue dropped it
-    /// and a sweep finds it owed.
-    fn boost(&self, id: ContentId) -> Result<(), Error> {
+    /// records them as had on the crystal, in the same write ([`market::BOUNTIES_BOOSTED`]):
+    /// a boost is applied once even when the worker's queue dropped it and a sweep finds it
+    /// owed, and no second message to the ingest actor is needed. Answers whether it boosted.
+    fn boost(&self, id: ContentId) -> Result<bool, Error> {
         let _one_at_a_time = lock(&self.inner.boosting);
-        let owed = self.stats(&id)?.boosts_owed();
-        if owed.is_empty() {
-            return Ok(());
+        let stats = self.market().stats(&id)?;
+        let matched = stats.boosts_owed();
+        if matched.is_empty() {
+            return Ok(false);
         }
-        let Some(crystal) = self.index_skill(id)? else { return Ok(()) };
-        let amount = self.inner.market.bounty_curiosity_boost * owed.len() as f64;
+        let crystal = match self.inner.memory.skill_crystal(&id) {
+            Some(crystal) => crystal,
+            None => match self.index_skill(id)? {
+                Some(crystal) => crystal,
+                None => return Ok(false),
+            },
+        };
+        let had = self.inner.memory.get(crystal).map(|c| market::bounties_boosted(&c)).unwrap_or_default();
+        let owed: Vec<String> = matched.into_iter().filter(|b| !had.contains(b)).collect();
+        if owed.is_empty() {
+            return Ok(false);
+        }
+        let amount = self.inner.market.config.bounty_curiosity_boost * owed.len() as f64;
         let why = format!("bounty match ({}): curiosity boost", owed.join(", "));
         self.inner.memory.change(crystal, "market", now_ms(), &why, |c| {
             c.curiosity_boost = (c.curiosity_boost + amount).clamp(0.0, 1.0);
+            market::record_boosts(c, &owed);
         })?;
-        self.inner.ingest.ask_blocking(|reply| Command::Boosted { skill: id, bounties: owed, reply })??;
-        Ok(())
+        Ok(true)
     }
 
     /// Applies every boost owed to a skill's crystal: the sweep's half for dropped boosts.
     fn boost_owed(&self) -> Result<usize, Error> {
-        let owed = self.skills_with_evidence(|stats| !stats.boosts_owed().is_empty())?;
-        for id in &owed {
-            self.boost(*id)?;
+        let matched = self.market().skills_with_evidence(|stats| !stats.boosts_owed().is_empty())?;
+        let mut boosted = 0;
+        for id in matched {
+            boosted += usize::from(self.boost(id)?);
         }
-        Ok(owed.len())
+        Ok(boosted)
     }
 }

@@ -236,3 +236,80 @@ async fn an_operator_talks_to_the_agent_reads_every_run_and_its_spend_stops_at_t
     assert_eq!(status, 503);
     node.stop().await
 }
+
+/// The model of the approval scenario: in a local conversation, "use skill <id>" calls
+/// `use_skill`, and the tools' answer is passed on in words.
+fn uses_the_named_skill(request: &druse_tests::llm::Request) -> druse_tests::llm::Answer {
+    use druse_tests::llm::Answer;
+    if request.last_role() == "tool" {
+        return Answer::Text(format!("noted; the tools said: {}", request.tool_results().join(" | ")));
+    }
+    let said = request.messages().last().and_then(|m| m["content"].as_str().map(str::to_owned)).unwrap_or_default();
+    match said.split_once("use skill ") {
+        Some((_, id)) => Answer::Tools(vec![("use_skill".into(), serde_json::json!({"skill": id.trim()}))]),
+        None => script(request),
+    }
+}
+
+/// Issue 38: a skill priced above what the agent may spend alone, asked for in `agent chat`.
+/// The chat answers that the owner's approval is needed, and nothing reaches Bluesky: the
+/// agent's repository on the PDS holds no post (an approval request is a post that mentions
+/// the owner), nothing is paid, signed or adopted.
+#[tokio::test]
+async fn a_chat_that_needs_the_owners_approval_says_so_and_posts_nothing_to_bluesky() -> anyhow::Result<()> {
+    use druse_protocol::body::{Body, CrystalListing, Report, ReportEvent};
+    use druse_protocol::{ContentId, Keypair, topic};
+    use druse_tests::swarm::{Sniffer, seal};
+
+    let world = World::new(uses_the_named_skill).await?;
+    // Three management keys the node trusts: their reports price the skill.
+    let managers: Vec<Keypair> = (0..3u8).map(|i| Keypair::from_seed([41 + i; 32])).collect();
+    let trust = world.dir.path().join("trust.txt");
+    std::fs::write(&trust, managers.iter().map(|k| format!("{}\n", k.public())).collect::<String>())?;
+    let mut setup = world.setup("skill_approval_above = 1000");
+    setup.trust_list = Some(trust);
+    let node = druse_tests::agent::AgentNode::start(&setup, &world.dir.path().join("node")).await?;
+    eventually(ANSWERED, "the agent to log in", async || node.agent().await.is_ok_and(|a| a["state"] == "running"))
+        .await?;
+
+    // Another node's skill reaches the agent's node over gossip, and three management keys
+    // adopt it and report a success each: it passes the gate and has a price.
+    let status = node.get_auth("/v1/status", &[]).await?;
+    let addr = status["listen_addrs"][0].as_str().unwrap_or_default();
+    let peer = Sniffer::start(95)?;
+    peer.net.dial(format!("{addr}/p2p/{}", status["peer_id"].as_str().unwrap_or_default()).parse()?).await?;
+    let listing =
+        CrystalListing { asking_price: 1_000_000, ..druse_tests::swarm::listing("rotate-api-keys-without-downtime") };
+    let body = Body::Crystal(listing);
+    let id = ContentId::of(&body.encode()?);
+    peer.publish(topic::CRYSTALS, seal(&Keypair::from_seed([94; 32]), &body)?).await?;
+    let at = druse_protocol::now_ms();
+    for (i, manager) in managers.iter().enumerate() {
+        for event in [ReportEvent::Adoption { price_paid: 0 }, ReportEvent::Execution { success: true, reward: 1.0 }] {
+            let report = Report { issued_at: at + i as u64, reporter: manager.public(), content_id: id, event };
+            peer.publish(topic::REPORTS, seal(manager, &Body::Report(report))?).await?;
+        }
+    }
+    let price = druse_tests::wait_for(ANSWERED, "the skill to be priced on the agent's node", async || {
+        let listing = node.get_auth(&format!("/v1/skills/{id}"), &[]).await.ok()?;
+        listing["computed_price"]["micros"].as_u64().filter(|p| *p > 1000)
+    })
+    .await?;
+
+    let (status, said) = chat(&node, &serde_json::json!({"message": format!("please use skill {id}")})).await?;
+    assert_eq!(status, 200, "{said}");
+    assert_eq!(said["tools"], serde_json::json!(["use_skill"]), "{said}");
+    let answer = said["answer"].as_str().unwrap_or_default();
+    assert!(answer.contains("the owner's approval is needed"), "{said}");
+    assert!(answer.contains(&format!("costs {price} micro-USDC")), "the answer names the price: {said}");
+    assert!(answer.contains("posts no approval request"), "{said}");
+
+    // Nothing reached Bluesky or the market.
+    assert!(world.owner.posts(&world.agent.did).await?.is_empty(), "the agent posted an approval request");
+    let ledger = node.get_auth("/v1/ledger", &[]).await?;
+    assert_eq!(ledger["entries"].as_array().map(Vec::len), Some(0), "nothing was paid: {ledger}");
+    let listing = node.get_auth(&format!("/v1/skills/{id}"), &[]).await?;
+    assert_eq!(listing["adopted"], false, "{listing}");
+    assert_eq!(node.metric("druse_agent_skills_adopted_total").await?, 0.0);
+    node.stop().await
+}
