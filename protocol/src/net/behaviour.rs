@@ -388,7 +388,7 @@ mod unit {
 
     #[test]
     fn anonymous_publishing_is_accepted_with_permissive_validation() {
-        let config = gossipsub_config(Duration::from_millis(100)).unwrap();
+        let config = gossipsub_config(Duration::from_millis(100), true).unwrap();
         assert!(matches!(config.validation_mode(), ValidationMode::Permissive));
         Gossipsub::new_with_subscription_filter(
             MessageAuthenticity::Anonymous,
@@ -396,5 +396,13 @@ mod unit {
             gossipsub::WhitelistSubscriptionFilter(HashSet::new()),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn idontwant_is_sent_above_the_threshold_only_when_on() {
+        let on = gossipsub_config(Duration::from_millis(100), true).unwrap();
+        assert_eq!(on.idontwant_message_size_threshold(), IDONTWANT_MIN_BYTES);
+        let off = gossipsub_config(Duration::from_millis(100), false).unwrap();
+        assert_eq!(off.idontwant_message_size_threshold(), usize::MAX);
     }
 }
