@@ -137,16 +137,24 @@ fn raise_open_files(members: usize) {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     // Sockets of each connection's two ends, listeners, store files: a few hundred a member
     // at the most, with room to spare.
-    let wanted = (members as u64 * 256).max(4096);
     let Rlimit { current, maximum } = getrlimit(Resource::Nofile);
+    let Some(current) = current else {
+        println!("open files: no limit");
+        return;
+    };
+    let wanted = (members as u64 * 256).max(4096).max(current);
     let raised =
-        setrlimit(Resource::Nofile, Rlimit { current: Some(wanted), maximum: Some(wanted.max(maximum.unwrap_or(0))) })
+        setrlimit(Resource::Nofile, Rlimit { current: Some(wanted), maximum: maximum.map(|hard| hard.max(wanted)) })
             .or_else(|_| setrlimit(Resource::Nofile, Rlimit { current: maximum, maximum }));
-    let now = getrlimit(Resource::Nofile).current;
+    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
     match raised {
-        Ok(()) => println!("open files: soft limit {current:?} raised to {now:?} (about {wanted} wanted)"),
+        Ok(()) if now >= wanted => println!("open files: soft limit {current} raised to {now}"),
+        Ok(()) => println!(
+            "open files: soft limit {current} raised to the hard limit, {now}, not to the {wanted} wanted \
+             (raising the hard limit needs CAP_SYS_RESOURCE); a large swarm may need a lower --target-peers"
+        ),
         Err(error) => {
-            println!("open files: cannot raise the soft limit {current:?} ({error}); large swarms may fail to dial")
+            println!("open files: cannot raise the soft limit {current} ({error}); large swarms may fail to dial")
         }
     }
 }
