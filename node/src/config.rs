@@ -62,10 +62,12 @@ pub struct P2p {
     pub heartbeat: Duration,
     /// Most connections at once.
     pub max_connections: u32,
-    /// Peers the node keeps connections to: above a quarter more it closes the least useful,
-    /// below it dials peers it has heard of. At most `max_connections`; unset, 32 or
-    /// `max_connections` if that is lower.
+    /// Peers the node keeps connections to: at a tenth more (at least two) it refuses inbound
+    /// connections and closes the least useful, below it dials peers it has heard of. At most
+    /// `max_connections`; unset, 32 or `max_connections` if that is lower.
     pub target_peers: Option<u32>,
+    /// Gossipsub 1.2's IDONTWANT for messages over 1000 bytes (on by default).
+    pub idontwant: bool,
 }
 
 impl Default for P2p {
@@ -78,6 +80,7 @@ impl Default for P2p {
             heartbeat: net.heartbeat,
             max_connections: net.max_established,
             target_peers: None,
+            idontwant: net.idontwant,
         }
     }
 }
@@ -379,6 +382,7 @@ impl Config {
             max_established: self.p2p.max_connections,
             // Unset, the network layer's default, unless the connection limit is lower.
             target_peers: self.p2p.target_peers.unwrap_or(defaults.target_peers).min(self.p2p.max_connections),
+            idontwant: self.p2p.idontwant,
             ..defaults
         }
     }

@@ -409,7 +409,14 @@ impl Store {
 /// Opens (or creates) a database at `path` as the node's store does, with `cache_bytes` of
 /// block cache: for the memory engine on its own (benchmarks, tests).
 pub fn open_database(path: &Path, cache_bytes: u64) -> Result<Database, fjall::Error> {
-    Database::builder(path).cache_size(cache_bytes.max(1 << 20)).max_journaling_size(JOURNALS).open()
+    // fjall's flush and compaction workers: one per core up to four, or the node's pool size
+    // when a process of many nodes set it (`druse_memory::background::set_pool_threads`).
+    let workers = druse_memory::background::pool_threads().min(4);
+    Database::builder(path)
+        .cache_size(cache_bytes.max(1 << 20))
+        .max_journaling_size(JOURNALS)
+        .worker_threads(workers.max(1))
+        .open()
 }
 
 /// Opens (or creates) a keyspace of the store with the store's memtable size: a table, or the

@@ -31,6 +31,15 @@ pub fn key(seed: u8) -> Keypair {
     Keypair::from_seed([seed; 32])
 }
 
+/// The key of the `n`th member of a large swarm, for more members than `u8` seeds name: four
+/// bytes of `n`, then a filler no `[seed; 32]` key has.
+pub fn numbered_key(n: u32) -> Keypair {
+    let mut seed = [0xa5; 32];
+    seed[..4].copy_from_slice(&n.to_le_bytes());
+    seed[4] = 0x5a;
+    Keypair::from_seed(seed)
+}
+
 /// The management key every test node trusts.
 pub fn mgmt_key() -> Keypair {
     key(MGMT_SEED)
@@ -104,10 +113,21 @@ impl TestNode {
         management: &[PublicKey],
         tweak: impl FnOnce(&mut Config),
     ) -> Result<Self> {
+        Self::start_keyed(name, &key(seed), role, management, tweak).await
+    }
+
+    /// [`TestNode::start`] with any key (see [`numbered_key`]).
+    pub async fn start_keyed(
+        name: &str,
+        key: &Keypair,
+        role: Role,
+        management: &[PublicKey],
+        tweak: impl FnOnce(&mut Config),
+    ) -> Result<Self> {
         let dir = tempfile::Builder::new().prefix(&format!("druse-{name}-")).tempdir().context("data dir")?;
         let mut config = config(dir.path(), management)?;
         tweak(&mut config);
-        key(seed).save(&config.key_path()).with_context(|| format!("saving {name}'s key"))?;
+        key.save(&config.key_path()).with_context(|| format!("saving {name}'s key"))?;
         let node = Node::start(config.clone(), role).await.with_context(|| format!("starting node {name}"))?;
         Ok(Self { name: name.to_owned(), node, config, role, dir })
     }
@@ -434,4 +454,53 @@ pub async fn publish_raw(net: &net::Handle, topic: &'static str, data: Vec<u8>) 
     })
     .await
     .with_context(|| format!("last error: {last}"))
+}
+
+/// A swarm member that takes every gossip message and forwards none: it reports `Ignore` for
+/// each, which neither forwards nor penalises, so to its peers it looks like a node that
+/// never has anything new. Under gossipsub it is both a fault (a node whose validation is
+/// stuck) and an attack (an eclipse by mesh slots). It counts what it took.
+#[derive(Debug)]
+pub struct Silent {
+    pub net: net::Handle,
+    taken: Arc<std::sync::atomic::AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Silent {
+    /// Joins the swarm layer with `key` and the given heartbeat, on loopback TCP.
+    pub fn start(key: &Keypair, heartbeat: Duration) -> Result<Self> {
+        let config = net::Config {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().context("listen address")?],
+            mdns: false,
+            heartbeat,
+            ..net::Config::default()
+        };
+        let (net, mut events) = net::spawn(key, config, &mut net::Registry::default()).context("silent swarm")?;
+        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let task = tokio::spawn({
+            let taken = Arc::clone(&taken);
+            let net = net.clone();
+            async move {
+                while let Some(event) = events.recv().await {
+                    if let Event::Message { id, propagation_source, .. } = event {
+                        taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let _ = net.report(id, propagation_source, Acceptance::Ignore).await;
+                    }
+                }
+            }
+        });
+        Ok(Self { net, taken, task })
+    }
+
+    /// How many gossip messages it has taken (and dropped).
+    pub fn taken(&self) -> usize {
+        self.taken.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }

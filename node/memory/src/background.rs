@@ -6,7 +6,28 @@
 //! own and the threads that serve peers and users keep theirs. Lowering a priority needs no
 //! privilege.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use tokio::sync::{mpsc, oneshot};
+
+/// Threads in each compute pool a node starts; 0: one per core.
+static POOL_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the threads of each compute pool a node starts from now on (ingest's signature checks,
+/// background jobs, vector segment builds): one per core unless set. A process that runs
+/// hundreds of nodes (a swarm benchmark) sets 1, and each node then does that work on the
+/// thread that asks for it, with no pool at all; the nodes themselves keep the cores busy.
+pub fn set_pool_threads(threads: usize) {
+    POOL_THREADS.store(threads, Ordering::Relaxed);
+}
+
+/// The threads of each compute pool a node starts (see [`set_pool_threads`]): 1 means none.
+pub fn pool_threads() -> usize {
+    match POOL_THREADS.load(Ordering::Relaxed) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        threads => threads,
+    }
+}
 
 /// The nice value of work that holds locks others may wait for (the memory engine's writer):
 /// about a tenth of a core's share against busy threads of the default priority, so it still
@@ -78,12 +99,17 @@ impl Background {
         std::thread::Builder::new().name(name.to_owned()).spawn(move || {
             lower_this_thread(nice);
             // Started from this thread, the pool's threads inherit its priority.
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
-                .thread_name(move |i| format!("{pool_name}-{i}"))
-                .build()
-                .inspect_err(|error| tracing::warn!(%error, "a background thread without a pool of its own"))
-                .ok();
+            let threads = pool_threads();
+            let pool = (threads > 1)
+                .then(|| {
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .thread_name(move |i| format!("{pool_name}-{i}"))
+                        .build()
+                        .inspect_err(|error| tracing::warn!(%error, "a background thread without a pool of its own"))
+                        .ok()
+                })
+                .flatten();
             while let Some(job) = queue.blocking_recv() {
                 // A job that panics fails alone: its caller gets `Stopped`, the next job runs.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &pool {

@@ -200,13 +200,19 @@ pub fn spawn(ingestor: Ingestor, outlets: Outlets) -> std::io::Result<(Handle, T
     let verify_span = span.clone();
     let verify = std::thread::Builder::new().name("druse-verify".into()).spawn(move || {
         let _entered = verify_span.enter();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = rayon::ThreadPoolBuilder::new()
-            .num_threads(cores)
-            .thread_name(|i| format!("druse-verify-{i}"))
-            .build()
-            .inspect_err(|error| tracing::warn!(%error, "no verify workers; envelopes are opened on one thread"))
-            .ok();
+        let cores = druse_memory::background::pool_threads();
+        let workers = (cores > 1)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(cores)
+                    .thread_name(|i| format!("druse-verify-{i}"))
+                    .build()
+                    .inspect_err(
+                        |error| tracing::warn!(%error, "no verify workers; envelopes are opened on one thread"),
+                    )
+                    .ok()
+            })
+            .flatten();
         verify_loop(commands, verified, workers);
     })?;
     let actor = std::thread::Builder::new().name("druse-ingest".into()).spawn(move || {

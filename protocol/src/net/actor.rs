@@ -381,7 +381,7 @@ impl Actor {
             BehaviourEvent::Ping(event) => self.metrics.record(&event),
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => self.on_discovered(found),
             BehaviourEvent::Mdns(mdns::Event::Expired(_)) => {}
-            BehaviourEvent::ConnectionLimits(never) => match never {},
+            BehaviourEvent::ConnectionLimits(never) | BehaviourEvent::Gate(never) => match never {},
             BehaviourEvent::Sync(event) => self.on_sync_event(event),
         }
     }
@@ -455,13 +455,13 @@ impl Actor {
         }
     }
 
-    /// The peer manager's tick (see [`peers`]): trims above the high water mark, tops up below
-    /// the target.
+    /// The peer manager's tick (see [`peers`]): trims at the high water mark, tops up below the
+    /// target.
     fn manage_peers(&mut self) {
         let now = Instant::now();
         self.closed.expire(now);
         let connected = self.swarm.network_info().num_peers();
-        if connected > peers::high_water(self.target_peers) {
+        if connected >= peers::high_water(self.target_peers) {
             self.trim(now);
         } else if connected < self.target_peers {
             self.top_up(self.target_peers - connected, now);

@@ -13,7 +13,8 @@ use libp2p::{
 };
 use sha2::{Digest, Sha256};
 
-use super::{Config, Error, Registry};
+use super::gate::Gate;
+use super::{Config, Error, Registry, peers};
 use crate::envelope::MAX_ENVELOPE_LEN;
 use crate::{sync, topic};
 
@@ -28,6 +29,10 @@ const MAX_PENDING: u32 = 32;
 
 /// How long gossipsub holds a message for the node's verdict, whatever the heartbeat.
 const VALIDATION_WINDOW: Duration = Duration::from_secs(5);
+
+/// Messages above this size (protobuf-framed) are announced with IDONTWANT when it is on:
+/// libp2p's default. Below it the announcement costs about what the copies it saves do.
+const IDONTWANT_MIN_BYTES: usize = 1000;
 
 /// How long a sync request may take before it fails.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,6 +52,9 @@ pub(super) type Gossipsub = gossipsub::Behaviour<gossipsub::IdentityTransform, g
 pub(super) struct Behaviour {
     /// Refuses connections beyond the configured limits before any other protocol sees them.
     pub(super) connection_limits: connection_limits::Behaviour,
+    /// Refuses inbound connections while the node is at its ceiling, so a dial storm cannot
+    /// take it far past its target.
+    pub(super) gate: Gate,
     /// Carries envelopes, holds each message until the node's verdict, and scores peers.
     pub(super) gossipsub: Gossipsub,
     /// Learns peers' listen addresses and protocols, which feed Kademlia.
@@ -64,7 +72,7 @@ pub(super) struct Behaviour {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Behaviour {
-    fn new(key: &identity::Keypair, config: &Config) -> Result<Self, BoxError> {
+    fn new(key: &identity::Keypair, config: &Config, gossip_metrics: &mut Registry) -> Result<Self, BoxError> {
         let peer_id = key.public().to_peer_id();
 
         let limits = connection_limits::ConnectionLimits::default()
@@ -82,9 +90,12 @@ impl Behaviour {
         // take the place of the author and sequence number in deduplication.
         let mut gossipsub = Gossipsub::new_with_subscription_filter(
             MessageAuthenticity::Anonymous,
-            gossipsub_config(config.heartbeat)?,
+            gossipsub_config(config.heartbeat, config.idontwant)?,
             gossipsub::WhitelistSubscriptionFilter(topics),
-        )?;
+        )?
+        // What gossipsub saw: copies received before and after deduplication, bytes per topic,
+        // IDONTWANTs, mesh sizes (a handful of topics, so the families stay small).
+        .with_metrics(gossip_metrics, gossipsub::MetricsConfig::default());
         gossipsub.with_peer_score(score_params(), score_thresholds())?;
         for t in topic::ALL {
             gossipsub.subscribe(&IdentTopic::new(t))?;
@@ -107,8 +118,11 @@ impl Behaviour {
         let mdns =
             if config.mdns { Some(mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)?) } else { None };
 
+        let target = config.target_peers.min(config.max_established);
+        let ceiling = peers::high_water(usize::try_from(target).unwrap_or(usize::MAX));
         Ok(Self {
             connection_limits: connection_limits::Behaviour::new(limits),
+            gate: Gate::new(ceiling),
             gossipsub,
             identify,
             ping: ping::Behaviour::new(ping::Config::new()),
@@ -145,7 +159,7 @@ pub(super) fn message_id(message: &gossipsub::Message) -> MessageId {
     MessageId::new(&message_id_of(message.topic.as_str(), &message.data))
 }
 
-fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, BoxError> {
+fn gossipsub_config(heartbeat: Duration, idontwant: bool) -> Result<gossipsub::Config, BoxError> {
     // The message cache holds `history_length` heartbeats; keep a message at least
     // VALIDATION_WINDOW so the node's verdict still finds it when heartbeats are short.
     let heartbeat_ms = heartbeat.as_millis().max(1);
@@ -186,6 +200,9 @@ fn gossipsub_config(heartbeat: Duration) -> Result<gossipsub::Config, BoxError> 
         // the first connections come up.
         .heartbeat_initial_delay(heartbeat)
         .history_length(history)
+        // Gossipsub 1.2's IDONTWANT: on receiving a message larger than the threshold, tell the
+        // other mesh peers not to send it. Off, the threshold is out of reach.
+        .idontwant_message_size_threshold(if idontwant { IDONTWANT_MIN_BYTES } else { usize::MAX })
         .build()?;
     Ok(config)
 }
@@ -277,7 +294,10 @@ pub(super) fn build_swarm(
 ) -> Result<Swarm<Behaviour>, Error> {
     let transport = |e: &dyn std::fmt::Display| Error::Transport(e.to_string());
     let idle_timeout = config.idle_timeout;
-    let behaviour = |key: &identity::Keypair| Behaviour::new(key, config);
+    // Gossipsub's own metrics, beside libp2p's (`libp2p_gossipsub_*`).
+    let behaviour = |key: &identity::Keypair, registry: &mut Registry| {
+        Behaviour::new(key, config, registry.sub_registry_with_prefix("libp2p_gossipsub"))
+    };
 
     // The builder's phases are distinct types, so the two endings are spelled out twice.
     macro_rules! base {
@@ -294,7 +314,7 @@ pub(super) fn build_swarm(
     let swarm = match base!().with_dns() {
         Ok(builder) => builder
             .with_bandwidth_metrics(registry)
-            .with_behaviour(behaviour)
+            .with_behaviour(|key| behaviour(key, registry))
             .map_err(|e| transport(&e))?
             .with_swarm_config(|c| c.with_idle_connection_timeout(idle_timeout))
             .build(),
@@ -302,7 +322,7 @@ pub(super) fn build_swarm(
             tracing::warn!(error = %e, "no DNS resolver configuration; /dns addresses will not resolve");
             base!()
                 .with_bandwidth_metrics(registry)
-                .with_behaviour(behaviour)
+                .with_behaviour(|key| behaviour(key, registry))
                 .map_err(|e| transport(&e))?
                 .with_swarm_config(|c| c.with_idle_connection_timeout(idle_timeout))
                 .build()
@@ -368,7 +388,7 @@ mod unit {
 
     #[test]
     fn anonymous_publishing_is_accepted_with_permissive_validation() {
-        let config = gossipsub_config(Duration::from_millis(100)).unwrap();
+        let config = gossipsub_config(Duration::from_millis(100), true).unwrap();
         assert!(matches!(config.validation_mode(), ValidationMode::Permissive));
         Gossipsub::new_with_subscription_filter(
             MessageAuthenticity::Anonymous,
@@ -376,5 +396,13 @@ mod unit {
             gossipsub::WhitelistSubscriptionFilter(HashSet::new()),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn idontwant_is_sent_above_the_threshold_only_when_on() {
+        let on = gossipsub_config(Duration::from_millis(100), true).unwrap();
+        assert_eq!(on.idontwant_message_size_threshold(), IDONTWANT_MIN_BYTES);
+        let off = gossipsub_config(Duration::from_millis(100), false).unwrap();
+        assert_eq!(off.idontwant_message_size_threshold(), usize::MAX);
     }
 }

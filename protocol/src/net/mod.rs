@@ -20,6 +20,7 @@
 
 mod actor;
 mod behaviour;
+mod gate;
 mod peers;
 mod start;
 #[cfg(test)]
@@ -73,6 +74,9 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Bound of the event channel; events that do not fit are dropped and counted.
     pub event_buffer: usize,
+    /// Whether gossipsub 1.2's IDONTWANT is sent for messages over 1000 bytes: a peer that
+    /// receives one tells its other mesh peers not to send it the same.
+    pub idontwant: bool,
 }
 
 impl Default for Config {
@@ -94,6 +98,7 @@ impl Default for Config {
             peer_grace: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(60),
             event_buffer: 1024,
+            idontwant: true,
         }
     }
 }

@@ -7,7 +7,7 @@
 //! mesh of each topic uses a handful of them; the rest only carry gossip about what the meshes
 //! already delivered.
 //!
-//! So, once a tick: above the high water mark, the node closes connections until it is back at
+//! So, once a tick: at the high water mark, the node closes connections until it is back at
 //! the target, choosing among the peers connected longer than a grace period (a newcomer has
 //! time to join meshes) those in the fewest meshes, then the lowest gossipsub score, then the
 //! newest. Below the target it dials peers its Kademlia routing table knows of, a few a tick,
@@ -37,10 +37,12 @@ const CLOSED_MAX: usize = 4096;
 /// Kademlia bootstraps, when the routing table has nobody left to dial, at most this often.
 pub(super) const BOOTSTRAP_EVERY: Duration = Duration::from_secs(60);
 
-/// Above this many peers the node trims back to `target`: a quarter more, and at least two, so
-/// a peer dialling in does not make the node close a connection every tick.
+/// At this many peers the node trims back to `target`, and it refuses inbound connections at
+/// this many established ones (see `gate`): a tenth more, and at least two, so a peer dialling
+/// in does not make the node close a connection every tick, and a dial storm never takes it
+/// past 1.1 times its target (for targets of 20 and up).
 pub fn high_water(target: usize) -> usize {
-    target + (target / 4).max(2)
+    target + (target / 10).max(2)
 }
 
 /// A connected peer as the manager weighs it.
@@ -55,11 +57,11 @@ pub(super) struct Connected {
     pub(super) score: f64,
 }
 
-/// The peers to disconnect so that at most `target` remain: none while the node has at most
+/// The peers to disconnect so that at most `target` remain: none while the node has fewer than
 /// [`high_water`] peers. Peers connected for less than `grace` are kept. Of the others, the
 /// ones in the fewest meshes go first, then the lowest scored, then the newest.
 pub(super) fn excess(mut connected: Vec<Connected>, target: usize, grace: Duration, now: Instant) -> Vec<PeerId> {
-    if connected.len() <= high_water(target) {
+    if connected.len() < high_water(target) {
         return Vec::new();
     }
     let surplus = connected.len() - target;
@@ -127,18 +129,20 @@ mod tests {
     }
 
     #[test]
-    fn high_water_is_a_quarter_above_the_target_and_at_least_two() {
+    fn high_water_is_a_tenth_above_the_target_and_at_least_two() {
         assert_eq!(high_water(1), 3);
         assert_eq!(high_water(8), 10);
-        assert_eq!(high_water(32), 40);
+        assert_eq!(high_water(20), 22);
+        assert_eq!(high_water(32), 35);
     }
 
     #[test]
-    fn nothing_is_trimmed_up_to_the_high_water_mark() {
+    fn nothing_is_trimmed_below_the_high_water_mark() {
         let now = Instant::now() + Duration::from_secs(3600);
         let old = now - Duration::from_secs(600);
         let all: Vec<Connected> = peers(10).into_iter().map(|p| connected(p, old, 0, 0.0)).collect();
-        assert!(excess(all.clone(), 8, Duration::from_secs(20), now).is_empty());
+        assert!(excess(all[..9].to_vec(), 8, Duration::from_secs(20), now).is_empty(), "9 peers, high water 10");
+        assert_eq!(excess(all.clone(), 8, Duration::from_secs(20), now).len(), 2, "10 peers, target 8, high water 10");
         assert_eq!(excess(all, 7, Duration::from_secs(20), now).len(), 3, "10 peers, target 7, high water 9");
     }
 

@@ -324,8 +324,8 @@ fn accept_everything(mut node: Node, index: usize, heard: mpsc::Sender<usize>) -
     (handle, TaskGuard(task))
 }
 
-/// Eight nodes that all dial each other, each keeping four: every node trims back under its
-/// high water mark (closing and redialling as the others trim too), and a message published
+/// Eight nodes that all dial each other, each keeping four: every node trims back to its high
+/// water mark or under it (closing and redialling as the others trim too), and a message published
 /// afterwards still reaches every node.
 #[tokio::test(flavor = "multi_thread")]
 async fn crowded_nodes_trim_to_their_target_and_the_swarm_still_delivers() {
@@ -335,9 +335,11 @@ async fn crowded_nodes_trim_to_their_target_and_the_swarm_still_delivers() {
     for seed in 210..218 {
         nodes.push(start(seed, kept()).await);
     }
+    // A node at its ceiling refuses the later dials (see `gate`); node 0's own seven dials
+    // crowd it past its high water mark all the same.
     for i in 0..nodes.len() {
         for j in i + 1..nodes.len() {
-            connect(&nodes[i], &nodes[j]).await;
+            let _ = timeout(WAIT, nodes[i].handle.dial(nodes[j].addr.clone())).await.expect("dial hung");
         }
     }
     let author = nodes[0].key.clone();

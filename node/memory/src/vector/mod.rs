@@ -427,7 +427,10 @@ impl VectorIndex {
                 // Its parallel graph construction runs on a pool of its own, whose threads
                 // inherit that priority; the process's shared pool keeps the default.
                 crate::background::lower_this_thread(crate::background::LOWEST);
-                let threads = thread::available_parallelism().map_or(1, |n| n.get());
+                let threads = crate::background::pool_threads();
+                if threads < 2 {
+                    return worker.run_builder(last_uid);
+                }
                 match rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .thread_name(|i| format!("vector-build-{i}"))

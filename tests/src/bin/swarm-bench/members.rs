@@ -1,0 +1,406 @@
+//! The swarm under measure: honest nodes (the management node first) and silent peers, how
+//! they are linked, and what is timed and counted on them.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use druse_node::Role;
+use druse_protocol::body::{Body, CrystalListing, ExecutionStats, SemanticType};
+use druse_protocol::net::{self, PeerId};
+use druse_protocol::now_ms;
+use druse_tests::procfs::{self, mb};
+use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready, mgmt_key, numbered_key, wait_connected};
+use rand::Rng;
+use rand::rngs::StdRng;
+
+use crate::{Args, swarm_node};
+
+/// Each latency sample must complete within this, or the run fails.
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a settling swarm may take before the run goes on without it.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The swarm: every honest node (index 0 the management node), then the silent peers.
+pub(crate) struct Members {
+    pub(crate) nodes: Vec<TestNode>,
+    pub(crate) silent: Vec<Silent>,
+    /// Dials between members that a full peer refused (its ceiling, see `net::gate`).
+    pub(crate) refused: usize,
+}
+
+impl Members {
+    /// The swarm handle of member `i`, honest or silent.
+    fn net(&self, i: usize) -> &net::Handle {
+        match self.nodes.get(i) {
+            Some(node) => node.net(),
+            None => &self.silent[i - self.nodes.len()].net,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.nodes.len() + self.silent.len()
+    }
+
+    /// How often the stores and weather of every node are polled while timing: every
+    /// millisecond up to a hundred nodes, then a millisecond more per hundred, so polling 500
+    /// stores does not take the cores the swarm runs on.
+    fn poll(&self) -> Duration {
+        Duration::from_millis(1 + self.nodes.len() as u64 / 100)
+    }
+
+    pub(crate) async fn stop(self) {
+        drop(self.silent);
+        for node in self.nodes {
+            node.stop().await;
+        }
+    }
+}
+
+/// Starts the management node, the honest edges and the silent peers; member `i` dials `i + 1`
+/// (a ring, so the swarm is connected) and random others; waits until gossip flows between
+/// every honest node.
+pub(crate) async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Members> {
+    let trusted = [mgmt_key().public()];
+    let silent_count = args.silent_count();
+    let honest = args.nodes - silent_count;
+    let mut nodes = vec![
+        TestNode::start_keyed(
+            "mgmt",
+            &druse_tests::swarm::key(MGMT_SEED),
+            Role::Management,
+            &trusted,
+            swarm_node(args),
+        )
+        .await?,
+    ];
+    for i in 1..honest {
+        let key = numbered_key(u32::try_from(i)?);
+        nodes.push(TestNode::start_keyed(&format!("edge-{i}"), &key, Role::Edge, &trusted, swarm_node(args)).await?);
+    }
+    let mut silent = Vec::with_capacity(silent_count);
+    for i in honest..args.nodes {
+        silent.push(Silent::start(&numbered_key(u32::try_from(i)?), args.heartbeat)?);
+    }
+    let mut members = Members { nodes, silent, refused: 0 };
+    let n = members.len();
+    let dials = args.dials.clamp(1, n - 1);
+    // Silent peers are spread over the ring, not bunched at its end, so no stretch of it is
+    // silent: member `i` of the ring is `order[i]`.
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        order.swap(i, rng.random_range(1..=i));
+    }
+    let mut links = BTreeSet::new();
+    for i in 0..n {
+        let mut targets = vec![order[(i + 1) % n]];
+        while targets.len() < dials {
+            let j = rng.random_range(0..n);
+            if j != order[i] && !targets.contains(&j) {
+                targets.push(j);
+            }
+        }
+        for j in targets {
+            let (a, b) = (order[i], j);
+            if links.contains(&(a.min(b), a.max(b))) {
+                continue;
+            }
+            // A member at its ceiling refuses; Kademlia and the others' dials connect the swarm.
+            match connect(members.net(a), members.net(b)).await {
+                Ok(()) => {
+                    links.insert((a.min(b), a.max(b)));
+                }
+                Err(_) => members.refused += 1,
+            }
+        }
+    }
+    for i in 0..n {
+        let expected: Vec<PeerId> = links
+            .iter()
+            .filter_map(|&(x, y)| {
+                if x == i {
+                    Some(y)
+                } else if y == i {
+                    Some(x)
+                } else {
+                    None
+                }
+            })
+            .map(|j| members.net(j).local_peer_id())
+            .collect();
+        // The peer manager may already have trimmed a link; mesh_ready below proves delivery.
+        let _ = wait_connected(members.net(i), &expected).await;
+    }
+    mesh_ready(&members.nodes.iter().collect::<Vec<_>>()).await?;
+    println!(
+        "swarm up: {} members ({} honest, {} silent), {} links dialled, {} dials refused at a full peer",
+        n,
+        members.nodes.len(),
+        members.silent.len(),
+        links.len(),
+        members.refused
+    );
+    Ok(members)
+}
+
+/// Waits until every node is back within its connection ceiling (`net::peer_high_water`):
+/// what is measured afterwards is the swarm as it runs, not its first minute.
+pub(crate) async fn settle(members: &Members) -> Result<Duration> {
+    let started = Instant::now();
+    loop {
+        let mut over = 0;
+        for node in &members.nodes {
+            let high = net::peer_high_water(node.config.net().target_peers as usize);
+            if node.net().peers().await?.len() > high {
+                over += 1;
+            }
+        }
+        if over == 0 {
+            println!("settled in {:.1} s: every node within its ceiling", started.elapsed().as_secs_f64());
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > SETTLE_TIMEOUT {
+            println!("not settled after {SETTLE_TIMEOUT:?}: {over} nodes above their ceiling; measuring anyway");
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The swarm's process once every node is up.
+pub(crate) struct Idle {
+    pub(crate) up: procfs::Status,
+    /// CPU used per second of wall time while nothing is published: heartbeats, timers.
+    pub(crate) cores: f64,
+    /// Connected peers per node, on average, after the idle time.
+    pub(crate) peers: f64,
+    /// What the honest nodes sent and received in the idle time.
+    pub(crate) traffic: Traffic,
+    pub(crate) elapsed: Duration,
+}
+
+impl Idle {
+    /// What the idle swarm sent and received in `elapsed`, at its idle rate.
+    pub(crate) fn traffic_over(&self, elapsed: Duration) -> Traffic {
+        let scale = elapsed.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9);
+        let t = &self.traffic;
+        Traffic {
+            copies: t.copies * scale,
+            unique: t.unique * scale,
+            sent: t.sent * scale,
+            received: t.received * scale,
+            idontwant: t.idontwant * scale,
+        }
+    }
+}
+
+/// The process's resident memory with the swarm up, and its CPU use and traffic while the
+/// swarm idles.
+pub(crate) async fn measure_idle(pid: u32, before: procfs::Status, members: &Members, idle: Duration) -> Result<Idle> {
+    let up = procfs::status(pid)?;
+    let connected = async || -> Result<f64> {
+        let mut sum = 0;
+        for node in &members.nodes {
+            sum += node.net().peers().await?.len();
+        }
+        Ok(sum as f64 / members.nodes.len() as f64)
+    };
+    let peers_before = connected().await?;
+    let traffic = Traffic::of(&members.nodes);
+    let (cpu, started) = (procfs::cpu_seconds(pid)?, Instant::now());
+    tokio::time::sleep(idle).await;
+    let elapsed = started.elapsed();
+    let cores = (procfs::cpu_seconds(pid)? - cpu) / elapsed.as_secs_f64();
+    let traffic = Traffic::of(&members.nodes).since(&traffic);
+    let peers_after = connected().await?;
+    println!(
+        "{} members: {:.1} MB resident ({:.1} MB before), {} threads, idle CPU {cores:.2} cores, \
+         peers per node {peers_before:.1} then {peers_after:.1}",
+        members.len(),
+        mb(up.rss),
+        mb(before.rss),
+        up.threads
+    );
+    Ok(Idle { up, cores, peers: peers_after, traffic, elapsed })
+}
+
+/// What gossipsub and the transport counted on the honest nodes, summed.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Traffic {
+    /// Gossip messages received, every copy (before gossipsub drops duplicates).
+    pub(crate) copies: f64,
+    /// Gossip messages received once each (after it drops them).
+    pub(crate) unique: f64,
+    /// Bytes on the nodes' connections, every protocol, each way (libp2p's bandwidth metrics:
+    /// stream bytes above noise and yamux framing).
+    pub(crate) sent: f64,
+    pub(crate) received: f64,
+    /// IDONTWANT messages received.
+    pub(crate) idontwant: f64,
+}
+
+impl Traffic {
+    pub(crate) fn of(nodes: &[TestNode]) -> Self {
+        let mut sum = Self::default();
+        for node in nodes {
+            let text = node.metrics_text();
+            let value =
+                |name: &str, labels: &[(&str, &str)]| druse_tests::metrics::value(&text, name, labels).unwrap_or(0.0);
+            sum.copies += value("libp2p_gossipsub_topic_msg_recv_counts_unfiltered_total", &[]);
+            sum.unique += value("libp2p_gossipsub_topic_msg_recv_counts_total", &[]);
+            sum.sent += value("libp2p_bandwidth_bytes_total", &[("direction", "outbound")]);
+            sum.received += value("libp2p_bandwidth_bytes_total", &[("direction", "inbound")]);
+            sum.idontwant += value("libp2p_gossipsub_idontwant_msgs_total", &[]);
+        }
+        sum
+    }
+
+    pub(crate) fn since(&self, earlier: &Self) -> Self {
+        Self {
+            copies: self.copies - earlier.copies,
+            unique: self.unique - earlier.unique,
+            sent: self.sent - earlier.sent,
+            received: self.received - earlier.received,
+            idontwant: self.idontwant - earlier.idontwant,
+        }
+    }
+}
+
+/// A skill listing named `name` whose text is `bytes` long (at least the short text of a test
+/// listing).
+fn sized_listing(name: &str, bytes: usize) -> CrystalListing {
+    const WORDS: [&str; 8] = ["parse", "validate", "retry", "stream", "buffer", "decode", "schema", "index"];
+    let mut text = format!("How to {name}: ");
+    let mut i = 0;
+    while text.len() < bytes {
+        text.push_str(WORDS[i % WORDS.len()]);
+        text.push(' ');
+        i += 1;
+    }
+    text.truncate(bytes.max(text.find(':').map_or(0, |c| c + 1)));
+    CrystalListing {
+        issued_at: now_ms(),
+        name: name.to_owned(),
+        text,
+        semantic_type: SemanticType::Skill,
+        tags: vec!["test".to_owned()],
+        category: Some("testing".to_owned()),
+        skill_id: format!("{name}-id"),
+        version: 1,
+        previous_version: None,
+        stats: ExecutionStats { executions: 5, successes: 4, avg_reward: 0.6 },
+        asking_price: 10_000,
+    }
+}
+
+/// Publishes listings from random honest edges, each timed until every honest node stores it.
+pub(crate) async fn measure_publish(
+    members: &Members,
+    publishes: usize,
+    bytes: usize,
+    rng: &mut StdRng,
+) -> Result<Vec<Duration>> {
+    let nodes = &members.nodes;
+    let mut samples = Vec::with_capacity(publishes);
+    for k in 0..publishes {
+        let edge = &nodes[rng.random_range(1..nodes.len())];
+        let body = Body::Crystal(sized_listing(&format!("bench-skill-{k}"), bytes));
+        let started = Instant::now();
+        let id = edge.publish(&body).await.with_context(|| format!("publishing from {}", edge.name))?;
+        let mut waiting: Vec<&TestNode> = nodes.iter().collect();
+        loop {
+            waiting.retain(|n| !n.has_skill(&id));
+            if waiting.is_empty() {
+                break;
+            }
+            if started.elapsed() > SAMPLE_TIMEOUT {
+                let names: Vec<&str> = waiting.iter().take(10).map(|n| n.name.as_str()).collect();
+                bail!(
+                    "listing {k} from {} did not reach {} nodes ({names:?}...) within {SAMPLE_TIMEOUT:?}",
+                    edge.name,
+                    waiting.len()
+                );
+            }
+            tokio::time::sleep(members.poll()).await;
+        }
+        samples.push(started.elapsed());
+    }
+    Ok(samples)
+}
+
+/// Weather rounds from the management node: each timed until every honest node is halted,
+/// then until every one is free again.
+pub(crate) async fn measure_weather(
+    members: &Members,
+    management: &druse_management::Management,
+    rounds: usize,
+) -> Result<(Vec<Duration>, Vec<Duration>)> {
+    let mut lockdown = Vec::with_capacity(rounds);
+    let mut lift = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let started = Instant::now();
+        management.weather(0.9, Duration::from_secs(60), format!("bench round {round}")).await?;
+        wait_all(members, true, started).await.with_context(|| format!("weather round {round}"))?;
+        lockdown.push(started.elapsed());
+
+        let started = Instant::now();
+        management.weather(0.0, Duration::from_secs(1), format!("bench round {round} lifted")).await?;
+        wait_all(members, false, started).await.with_context(|| format!("lifting weather round {round}"))?;
+        lift.push(started.elapsed());
+    }
+    Ok((lockdown, lift))
+}
+
+/// Waits until every honest node's `halted()` equals `halted`.
+async fn wait_all(members: &Members, halted: bool, started: Instant) -> Result<()> {
+    let mut waiting: Vec<&TestNode> = members.nodes.iter().collect();
+    loop {
+        waiting.retain(|n| n.halted() != halted);
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() > SAMPLE_TIMEOUT {
+            let names: Vec<&str> = waiting.iter().take(10).map(|n| n.name.as_str()).collect();
+            bail!("{} nodes ({names:?}...) did not reach halted={halted} within {SAMPLE_TIMEOUT:?}", waiting.len());
+        }
+        tokio::time::sleep(members.poll()).await;
+    }
+}
+
+/// The gossipsub scores honest nodes give their connected peers, split by whether the peer is
+/// silent.
+#[derive(Debug, Default)]
+pub(crate) struct Scores {
+    pub(crate) honest: Vec<f64>,
+    pub(crate) silent: Vec<f64>,
+}
+
+impl Scores {
+    pub(crate) async fn read(members: &Members) -> Result<Self> {
+        let silent: BTreeSet<PeerId> = members.silent.iter().map(|s| s.net.local_peer_id()).collect();
+        let mut scores = Self::default();
+        for node in &members.nodes {
+            for peer in node.net().peers().await? {
+                let score = peer.score.unwrap_or(0.0);
+                if silent.contains(&peer.peer_id) {
+                    scores.silent.push(score);
+                } else {
+                    scores.honest.push(score);
+                }
+            }
+        }
+        Ok(scores)
+    }
+}
+
+/// Mean, lowest and highest of `values` (zeros when empty).
+pub(crate) fn spread(values: &[f64]) -> (f64, f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (mean, low, high)
+}
