@@ -1,2 +1,0 @@
-| sh
-echo "toolchain ready"
