@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use druse_node::api::Error;
 use druse_node::skill::Published;
+use druse_node::skill::folder::Located;
 use druse_protocol::api::Code;
 use druse_protocol::body::{Bounty, EndorsementVerdict, TrustLevel};
 use druse_protocol::now_ms;
@@ -23,7 +24,7 @@ impl From<crate::Error> for Error {
     fn from(error: crate::Error) -> Self {
         match error {
             crate::Error::UnknownSkill(_) => Error::not_found(error.to_string()),
-            crate::Error::Invalid(_) => Error::new(Code::Invalid, error.to_string()),
+            crate::Error::Invalid(_) | crate::Error::Findings(_) => Error::new(Code::Invalid, error.to_string()),
             crate::Error::Node(e) => (*e).into(),
             crate::Error::Store(e) => Error::internal(e),
             crate::Error::Task(e) => Error::internal(e),
@@ -40,6 +41,17 @@ pub struct EndorseRequest {
     pub verdict: EndorsementVerdict,
     #[serde(default)]
     pub note: String,
+    /// Endorse even when the skill scanner finds something high in the skill.
+    #[serde(default)]
+    pub despite_findings: bool,
+}
+
+/// The answer to an endorsement: what was published and what the scanner finds in the skill.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Endorsed {
+    #[serde(flatten)]
+    pub published: Published,
+    pub findings: Vec<Located>,
 }
 
 fn endorse() -> EndorsementVerdict {
@@ -135,9 +147,12 @@ async fn census_route(State(m): State<Arc<Management>>) -> Result<Json<crate::ce
 async fn endorse_route(
     State(m): State<Arc<Management>>,
     request: Result<Json<EndorseRequest>, JsonRejection>,
-) -> Answer {
+) -> Result<(StatusCode, Json<Endorsed>), Error> {
     let Json(request) = request?;
-    published(m.endorse(request.content_id, request.verdict, request.note).await?)
+    let (content_id, findings) =
+        m.endorse_reviewed(request.content_id, request.verdict, request.note, request.despite_findings).await?;
+    let published = Published { content_id, issued_at: now_ms() };
+    Ok((StatusCode::CREATED, Json(Endorsed { published, findings })))
 }
 
 async fn weather_route(

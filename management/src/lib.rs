@@ -18,9 +18,11 @@ use std::time::Duration;
 
 use druse_node::node;
 use druse_node::skill::Skill;
+use druse_node::skill::folder::Located;
 use druse_node::{Node, Role};
 use druse_protocol::body::{Attest, Ban, Body, Bounty, Endorsement, EndorsementVerdict, TrustLevel, Weather, limits};
 use druse_protocol::now_ms;
+use druse_protocol::scan::Severity;
 use druse_protocol::{ContentId, PublicKey};
 use tokio::sync::Mutex;
 
@@ -35,6 +37,9 @@ pub enum Error {
     UnknownSkill(ContentId),
     #[error("{0}")]
     Invalid(String),
+    /// A high scanner finding refused an endorsement.
+    #[error("{0}")]
+    Findings(String),
     #[error(transparent)]
     Node(Box<node::Error>),
     #[error(transparent)]
@@ -95,9 +100,41 @@ impl Management {
         Ok(next)
     }
 
-    /// Endorses (or revokes) a skill this node holds, by hand.
+    /// Endorses (or revokes) a skill this node holds, by hand; an endorsement of a skill the
+    /// scanner finds something high in is refused ([`Management::endorse_reviewed`]).
     pub async fn endorse(&self, id: ContentId, verdict: EndorsementVerdict, note: String) -> Result<ContentId, Error> {
-        self.sign_endorsement(id, verdict, note, "manual").await
+        Ok(self.endorse_reviewed(id, verdict, note, false).await?.0)
+    }
+
+    /// Endorses (or revokes) a skill by hand after the reviewer saw what the skill scanner
+    /// finds in it, answered beside the endorsement. A high finding refuses the endorsement
+    /// unless `despite_findings`; a revocation is never refused.
+    pub async fn endorse_reviewed(
+        &self,
+        id: ContentId,
+        verdict: EndorsementVerdict,
+        note: String,
+        despite_findings: bool,
+    ) -> Result<(ContentId, Vec<Located>), Error> {
+        let findings = self.findings(id).await?;
+        if verdict == EndorsementVerdict::Endorse
+            && !despite_findings
+            && let Some(high) = findings.iter().find(|f| f.finding.severity == Severity::High)
+        {
+            return Err(Error::Findings(format!(
+                "skill {id} has a high scanner finding ({high}); endorse it despite the findings to go on"
+            )));
+        }
+        Ok((self.sign_endorsement(id, verdict, note, "manual").await?, findings))
+    }
+
+    /// What the skill scanner finds in a skill this node holds, each with its file and line.
+    pub async fn findings(&self, id: ContentId) -> Result<Vec<Located>, Error> {
+        let node = self.node.clone();
+        let skill: Skill = druse_node::task::blocking(move || node.skill(&id).map_err(Error::from))
+            .await??
+            .ok_or(Error::UnknownSkill(id))?;
+        Ok(druse_node::skill::folder::findings(&skill.listing))
     }
 
     /// Signs and publishes an endorsement or revocation, counted under `policy`.

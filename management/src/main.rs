@@ -7,9 +7,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use druse_management::Management;
-use druse_management::api::{AttestRequest, BanRequest, BountyRequest, EndorseRequest, WeatherRequest};
+use druse_management::api::{AttestRequest, BanRequest, BountyRequest, EndorseRequest, Endorsed, WeatherRequest};
 use druse_node::cli::{self, ApiArgs, RunArgs, print_json};
 use druse_node::skill::Published;
+use druse_node::skill::folder::Located;
 use druse_node::{Role, daemon};
 use druse_protocol::body::{EndorsementVerdict, TrustLevel};
 use druse_protocol::{ContentId, Keypair};
@@ -58,11 +59,15 @@ enum Command {
         #[arg(long, default_value = "./druse-mgmt-data/node.key")]
         out: PathBuf,
     },
-    /// Endorse a skill the management node holds.
+    /// Endorse a skill the management node holds; prints what the skill scanner finds in it,
+    /// and refuses a skill with a high finding unless `--despite-findings`.
     Endorse {
         content_id: ContentId,
         #[arg(long, default_value = "")]
         note: String,
+        /// Endorse even when the scanner finds something high.
+        #[arg(long)]
+        despite_findings: bool,
         #[command(flatten)]
         api: MgmtApi,
     },
@@ -184,13 +189,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let key = Keypair::load(&out)?;
             println!("add this line to every node's trust list:\n{}  # druse-mgmt", key.public());
         }
-        Command::Endorse { content_id, note, api } => {
-            send(api, "/v1/endorsements", &EndorseRequest { content_id, verdict: EndorsementVerdict::Endorse, note })
-                .await?
+        Command::Endorse { content_id, note, despite_findings, api } => {
+            let api = ApiArgs::from(api);
+            let path = format!("/v1/skills/{content_id}/findings");
+            let findings: Vec<Located> = api.reader().get(&path).await?;
+            for finding in &findings {
+                println!("finding: {finding}");
+            }
+            let request = EndorseRequest { content_id, verdict: EndorsementVerdict::Endorse, note, despite_findings };
+            let endorsed: Endorsed = api.writer()?.post("/v1/endorsements", &request).await?;
+            println!("{}", endorsed.published.content_id);
         }
         Command::Revoke { content_id, note, api } => {
-            send(api, "/v1/endorsements", &EndorseRequest { content_id, verdict: EndorsementVerdict::Revoke, note })
-                .await?
+            let request =
+                EndorseRequest { content_id, verdict: EndorsementVerdict::Revoke, note, despite_findings: false };
+            send(api, "/v1/endorsements", &request).await?
         }
         Command::Weather { level, duration, reason, api } => {
             send(api, "/v1/weather", &WeatherRequest { level, duration, reason }).await?

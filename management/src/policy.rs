@@ -37,6 +37,10 @@ impl Management {
             if skill.deprecated || skill.endorsement.as_ref().is_some_and(|e| e.by == me) {
                 continue;
             }
+            // The policy has no reviewer: a skill with a high scanner finding waits for one.
+            if druse_node::skill::folder::scan_listing(&skill.listing).refused() {
+                continue;
+            }
             let stats = self.node().market().stats(&id)?;
             let summary = self.node().market().summary(&skill, &stats);
             if !summary.passes_independently(&gate, policy.min_independent_reporters) {

@@ -2,6 +2,7 @@
 //! config file, the flags that reach a running node, and logging.
 
 pub mod agent;
+pub mod skill_folder;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

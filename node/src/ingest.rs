@@ -114,12 +114,14 @@ pub(crate) enum Content {
 }
 
 impl Content {
-    /// Checks a listing's name and text: secrets first, then the skill scanner.
+    /// Checks a listing's name and text: secrets first, then the skill scanner (a folder's
+    /// files one by one).
     pub(crate) fn of(listing: &CrystalListing) -> Self {
         if governance::is_confidential(&listing.text) || governance::is_confidential(&listing.name) {
             return Content::Confidential;
         }
-        let report = druse_protocol::scan::scan(&[("name", &listing.name), ("SKILL.md", &listing.text)], &[]);
+        // An Agent Skills folder is scanned file by file (its frame checked first).
+        let report = crate::skill::folder::scan_listing(listing);
         match report.first_high() {
             Some(finding) => Content::Hostile(finding.rule.clone()),
             None => Content::Clean,

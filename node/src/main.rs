@@ -49,7 +49,7 @@ enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Skills: publish, list.
+    /// Skills: publish, list, import and export folders.
     Skill {
         #[command(subcommand)]
         command: SkillCommand,
@@ -182,6 +182,17 @@ enum SkillCommand {
         #[arg(long)]
         claim: Option<String>,
     },
+    /// Import an Agent Skills folder (`SKILL.md` and its `scripts/`, `references/`,
+    /// `assets/`): checked, scanned, and published as this node's skill of that name.
+    Import {
+        dir: PathBuf,
+        /// Asking price in micro-USDC.
+        #[arg(long, default_value_t = 0)]
+        price: u64,
+    },
+    /// Write a stored skill (imported or distilled) as an Agent Skills folder into DIR (or
+    /// DIR/<name> when DIR is not named after the skill).
+    Export { id: String, dir: PathBuf },
     /// Adopt a skill, paying what this node's own price computation supports.
     Adopt {
         id: String,
@@ -326,6 +337,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let path = format!("/v1/skills/{}/reports", encode(&id));
                 let published: Published = api.writer()?.post(&path, &request).await?;
                 println!("{}", published.content_id);
+            }
+            SkillCommand::Import { dir, price } => {
+                let request = cli::skill_folder::read(&dir, price)?;
+                print_json(&api.writer()?.post::<_, Value>("/v1/skills/import", &request).await?)
+            }
+            SkillCommand::Export { id, dir } => {
+                let path = format!("/v1/skills/{}/folder", encode(&id));
+                let exported: druse_node::skill::folder::Exported = api.reader().get(&path).await?;
+                for finding in &exported.findings {
+                    eprintln!("finding: {finding}");
+                }
+                println!("{}", cli::skill_folder::write(&dir, &exported)?.display());
             }
             SkillCommand::Adopt { id, max_price } => {
                 let mut path = format!("/v1/skills/{}/adopt", encode(&id));

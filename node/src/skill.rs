@@ -1,6 +1,8 @@
 //! Skills this node holds: its own and those ingested from peers, with their endorsement
 //! state (seed 004's `isVerified` / `verifiedBy`) and the endorsements waiting for their skill.
 
+pub mod folder;
+
 use std::collections::{HashMap, VecDeque};
 
 use druse_memory::governance::{self, Scope, Sensitivity};

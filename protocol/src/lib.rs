@@ -16,6 +16,7 @@ pub mod net;
 pub mod pricing;
 pub mod reputation;
 pub mod scan;
+pub mod skill_folder;
 pub mod sync;
 pub mod topic;
 pub mod trust;

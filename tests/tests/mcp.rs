@@ -177,6 +177,9 @@ fn scenario(skill: &str) -> Vec<Value> {
         call("history", "memory_history", json!({"id": "${correction.crystal.id}"})),
         call("skills", "skill_search", json!({"query": "backoff retries"})),
         call("no_skills", "skill_search", json!({"query": "quantum", "verified_only": true})),
+        call("read", "skill_get", json!({"id": skill})),
+        call("adopt_own", "skill_adopt", json!({"id": skill, "max_price": 1000})),
+        call("adopt_unknown", "skill_adopt", json!({"id": unknown_skill()})),
         call("report", "skill_report", json!({"id": skill, "success": true, "reward": 0.9})),
         call("empty_query", "memory_search", json!({"query": ""})),
         call("k_zero", "memory_search", json!({"query": "surgery", "k": 0})),
@@ -200,7 +203,17 @@ async fn assert_scenario(run: &Run, node: &ProcNode, skill: &str) {
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["memory_search", "memory_add", "memory_get", "memory_history", "skill_search", "skill_report", "agent_chat"]
+        [
+            "memory_search",
+            "memory_add",
+            "memory_get",
+            "memory_history",
+            "skill_search",
+            "skill_get",
+            "skill_adopt",
+            "skill_report",
+            "agent_chat"
+        ]
     );
     for tool in tools {
         assert_eq!(tool["input_schema"]["type"], "object", "{tool}");
@@ -271,9 +284,23 @@ async fn assert_scenario(run: &Run, node: &ProcNode, skill: &str) {
         let text = &run.step(step)["text"];
         assert!(text.as_str().is_some_and(|t| t.contains(&format!("`{field}`"))), "{step}: {text}");
     }
-    for step in ["unknown_crystal", "unknown_history", "unknown_skill"] {
+    for step in ["unknown_crystal", "unknown_history", "unknown_skill", "adopt_unknown"] {
         assert_eq!(run.refusal(step)["error"], "not_found", "{step}: {}", run.step(step));
     }
+    // A skill read as its Agent Skills folder, with its provenance and price.
+    let read = run.answer("read");
+    assert_eq!(read["id"], skill, "{read}");
+    assert_eq!(read["files"][0]["path"], "SKILL.md", "{read}");
+    let skill_md = read["files"][0]["text"].as_str().unwrap_or_else(|| panic!("{read}"));
+    assert!(skill_md.starts_with("---\nname: retry-backoff\n"), "{skill_md}");
+    assert!(skill_md.contains("Retry failed calls with exponential backoff and jitter"), "{skill_md}");
+    assert!(read["digest"].as_str().is_some_and(|d| d.starts_with("sha256:")), "{read}");
+    assert!(read["publisher"].as_str().is_some_and(|k| !k.is_empty()), "{read}");
+    assert!(read["computed_price"].is_u64() && read["reputation"].is_number(), "{read}");
+    // The node's own skill is not bought: the refusal says why.
+    let own = run.refusal("adopt_own");
+    assert_eq!(own["error"], "invalid", "{own}");
+    assert!(own["detail"].as_str().is_some_and(|d| d.contains("its own skill")), "{own}");
     // This node runs no agent: talking to it says so.
     assert_eq!(run.refusal("chat_without_agent")["error"], "agent_disabled", "{}", run.step("chat_without_agent"));
 }

@@ -25,7 +25,7 @@ pub struct Invalid {
 }
 
 impl Invalid {
-    fn new(field: &str, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(field: &str, detail: impl Into<String>) -> Self {
         Self { field: Some(field.to_owned()), detail: detail.into() }
     }
 }

@@ -1,0 +1,103 @@
+//! The routes for Agent Skills folders: import one (`POST /v1/skills/import`), export a stored
+//! skill as one (`GET /v1/skills/{id}/folder`), and what the scanner finds in a skill
+//! (`GET /v1/skills/{id}/findings`), for a reviewer before it endorses.
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use druse_protocol::ContentId;
+use druse_protocol::api::Code;
+use druse_protocol::body::Body;
+use druse_protocol::now_ms;
+use druse_protocol::skill_folder::Folder;
+
+use super::{Error, parse_id};
+use crate::node::Node;
+use crate::skill::folder::{self, Exported, ImportRequest, Imported, Located, Provenance, Refusal};
+
+/// The write route (behind the token) and the read routes.
+pub fn routes(node: &Node) -> (Router<Node>, Router<Node>) {
+    let writes = super::require_token(Router::new().route("/v1/skills/import", post(import)), node.token());
+    let reads =
+        Router::new().route("/v1/skills/{id}/folder", get(export)).route("/v1/skills/{id}/findings", get(findings));
+    (writes, reads)
+}
+
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Self {
+        let code = match refusal {
+            Refusal::Confidential(_) => Code::Confidential,
+            Refusal::Folder(_) | Refusal::Scan(_) => Code::Invalid,
+        };
+        Self::new(code, refusal.to_string())
+    }
+}
+
+/// Imports a folder: checks it, scans it, and publishes it as the next version of this node's
+/// skill of that name (or answers the latest when its digest is the same).
+pub async fn import_folder(node: &Node, request: ImportRequest) -> Result<Imported, Error> {
+    let folder = Folder::from_texts(request.files, request.dir_name.as_deref()).map_err(Refusal::from)?;
+    let name = folder.frontmatter().name.clone();
+    let me = node.key().public();
+    let reader = node.clone();
+    let skills = crate::task::blocking(move || reader.skills()).await??;
+    let latest =
+        skills.into_iter().filter(|s| s.author == me && s.listing.skill_id == name).max_by_key(|s| s.listing.version);
+    if let Some(latest) = &latest
+        && folder::folder_of(&latest.listing).is_ok_and(|f| f.digest() == folder.digest())
+        && latest.listing.asking_price == request.asking_price
+    {
+        return Ok(Imported {
+            content_id: latest.id,
+            name,
+            version: latest.listing.version,
+            digest: folder.digest(),
+            findings: folder::findings(&latest.listing),
+            unchanged: true,
+        });
+    }
+    let version = latest.as_ref().map_or(1, |s| s.listing.version.saturating_add(1));
+    let (listing, findings) =
+        folder::listing_for(&folder, request.asking_price, version, latest.map(|s| s.id), now_ms())?;
+    let content_id = node.publish(&Body::Crystal(listing)).await?;
+    Ok(Imported { content_id, name, version, digest: folder.digest(), findings, unchanged: false })
+}
+
+/// A stored skill as a folder, with the price this node computes for it.
+pub async fn export_folder(node: &Node, id: ContentId) -> Result<Exported, Error> {
+    let listing = node.market().listing(id).await?;
+    Ok(folder::export(&Provenance { skill: &listing.skill, computed_price: listing.computed_price.micros })?)
+}
+
+/// What the scanner finds in a stored skill.
+pub async fn skill_findings(node: &Node, id: ContentId) -> Result<Vec<Located>, Error> {
+    let reader = node.clone();
+    let skill = crate::task::blocking(move || reader.skill(&id)).await??;
+    let skill = skill.ok_or_else(|| Error::not_found(format!("this node holds no skill {id}")))?;
+    Ok(folder::findings(&skill.listing))
+}
+
+async fn import(
+    State(node): State<Node>,
+    request: Result<Json<ImportRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Imported>), Error> {
+    let Json(request) = request?;
+    let imported = import_folder(&node, request).await?;
+    let status = if imported.unchanged { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(imported)))
+}
+
+async fn export(State(node): State<Node>, id: Result<Path<String>, PathRejection>) -> Result<Json<Exported>, Error> {
+    let Path(id) = id?;
+    Ok(Json(export_folder(&node, parse_id(&id)?).await?))
+}
+
+async fn findings(
+    State(node): State<Node>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Vec<Located>>, Error> {
+    let Path(id) = id?;
+    Ok(Json(skill_findings(&node, parse_id(&id)?).await?))
+}
