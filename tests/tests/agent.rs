@@ -34,6 +34,9 @@ mod tryit;
 
 #[path = "agent/models.rs"]
 mod models;
+
+#[path = "agent/local.rs"]
+mod local;
 #[path = "agent/outcomes.rs"]
 mod outcomes;
 
