@@ -64,13 +64,21 @@ async fn healthy(port: u16) -> bool {
     answer.status().is_success() && answer.text().await.is_ok_and(|t| t.contains("ok"))
 }
 
-async fn cli(node: &AgentNode, args: &[&str]) -> anyhow::Result<Value> {
+/// `druse-node agent ARGS` against `node`, waited for at most `within` (a tiny model still reads
+/// a 2k-token prompt for a minute or more on 2 busy cores).
+async fn cli(node: &AgentNode, args: &[&str], within: Duration) -> anyhow::Result<Value> {
     let bins = tokio::task::spawn_blocking(druse_tests::process::binaries).await??;
     let data_dir = node.data_dir.display().to_string();
-    let mut all = vec!["agent"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--api", &node.api, "--data-dir", &data_dir]);
-    Ok(serde_json::from_str(&druse_tests::process::run_cli(&bins.node, &all).await?)?)
+    let mut command = tokio::process::Command::new(&bins.node);
+    for (name, _) in std::env::vars_os().filter(|(name, _)| name.to_string_lossy().starts_with("DRUSE_")) {
+        command.env_remove(name);
+    }
+    command.arg("agent").args(args).args(["--api", &node.api, "--data-dir", &data_dir]).kill_on_drop(true);
+    let out = tokio::time::timeout(within, command.output())
+        .await
+        .map_err(|_| anyhow::anyhow!("druse-node agent {args:?} did not finish within {within:?}"))??;
+    anyhow::ensure!(out.status.success(), "druse-node agent {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(serde_json::from_slice(&out.stdout)?)
 }
 
 #[tokio::test]
@@ -84,7 +92,7 @@ async fn the_node_serves_its_local_model_starts_it_again_when_killed_and_stops_i
     let mut setup = world.setup("");
     setup.llm = String::new();
     setup.llm_timeout = Some("120s".into());
-    setup.llm_extra = format!("local_model = {:?}\nlocal_context = 2048\nmax_tokens = 64", gguf.display().to_string());
+    setup.llm_extra = format!("local_model = {:?}\nmax_tokens = 64", gguf.display().to_string());
 
     // A missing model file is a config error that names the key, before anything starts.
     let mut missing = setup.clone();
@@ -104,7 +112,7 @@ async fn the_node_serves_its_local_model_starts_it_again_when_killed_and_stops_i
     assert!(healthy(port).await, "the child answers on 127.0.0.1:{port}");
 
     // The operator talks to the agent, and the local model answers.
-    let said = cli(&node, &["chat", "hello! who are you?"]).await?;
+    let said = cli(&node, &["chat", "hello! who are you?"], LOADED).await?;
     let answer = said["answer"].as_str().unwrap_or_default();
     assert!(!answer.trim().is_empty(), "the local model answered: {said}");
     let calls = node.metric("druse_agent_llm_calls_total{label=\"ok\"}").await.unwrap_or(0.0);
