@@ -137,6 +137,9 @@ pub struct Agent {
     pub synthesize_memories: bool,
     /// The daily reflection may also post a short public reflection (as phi does).
     pub post_reflection: bool,
+    /// A musing's or a reflection's post goes out at once; otherwise it waits for the owner's
+    /// like. Either way it passes the privacy check and quotes no stranger.
+    pub autopost: bool,
     /// How many runs of the model the journal keeps (`druse-node agent log`); older ones are
     /// forgotten.
     pub run_log_keep: usize,
@@ -182,6 +185,7 @@ impl Default for Agent {
             persona_file: None,
             synthesize_memories: true,
             post_reflection: false,
+            autopost: false,
             run_log_keep: 1000,
             bluesky: AgentBluesky::default(),
             llm: AgentLlm::default(),

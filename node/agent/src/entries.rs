@@ -213,6 +213,9 @@ impl EntryTools {
             self.agent.metrics.refuse("musing_second_post");
             return Err(ToolError::Refused(format!("one post per {}", self.entry.as_str())));
         }
+        if let Some(asked) = self.gate(&a.text).await? {
+            return Ok(asked);
+        }
         let facets = self.agent.facets_for(&a.text, "").await;
         let post = self
             .agent
@@ -225,6 +228,33 @@ impl EntryTools {
         tracing::info!(uri = %post.uri, "the agent mused: an original post");
         self.outcome.post = Some(post.uri.clone());
         Ok(format!("ok: posted as {}", post.uri))
+    }
+
+    /// Opt-in posting's gates (`optin`): a post that leaks or quotes a stranger is refused, and
+    /// one that passes is asked of the owner (`Some`, what to tell the model) unless `autopost`.
+    async fn gate(&mut self, text: &str) -> Result<Option<String>, ToolError> {
+        let agent = &self.agent;
+        let memory = Arc::clone(agent.node.memory());
+        let since = now_ms().saturating_sub(DAY_MS);
+        let said =
+            crate::task::blocking(move || super::optin::said_since(&memory, since)).await.map_err(ToolError::failed)?;
+        let owner = &agent.config.bluesky.owner;
+        match super::optin::route(text, &said, agent.bsky.handle(), owner, agent.config.autopost) {
+            Err(refused) => {
+                agent.metrics.refuse(refused.label);
+                Err(ToolError::Refused(refused.why))
+            }
+            Ok(super::optin::Route::Post) => Ok(None),
+            Ok(super::optin::Route::AskOwner) => {
+                let action = super::rules::Gated::Post { text: text.to_owned() };
+                let asked = agent.request_approval(action, super::core::Lead::Agent).await;
+                let asked = asked.map_err(|e| ToolError::Failed(e.to_string()))?;
+                // The request is this run's one post, and a musing's for the session.
+                agent.mused(now_ms()).await;
+                self.outcome.post = asked.rsplit(' ').next().map(str::to_owned);
+                Ok(Some(asked))
+            }
+        }
     }
 
     async fn remember(&mut self, call: &ToolCall) -> Result<String, ToolError> {

@@ -21,7 +21,7 @@
 //!   [`schedule`] deciding when;
 //! - `swarm`: the agent as a buyer (skills by meaning, adoption, execution reports);
 //!   `distill`: skills it earns from episodes that went well, `privacy` keeping anything
-//!   personal from leaving in one; [`outcome`]: what followed a
+//!   personal from leaving in one, `optin` from a musing or a reflection; [`outcome`]: what followed a
 //!   run, the reward it reports, read by [`reaction`] (thanks, a correction, a complaint, or
 //!   nothing clear) from the people [`standing`] says the agent stands behind;
 //!   [`experience`]: what the agent lived, apart from peers' skills;
@@ -55,6 +55,7 @@ mod local;
 pub mod metrics;
 mod mind;
 pub mod node;
+mod optin;
 pub mod outcome;
 pub mod posts;
 mod privacy;
