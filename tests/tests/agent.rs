@@ -34,6 +34,9 @@ mod tryit;
 
 #[path = "agent/models.rs"]
 mod models;
+
+#[path = "agent/local.rs"]
+mod local;
 #[path = "agent/outcomes.rs"]
 mod outcomes;
 
@@ -473,7 +476,7 @@ async fn own_posts(world: &World) -> anyhow::Result<Vec<String>> {
 async fn musing_posts_on_its_schedule_at_most_once_per_session() -> anyhow::Result<()> {
     // musing_interval is 1 m: a fresh agent's first tick is due, so the timer fires at once.
     let world = World::new(script).await?;
-    let node = world.node("musing = true\nmusing_interval = \"1m\"").await?;
+    let node = world.node("musing = true\nmusing_interval = \"1m\"\nautopost = true").await?;
     let posted =
         wait_for(ANSWERED, "the scheduled musing", async || own_posts(&world).await.ok().filter(|p| !p.is_empty()))
             .await

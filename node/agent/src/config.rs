@@ -137,6 +137,9 @@ pub struct Config {
     pub synthesize_memories: bool,
     /// The daily reflection may also post a short public reflection (as phi does).
     pub post_reflection: bool,
+    /// A musing's or a reflection's post goes out at once; otherwise it waits for the owner's
+    /// like. Either way it passes the privacy check and quotes no stranger.
+    pub autopost: bool,
     /// How many runs of the model the journal keeps (`druse-node agent log`); older ones are
     /// forgotten.
     pub run_log_keep: usize,
@@ -182,6 +185,7 @@ impl Default for Config {
             persona_file: None,
             synthesize_memories: true,
             post_reflection: false,
+            autopost: false,
             run_log_keep: 1000,
             bluesky: AgentBluesky::default(),
             llm: AgentLlm::default(),
@@ -269,6 +273,15 @@ pub struct AgentLlm {
     /// The fraction of `daily_token_budget` one stranger's notifications may use in a day;
     /// the owner and the agent's own entries have no share, only the budget. 1: no share.
     pub stranger_share: f64,
+    /// A GGUF model file the node serves itself: it starts llama.cpp's server on 127.0.0.1 as
+    /// a child process, restarts it if it dies, stops it with the node, and talks to it in
+    /// place of `base_url` (which stays empty).
+    pub local_model: Option<std::path::PathBuf>,
+    /// The `llama-server` binary for `local_model`; by default `llama-server` on PATH, else
+    /// Python's `xllamacpp` wheel (in `python3`, or in `~/.cache/druse/llama-venv`).
+    pub llama_server: Option<std::path::PathBuf>,
+    /// The context window, in tokens, the local model is served with.
+    pub local_context: u32,
 }
 
 impl Default for AgentLlm {
@@ -286,6 +299,9 @@ impl Default for AgentLlm {
             daily_spend_cap: 0.0,
             daily_token_budget: 2_000_000,
             stranger_share: 0.05,
+            local_model: None,
+            llama_server: None,
+            local_context: 8192,
         }
     }
 }
@@ -393,14 +409,19 @@ impl Config {
             return bad("bluesky.owner", "must be the owner's handle");
         }
         let l = &self.llm;
-        if !http(&l.base_url) {
-            return bad(
-                "llm.base_url",
-                "must be the http(s) URL of an OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1",
-            );
-        }
-        if l.model.trim().is_empty() {
-            return bad("llm.model", "must name the model");
+        if let Some(model) = &l.local_model {
+            l.check_local(model)?;
+        } else {
+            if !http(&l.base_url) {
+                return bad(
+                    "llm.base_url",
+                    "must be the http(s) URL of an OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1 \
+                     (or set llm.local_model to a .gguf file the node serves itself)",
+                );
+            }
+            if l.model.trim().is_empty() {
+                return bad("llm.model", "must name the model");
+            }
         }
         if !l.api_key_env.is_empty() && !is_env_name(&l.api_key_env) {
             return bad("llm.api_key_env", "must be empty or name an environment variable");
@@ -433,6 +454,35 @@ impl Config {
     }
 }
 
+impl AgentLlm {
+    /// A local model's keys: the file is there, the server named (if any) is a file, and no
+    /// `base_url` competes with it.
+    fn check_local(&self, model: &std::path::Path) -> Result<(), Invalid> {
+        let bad = |key: &str, why: String| Err(Invalid(format!("agent.llm.{key} {why}")));
+        if !self.base_url.is_empty() {
+            return bad(
+                "base_url",
+                "must be empty with local_model: the node serves the model itself and knows its URL".into(),
+            );
+        }
+        if !model.is_file() {
+            return bad("local_model", format!("{}: no such file (a .gguf model file)", model.display()));
+        }
+        if let Some(server) = &self.llama_server
+            && !server.is_file()
+        {
+            return bad(
+                "llama_server",
+                format!("{}: no such file (llama.cpp's llama-server binary)", server.display()),
+            );
+        }
+        if !(512..=1_048_576).contains(&self.local_context) {
+            return bad("local_context", "must be between 512 and 1048576 tokens".into());
+        }
+        Ok(())
+    }
+}
+
 /// A plausible handle: dot-separated labels of letters, digits and hyphens.
 fn is_handle(s: &str) -> bool {
     let s = s.strip_prefix('@').unwrap_or(s);
@@ -448,4 +498,50 @@ fn is_env_name(s: &str) -> bool {
         && s.len() <= 128
         && !s.starts_with(|c: char| c.is_ascii_digit())
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enabled() -> Config {
+        Config {
+            enabled: true,
+            bluesky: AgentBluesky {
+                service: "http://localhost:2583".into(),
+                handle: "agent.test".into(),
+                owner: "owner.test".into(),
+                ..AgentBluesky::default()
+            },
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn a_local_model_replaces_the_url_and_must_be_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let gguf = dir.path().join("model.gguf");
+        std::fs::write(&gguf, b"GGUF").unwrap();
+        let mut agent = enabled();
+        agent.llm.local_model = Some(gguf.clone());
+        agent.check().expect("a local model needs no base_url and no model name");
+
+        let refused = |agent: &Config| agent.check().unwrap_err().to_string();
+        let mut missing = agent.clone();
+        missing.llm.local_model = Some(dir.path().join("absent.gguf"));
+        let why = refused(&missing);
+        assert!(why.contains("agent.llm.local_model") && why.contains("absent.gguf") && why.contains("no such file"));
+        let mut both = agent.clone();
+        both.llm.base_url = "http://127.0.0.1:11434/v1".into();
+        assert!(refused(&both).contains("agent.llm.base_url must be empty with local_model"));
+        let mut server = agent.clone();
+        server.llm.llama_server = Some(dir.path().join("llama-server"));
+        assert!(refused(&server).contains("agent.llm.llama_server"));
+        let mut small = agent.clone();
+        small.llm.local_context = 100;
+        assert!(refused(&small).contains("agent.llm.local_context"));
+        let mut neither = enabled();
+        neither.llm.model = "m".into();
+        assert!(refused(&neither).contains("local_model"), "the error names both ways to set a model");
+    }
 }

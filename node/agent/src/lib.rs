@@ -27,13 +27,14 @@
 //!   [`schedule`] deciding when and [`RunReport`] saying what a run did;
 //! - `swarm`: the agent as a buyer (skills by meaning, adoption, execution reports);
 //!   `distill`: skills it earns from episodes that went well, `privacy` keeping anything
-//!   personal from leaving in one; [`outcome`]: what followed a run, the reward it reports,
-//!   read by [`reaction`] (thanks, a correction, a complaint, or nothing clear) from the
-//!   people [`standing`] says the agent stands behind; [`experience`]: what the agent lived,
-//!   apart from peers' skills;
+//!   personal from leaving in one, `optin` from a musing or a reflection; [`outcome`]: what
+//!   followed a run, the reward it reports, read by [`reaction`] (thanks, a correction, a
+//!   complaint, or nothing clear) from the people [`standing`] says the agent stands behind;
+//!   [`experience`]: what the agent lived, apart from peers' skills;
 //! - [`llm`]: the chat-completions client (tools, bounded loop, retries, JSON schema), with
 //!   `toolcall` reading the calls a model writes in its text; `spend`: what the model costs,
-//!   its daily token budget and each stranger's share of it;
+//!   its daily token budget and each stranger's share of it; `local`: a model the node serves
+//!   itself (`local_model`), its llama.cpp server a supervised child;
 //! - [`bluesky`]: the account (session, notifications, threads, replies, likes; profiles in
 //!   `bluesky/profile.rs`); [`facets`]: mentions and links as byte ranges; [`posts`]: posts that
 //!   fit; [`consent`]: tagging consent as users say it;
@@ -57,9 +58,11 @@ pub mod facets;
 pub mod journal;
 mod learn;
 pub mod llm;
+mod local;
 pub mod metrics;
 mod mind;
 pub mod node;
+mod optin;
 pub mod outcome;
 pub mod posts;
 mod privacy;
@@ -228,6 +231,9 @@ pub fn start(
     metrics: metrics::Metrics,
     secrets: Secrets,
 ) -> Handle {
+    let mut config = config;
+    // A model the node serves itself: its server starts now, and the agent waits for it.
+    let local = local::start(&*node, &mut config.llm, metrics.clone());
     let status = Arc::new(Mutex::new(AgentStatus {
         enabled: true,
         state: "starting",
@@ -252,7 +258,7 @@ pub fn start(
     let running = Arc::new(OnceLock::new());
     let handle =
         Handle { status: Arc::clone(&status), runs, paused: Arc::clone(&paused), journal, agent: Arc::clone(&running) };
-    let host = Host { node: Arc::clone(&node), config, session };
+    let host = Host { node: Arc::clone(&node), config, session, local };
     node.spawn("agent", Box::pin(run_agent(host, metrics, secrets, handle.clone(), requests)));
     handle
 }
@@ -268,6 +274,8 @@ struct Host {
     node: Arc<dyn Node>,
     config: Config,
     session: PathBuf,
+    /// The model the node serves itself (`[agent.llm] local_model`), if any.
+    local: Option<local::LocalModel>,
 }
 
 async fn connect(
@@ -277,7 +285,11 @@ async fn connect(
     status: &Arc<Mutex<AgentStatus>>,
     journal: Option<Arc<journal::Journal>>,
 ) -> Result<Arc<core::Agent>, String> {
-    let Host { node, config, session } = host;
+    let Host { node, config, session, local } = host;
+    if let Some(local) = local {
+        local.ready(local::LOAD_TIMEOUT).await?;
+        tracing::info!(url = local.base_url(), "the agent talks to the local model");
+    }
     let (bsky, origin) =
         bluesky::Bluesky::connect(&config.bluesky.service, &config.bluesky.handle, &secrets.password, session.clone())
             .await

@@ -77,6 +77,8 @@ pub struct Metrics {
     pub rewards_reported: Family<Label, Counter>,
     /// Runs closed, by outcome (`good`, `bad`, `neutral`, `silent`).
     pub runs_closed: Family<Label, Counter>,
+    /// Times the local model server (`[agent.llm] local_model`) stopped and was started again.
+    pub local_model_restarts: Counter,
 }
 
 fn histogram() -> Histogram {
@@ -116,6 +118,7 @@ impl Default for Metrics {
             skills_adopted: Counter::default(),
             rewards_reported: Family::default(),
             runs_closed: Family::default(),
+            local_model_restarts: Counter::default(),
         }
     }
 }
@@ -170,6 +173,11 @@ impl Metrics {
             m.rewards_reported.clone(),
         );
         r.register("runs_closed", "Runs closed with their outcome, by outcome", m.runs_closed.clone());
+        r.register(
+            "local_model_restarts",
+            "Times the local model server (agent.llm.local_model) stopped and was started again",
+            m.local_model_restarts.clone(),
+        );
         m
     }
 

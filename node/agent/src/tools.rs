@@ -161,8 +161,8 @@ pub(crate) const TABLE: &[Spec] = &[
     Spec {
         name: Name::Post,
         id: "post",
-        about: "Post one original thought outside any thread. In a conversation it is not posted until the owner \
-                approves it; in a musing or your daily reflection it posts at once, once at most.",
+        about: "Post one original thought outside any thread, once at most. It is not posted until the owner \
+                approves it, unless the owner let your musings and reflections post at once.",
         args: &[TEXT],
         rooms: &[Room::Batch, Room::Chat, Room::Musing, Room::Reflection],
         gate: Gate::Owner,

@@ -44,7 +44,7 @@ async fn a_run_sees_goals_self_state_a_stranger_and_synthesized_memories_in_orde
         )
         .await?;
     let rkey = goal.uri.rsplit('/').next().unwrap_or_default().to_owned();
-    let node = world.node("post_reflection = true").await?;
+    let node = world.node("post_reflection = true\nautopost = true").await?;
     node.post_auth(
         "/v1/memories/batch",
         &json!({"memories": [

@@ -2,6 +2,8 @@
 //! (a post outside a thread, a follow, a goal), or posts at once under the owner's standing
 //! approval (a musing's or a reflection's post).
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 use super::{Hands, Replied, TextArg, ToolError, UriArg, args};
@@ -104,6 +106,9 @@ impl Hands {
             self.agent.metrics.refuse("musing_second_post");
             return Err(ToolError::Refused(format!("one post per {}", self.report.entry.as_str())));
         }
+        if let Some(asked) = self.optin(&a.text).await? {
+            return Ok(asked);
+        }
         let facets = self.agent.facets_for(&a.text, "").await;
         let post = self
             .agent
@@ -116,6 +121,33 @@ impl Hands {
         tracing::info!(uri = %post.uri, "the agent mused: an original post");
         self.report.post = Some(post.uri.clone());
         Ok(format!("ok: posted as {}", post.uri))
+    }
+
+    /// Opt-in posting's gates (`optin`): a post that leaks or quotes a stranger is refused, and
+    /// one that passes is asked of the owner (`Some`, what to tell the model) unless `autopost`.
+    async fn optin(&mut self, text: &str) -> Result<Option<String>, ToolError> {
+        let agent = &self.agent;
+        let memory = Arc::clone(agent.node.memory());
+        let since = now_ms().saturating_sub(crate::schedule::DAY_MS);
+        let said =
+            crate::task::blocking(move || crate::optin::said_since(&memory, since)).await.map_err(ToolError::failed)?;
+        let owner = &agent.config.bluesky.owner;
+        match crate::optin::route(text, &said, agent.bsky.handle(), owner, agent.config.autopost) {
+            Err(refused) => {
+                agent.metrics.refuse(refused.label);
+                Err(ToolError::Refused(refused.why))
+            }
+            Ok(crate::optin::Route::Post) => Ok(None),
+            Ok(crate::optin::Route::AskOwner) => {
+                let action = Gated::Post { text: text.to_owned() };
+                let asked = agent.request_approval(action, crate::core::Lead::Agent).await;
+                let asked = asked.map_err(|e| ToolError::Failed(e.to_string()))?;
+                // The request is this run's one post, and a musing's for the session.
+                agent.mused(now_ms()).await;
+                self.report.post = asked.rsplit(' ').next().map(str::to_owned);
+                Ok(Some(asked))
+            }
+        }
     }
 
     pub(super) async fn follow(&mut self, call: &ToolCall) -> Result<String, ToolError> {
