@@ -71,8 +71,9 @@ pub(crate) enum Gate {
     /// Its `uri` must be one of the batch's posts (checked before the handler runs).
     Batch,
     /// It posts an approval request; the owner's like acts. A musing's or a reflection's
-    /// `post` has the owner's standing approval (`musing`, `post_reflection`); `use_skill`
-    /// asks only above `skill_approval_above`.
+    /// `post` first passes the privacy check (`optin.rs`), and posts at once only with the
+    /// owner's standing approval (`autopost`); `use_skill` asks only above
+    /// `skill_approval_above`.
     Owner,
 }
 
