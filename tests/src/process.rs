@@ -338,6 +338,36 @@ fn cli_flags(api: &str, data_dir: &Path) -> Vec<String> {
     vec!["--api".into(), api.to_owned(), "--data-dir".into(), data_dir.display().to_string()]
 }
 
+/// A management process and two edges on 127.0.0.1, each keyed from the `node.key` in its
+/// directory and trusting `trust_list`: `a` dials the management node, `b` both. Returns once
+/// each is meshed with both others on every topic (or fails with the three logs' tails).
+pub async fn trio(bins: &Binaries, dirs: [&Path; 3], trust_list: &Path) -> Result<[ProcNode; 3]> {
+    let [mgmt_dir, a_dir, b_dir] = dirs;
+    let mgmt = ProcNode::start("druse-mgmt", &bins.mgmt, mgmt_dir, trust_list, &[]).await?;
+    let mgmt_addr = mgmt.p2p_addr().await?;
+    let a = ProcNode::start("druse-node a", &bins.node, a_dir, trust_list, std::slice::from_ref(&mgmt_addr)).await?;
+    let a_addr = a.p2p_addr().await?;
+    let b = ProcNode::start("druse-node b", &bins.node, b_dir, trust_list, &[mgmt_addr, a_addr]).await?;
+    let nodes = [mgmt, a, b];
+    for node in &nodes {
+        let meshed = eventually(
+            WAIT,
+            format_args!("{} to mesh with both others on every topic", node.process.name),
+            async || {
+                node.status().await.is_ok_and(|s| {
+                    s["connected_peers"].as_u64() == Some(2)
+                        && s["mesh_peers"].as_object().is_some_and(|m| m.values().all(|n| n.as_u64() == Some(2)))
+                })
+            },
+        )
+        .await;
+        if let Err(error) = meshed {
+            bail!("{error}\n{}", nodes.iter().map(|n| n.process.log_tail()).collect::<Vec<_>>().join("\n"));
+        }
+    }
+    Ok(nodes)
+}
+
 /// A `druse-node run` or `druse-mgmt run` child with its API and metrics listeners.
 #[derive(Debug)]
 pub struct ProcNode {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use druse_tests::metrics;
-use druse_tests::process::{ProcNode, Startup, binaries, run_cli};
+use druse_tests::process::{ProcNode, Startup, binaries, run_cli, trio};
 use druse_tests::swarm::{key, mgmt_key};
 use druse_tests::{WAIT, eventually, wait_for};
 
@@ -37,25 +37,8 @@ async fn binaries_publish_endorse_and_obey_weather_through_the_cli_and_export_it
     let trust_list = root.path().join("trust.list");
     std::fs::write(&trust_list, format!("# the test swarm's management key\n{mgmt_public}  # druse-mgmt\n")).unwrap();
 
-    let mgmt = ProcNode::start("druse-mgmt", &bins.mgmt, &mgmt_dir, &trust_list, &[]).await.unwrap();
-    let mgmt_addr = mgmt.p2p_addr().await.unwrap();
-    let a = ProcNode::start("druse-node a", &bins.node, &a_dir, &trust_list, std::slice::from_ref(&mgmt_addr))
-        .await
-        .unwrap();
-    let a_addr = a.p2p_addr().await.unwrap();
-    let b = ProcNode::start("druse-node b", &bins.node, &b_dir, &trust_list, &[mgmt_addr, a_addr]).await.unwrap();
+    let [mgmt, a, b] = trio(bins, [&mgmt_dir, &a_dir, &b_dir], &trust_list).await.unwrap();
     let logs = || [&mgmt, &a, &b].map(|n| n.process.log_tail()).join("\n");
-
-    for node in [&mgmt, &a, &b] {
-        eventually(WAIT, format_args!("{} to mesh with both others on every topic", node.process.name), async || {
-            node.status().await.is_ok_and(|s| {
-                s["connected_peers"].as_u64() == Some(2)
-                    && s["mesh_peers"].as_object().is_some_and(|m| m.values().all(|n| n.as_u64() == Some(2)))
-            })
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
-    }
 
     let skill = cli(
         &bins.node,

@@ -12,7 +12,7 @@ use druse_node::Role;
 use druse_protocol::body::{Body, CrystalListing, EndorsementVerdict};
 use druse_protocol::skill_folder::Folder;
 use druse_protocol::topic;
-use druse_tests::process::{ProcNode, binaries, run_cli};
+use druse_tests::process::{ProcNode, binaries, run_cli, trio};
 use druse_tests::swarm::{Cluster, TestNode, connect, content_id, key, mesh_ready, mgmt_key, publish_raw, seal};
 use druse_tests::{WAIT, eventually, wait_for};
 
@@ -70,24 +70,8 @@ async fn import_on_one_node_gossip_and_export_on_another_give_the_same_folder() 
     key(2).save(&b_dir.join("node.key")).unwrap();
     let trust_list = root.path().join("trust.list");
     std::fs::write(&trust_list, format!("{}  # druse-mgmt\n", mgmt_key().public())).unwrap();
-    let mgmt = ProcNode::start("druse-mgmt", &bins.mgmt, &mgmt_dir, &trust_list, &[]).await.unwrap();
-    let mgmt_addr = mgmt.p2p_addr().await.unwrap();
-    let a = ProcNode::start("druse-node a", &bins.node, &a_dir, &trust_list, std::slice::from_ref(&mgmt_addr))
-        .await
-        .unwrap();
-    let a_addr = a.p2p_addr().await.unwrap();
-    let b = ProcNode::start("druse-node b", &bins.node, &b_dir, &trust_list, &[mgmt_addr, a_addr]).await.unwrap();
+    let [mgmt, a, b] = trio(bins, [&mgmt_dir, &a_dir, &b_dir], &trust_list).await.unwrap();
     let logs = || [&mgmt, &a, &b].map(|n| n.process.log_tail()).join("\n");
-    for node in [&mgmt, &a, &b] {
-        eventually(WAIT, format_args!("{} to mesh with both others", node.process.name), async || {
-            node.status().await.is_ok_and(|s| {
-                s["connected_peers"].as_u64() == Some(2)
-                    && s["mesh_peers"].as_object().is_some_and(|m| m.values().all(|n| n.as_u64() == Some(2)))
-            })
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
-    }
 
     // A corpus folder with a reference that links off the allow list: a medium finding, kept
     // for the reviewer.

@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use druse_node::Role;
-use druse_protocol::body::{Body, CrystalListing, ExecutionStats, SemanticType};
+use druse_protocol::body::{Body, CrystalListing};
 use druse_protocol::net::{self, PeerId};
-use druse_protocol::now_ms;
 use druse_tests::procfs::{self, mb};
 use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready, mgmt_key, numbered_key, wait_connected};
 use rand::Rng;
@@ -279,19 +278,7 @@ fn sized_listing(name: &str, bytes: usize) -> CrystalListing {
         i += 1;
     }
     text.truncate(bytes.max(text.find(':').map_or(0, |c| c + 1)));
-    CrystalListing {
-        issued_at: now_ms(),
-        name: name.to_owned(),
-        text,
-        semantic_type: SemanticType::Skill,
-        tags: vec!["test".to_owned()],
-        category: Some("testing".to_owned()),
-        skill_id: format!("{name}-id"),
-        version: 1,
-        previous_version: None,
-        stats: ExecutionStats { executions: 5, successes: 4, avg_reward: 0.6 },
-        asking_price: 10_000,
-    }
+    CrystalListing { text, ..druse_tests::swarm::listing(name) }
 }
 
 /// Publishes listings from random honest edges, each timed until every honest node stores it.
