@@ -158,7 +158,6 @@ pub fn routes(node: Node) -> Router {
             .route("/v1/consolidate", axum::routing::post(consolidate)),
         node.token(),
     );
-    let (folder_writes, folder_reads) = skill_folder::routes(&node);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -173,9 +172,7 @@ pub fn routes(node: Node) -> Router {
         .route("/v1/memories", get(search_memories))
         .route("/v1/peers", get(peers))
         .route("/v1/weather", get(weather))
-        .merge(folder_reads)
         .merge(writes)
-        .merge(folder_writes)
         .with_state(node)
 }
 

@@ -1,7 +1,8 @@
 //! Running a node as a service: the daemon wires the parts and owns them. It starts the node
 //! core, then the agent with a handle to the core, then the HTTP surfaces (the core API, the
-//! agent's routes, the memory page, MCP and the role's own routes, composed here), and stops
-//! them in the reverse order on SIGTERM or Ctrl-C (leave the swarm, flush the store).
+//! agent's routes, the skill folders' routes, the memory page, MCP and the role's own routes,
+//! composed here), and stops them in the reverse order on SIGTERM or Ctrl-C (leave the swarm,
+//! flush the store).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -74,6 +75,7 @@ fn routes(node: &Node, agent: Option<druse_agent::Handle>, extra: Router) -> Rou
     let max_body = node.config().api.max_body_bytes;
     let api = crate::api::routes(node.clone())
         .merge(crate::api::agent::routes(agent, node.token()))
+        .merge(crate::api::skill_folder::routes(node))
         .merge(crate::memory_map::routes(node.clone()));
     let mcp = crate::mcp::routes(node, crate::api::finish(api.clone(), max_body));
     crate::api::finish(api.merge(extra), max_body).merge(mcp)

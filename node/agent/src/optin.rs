@@ -152,7 +152,7 @@ mod tests {
         let text = "Today I learned: The harbour lights go dark at midnight, every winter.";
         let refused = route(text, &day(), AGENT, OWNER, true).unwrap_err();
         assert_eq!(refused.label, "optin_quote", "{refused:?}");
-        assert!(refused.why.contains("harbour lights go dark at"), "{}", refused.why);
+        assert!(refused.why.contains("harbour lights go dark"), "{}", refused.why);
         // Four words in a row are a topic, not a quote; the agent's own words are its own.
         assert!(route("the harbour lights go on soon", &day(), AGENT, OWNER, true).is_ok());
         assert!(route("glad to help with the lighthouse question", &day(), AGENT, OWNER, true).is_ok());

@@ -556,12 +556,12 @@ mod tests {
 
     /// The tool names `text` writes the ways code names a tool: a scripted call
     /// (`("reply".into(), json!(`), a journal's `tool: "reply"`, a request's offered tools
-    /// (`t == "reply"`), a definition (`Tool::new("reply"`).
+    /// (`|t| t == "reply"`), a definition (`Tool::new("reply"`).
     fn tool_names(text: &str) -> Vec<String> {
         const FORMS: &[(&str, &[&str])] = &[
             ("(\"", &["\".into(), json!(", "\".into(), serde_json::json!("]),
             ("tool: \"", &["\""]),
-            ("t == \"", &["\""]),
+            ("|t| t == \"", &["\""]),
             ("Tool::new(\"", &["\""]),
         ];
         let mut out = Vec::new();
@@ -580,7 +580,8 @@ mod tests {
     #[test]
     fn the_scan_finds_tools_in_every_form_it_knows() {
         let text = r#"Answer::Tools(vec![("reply".into(), json!({})), ("shout".into(), serde_json::json!({}))]);
-            CallTrace { tool: "like".into() }; tools.iter().any(|t| t == "post"); ("done".into(), 3)"#;
+            CallTrace { tool: "like".into() }; tools.iter().any(|t| t == "post"); ("done".into(), 3);
+            level.await == "trusted""#;
         assert_eq!(tool_names(text), ["reply", "shout", "like", "post"]);
     }
 

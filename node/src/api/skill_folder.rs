@@ -17,12 +17,15 @@ use super::{Error, parse_id};
 use crate::node::Node;
 use crate::skill::folder::{self, Exported, ImportRequest, Imported, Located, Provenance, Refusal};
 
-/// The write route (behind the token) and the read routes.
-pub fn routes(node: &Node) -> (Router<Node>, Router<Node>) {
+/// The folder routes: import behind the token, export and findings open; the daemon merges
+/// them with the core API's.
+pub fn routes(node: &Node) -> Router {
     let writes = super::require_token(Router::new().route("/v1/skills/import", post(import)), node.token());
-    let reads =
-        Router::new().route("/v1/skills/{id}/folder", get(export)).route("/v1/skills/{id}/findings", get(findings));
-    (writes, reads)
+    Router::new()
+        .route("/v1/skills/{id}/folder", get(export))
+        .route("/v1/skills/{id}/findings", get(findings))
+        .merge(writes)
+        .with_state(node.clone())
 }
 
 impl From<Refusal> for Error {
