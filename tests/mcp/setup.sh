@@ -4,6 +4,8 @@
 # the venv already holds the pinned version. Fails loudly when python3 or its venv module is
 # missing.
 set -euo pipefail
+# shellcheck source=../venv.sh
+source "$(dirname "$0")/../venv.sh"
 
 version="2.3.0"
 venv="${DRUSE_MCP_VENV:-$HOME/.cache/druse/mcp-venv}"
@@ -26,22 +28,7 @@ if [ -x "$venv/bin/python" ] && installed; then
   echo "tests/mcp: mcp==$version already installed in $venv"
   exit 0
 fi
-if [ ! -x "$venv/bin/python" ]; then
-  mkdir -p "$(dirname "$venv")"
-  if ! python3 -m venv "$venv"; then
-    # Debian's python3 lacks ensurepip until python3-venv is installed.
-    rm -rf "$venv"
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get update -qq
-      apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-      python3 -m venv "$venv"
-    else
-      echo "tests/mcp/setup.sh: python3 -m venv failed; install python3-venv (Debian)" >&2
-      exit 1
-    fi
-  fi
-fi
+make_venv "$venv" tests/mcp/setup.sh
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$version"
 installed || { echo "tests/mcp/setup.sh: mcp==$version did not install into $venv" >&2; exit 1; }
 echo "tests/mcp: mcp==$version installed in $venv"

