@@ -208,21 +208,21 @@ impl Agent {
         let started = std::time::Instant::now();
         let context = messages.clone();
         let mut trace = Trace::default();
-        let deadline = self.deadline();
         let run = self.llm.run(messages, tools, self.config.max_tool_steps, handler, &mut trace);
-        let result = tokio::time::timeout(deadline, run).await.unwrap_or_else(|_| {
-            self.metrics.batch_deadlines.inc();
-            Err(model::Error::Deadline(deadline))
-        });
-        let outcome = match &result {
-            Ok(run) if run.exhausted => "step_limit",
-            Ok(_) => "ok",
-            Err(model::Error::Deadline(_)) => "deadline",
-            Err(_) => "failed",
-        };
+        let result = self.bounded(run).await;
+        let outcome = ended(&result, if result.as_ref().is_ok_and(|r| r.exhausted) { "step_limit" } else { "ok" });
         let error = result.as_ref().err().map(ToString::to_string);
         self.record(RunRecord::new(entry, at, &context, trace), started, outcome, error).await;
         result
+    }
+
+    /// `call` under [`Agent::deadline`], counted in `batch_deadlines` when it passes.
+    async fn bounded<T>(&self, call: impl Future<Output = Result<T, model::Error>>) -> Result<T, model::Error> {
+        let deadline = self.deadline();
+        tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
+            self.metrics.batch_deadlines.inc();
+            Err(model::Error::Deadline(deadline))
+        })
     }
 
     /// How long a model call may take now: `batch_deadline`, or less when the task it runs in
@@ -274,21 +274,10 @@ impl Agent {
     ) -> Result<T, model::Error> {
         let (at, started) = (now_ms(), std::time::Instant::now());
         let mut trace = Trace::default();
-        let deadline = self.deadline();
-        let asked = self.llm.extract_counted(messages, name, schema, &mut trace.tokens);
-        let result = tokio::time::timeout(deadline, asked).await.unwrap_or_else(|_| {
-            self.metrics.batch_deadlines.inc();
-            Err(model::Error::Deadline(deadline))
-        });
+        let result = self.bounded(self.llm.extract_counted(messages, name, schema, &mut trace.tokens)).await;
         trace.steps = 1;
-        let outcome = match &result {
-            Ok(text) => {
-                trace.text = Some(text.clone());
-                "ok"
-            }
-            Err(model::Error::Deadline(_)) => "deadline",
-            Err(_) => "failed",
-        };
+        trace.text = result.as_ref().ok().cloned();
+        let outcome = ended(&result, "ok");
         let error = result.as_ref().err().map(ToString::to_string);
         self.record(RunRecord::new(entry, at, messages, trace), started, outcome, error).await;
         model::parse_json(&result?).map_err(|e| model::Error::Schema { schema: name.to_owned(), detail: e.to_string() })
@@ -396,6 +385,16 @@ impl Agent {
         let (handled, now) = (id(n), now_ms());
         self.write_state("record a handled notification", move |state| state.mark_handled(&handled, now)).await;
         lock(&self.status).handled += 1;
+    }
+}
+
+/// How a model call ended, for its journal record: `ok` (what a success is called), `deadline`
+/// or `failed`.
+fn ended<T>(result: &Result<T, model::Error>, ok: &'static str) -> &'static str {
+    match result {
+        Ok(_) => ok,
+        Err(model::Error::Deadline(_)) => "deadline",
+        Err(_) => "failed",
     }
 }
 
