@@ -569,8 +569,21 @@ mod tests {
         off.check().unwrap();
         let err = Config::parse_over("[agent]\nreflection_hour = \"noon\"\n", &base).unwrap_err();
         assert!(err.contains("reflection_hour") && err.contains("\"off\""), "a word other than off: {err}");
-        let err = Config::parse("[agent]\nenabled = true\n").unwrap().check().unwrap_err().to_string();
+        let err = Config::parse("[agent]\nenabled = true\n[agent.bluesky]\nhandle = \"agent.test\"\n")
+            .unwrap()
+            .check()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("agent.bluesky.service"), "a missing setting is named: {err}");
+        // Without a handle the agent is chat-only: it needs a model, and no account.
+        let err = Config::parse("[agent]\nenabled = true\n").unwrap().check().unwrap_err().to_string();
+        assert!(err.contains("agent.llm.base_url"), "a chat-only agent still needs its model: {err}");
+        let chat_only = Config::parse(
+            "[agent]\nenabled = true\n[agent.llm]\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        chat_only.check().expect("an agent without a Bluesky account answers its operator alone");
+        assert!(chat_only.agent.chat_only());
         let err = Config::parse("[agent.llm]\napi_key = \"sk-secret\"\n").unwrap_err();
         assert!(err.contains("api_key"), "a key in the file itself is an unknown field: {err}");
     }

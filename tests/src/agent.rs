@@ -53,19 +53,23 @@ pub fn config(setup: &AgentSetup, data_dir: &Path) -> String {
     // The daily reflection's timer stays off unless a scenario sets its hour: at the default
     // hour (23 UTC) it would fire in the background and spend the day's one reflection.
     let reflection = if setup.extra.contains("reflection_hour") { "" } else { "reflection_hour = \"off\"\n" };
+    // Without a handle the agent is chat-only: no account at all.
+    let bluesky = (!setup.handle.is_empty()).then(|| {
+        format!(
+            "[agent.bluesky]\nservice = {:?}\nhandle = {:?}\npassword_env = {PASSWORD_ENV:?}\nowner = {:?}\n",
+            setup.pds, setup.handle, setup.owner
+        )
+    });
     format!(
         "[store]\ndata_dir = {data:?}\n{trust}[p2p]\nlisten = [\"/ip4/127.0.0.1/tcp/0\"]\nmdns = false\nheartbeat = \"100ms\"\n\
          bootstrap = {bootstrap:?}\n[api]\nlisten = {api:?}\n[metrics]\nlisten = {metrics:?}\n\
-         [agent]\nenabled = true\npoll_interval = \"300ms\"\n{reflection}{extra}\n\
-         [agent.bluesky]\nservice = {pds:?}\nhandle = {handle:?}\npassword_env = {PASSWORD_ENV:?}\nowner = {owner:?}\n\
+         [agent]\nenabled = true\npoll_interval = \"300ms\"\n{reflection}{extra}\n{bluesky}\
          [agent.llm]\nbase_url = {llm:?}\nmodel = \"scripted\"\ntimeout = {timeout:?}\nmax_retries = 2\nretry_backoff = \"50ms\"\n{llm_extra}\n",
         data = data_dir.display().to_string(),
         trust = trust.unwrap_or_default(),
         bootstrap = setup.bootstrap,
         extra = setup.extra,
-        pds = setup.pds,
-        handle = setup.handle,
-        owner = setup.owner,
+        bluesky = bluesky.unwrap_or_default(),
         llm = setup.llm,
         timeout = setup.llm_timeout.as_deref().unwrap_or("5s"),
         llm_extra = setup.llm_extra,

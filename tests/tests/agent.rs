@@ -39,6 +39,8 @@ mod models;
 mod local;
 #[path = "agent/outcomes.rs"]
 mod outcomes;
+#[path = "agent/whose.rs"]
+mod whose;
 
 struct World {
     net: &'static Network,

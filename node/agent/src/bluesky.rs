@@ -79,12 +79,17 @@ fn xrpc_text<E: std::fmt::Debug>(e: &atrium_xrpc::Error<E>) -> String {
     text
 }
 
-/// The HTTP transport atrium speaks through: reqwest with a timeout and a size cap.
+/// The HTTP transport atrium speaks through: reqwest with a timeout and a size cap; none for
+/// a chat-only agent, whose every request is refused with [`NO_ACCOUNT`].
 #[derive(Debug, Clone)]
 pub struct Transport {
-    http: reqwest::Client,
+    http: Option<reqwest::Client>,
     base: String,
 }
+
+/// What a chat-only agent answers when something would reach Bluesky.
+pub const NO_ACCOUNT: &str =
+    "this agent has no Bluesky account ([agent.bluesky] handle is not set): it answers only its operator's chat";
 
 impl Transport {
     fn new(base: &str) -> Result<Self, Error> {
@@ -93,7 +98,7 @@ impl Transport {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| Error::Xrpc(e.to_string()))?;
-        Ok(Self { http, base: base.trim_end_matches('/').to_owned() })
+        Ok(Self { http: Some(http), base: base.trim_end_matches('/').to_owned() })
     }
 }
 
@@ -102,8 +107,9 @@ impl HttpClient for Transport {
         &self,
         request: http::Request<Vec<u8>>,
     ) -> Result<http::Response<Vec<u8>>, Box<dyn std::error::Error + Send + Sync + 'static>> {
+        let Some(http) = &self.http else { return Err(NO_ACCOUNT.into()) };
         let (parts, body) = request.into_parts();
-        let mut out = self.http.request(parts.method, parts.uri.to_string()).body(body);
+        let mut out = http.request(parts.method, parts.uri.to_string()).body(body);
         for (name, value) in &parts.headers {
             out = out.header(name, value);
         }
@@ -314,6 +320,24 @@ impl Bluesky {
         tracing::info!(handle, "logged in to Bluesky with the app password (createSession)");
         let this = Self { agent, dry_run: false, dry_writes: AtomicU64::new(0), did, handle, writes, logins: 1 };
         Ok((this, SessionOrigin::LoggedIn))
+    }
+
+    /// An agent without an account (`Config::chat_only`): every request it would send is
+    /// refused with [`NO_ACCOUNT`], so nothing reaches a network.
+    pub fn offline(session_path: PathBuf) -> Self {
+        let store = SessionFile::open(session_path);
+        let writes = Arc::clone(&store.writes);
+        let transport = Transport { http: None, base: String::new() };
+        let agent = AtpAgent::new(transport, store);
+        Self {
+            agent,
+            dry_run: false,
+            dry_writes: AtomicU64::new(0),
+            did: String::new(),
+            handle: String::new(),
+            writes,
+            logins: 0,
+        }
     }
 
     pub fn did(&self) -> &str {

@@ -114,12 +114,17 @@ impl Agent {
             .chain(std::iter::once(body.message.as_str()))
             .collect::<Vec<_>>()
             .join(" ");
-        let knowledge = self.knowledge(&query, vec![(owner.clone(), self.owner_did.clone())]).await?;
+        // A chat-only agent has no account, and its operator none it knows.
+        let (you, authors) = if self.config.chat_only() {
+            ("an agent without a Bluesky account: you talk with your operator alone".to_owned(), Vec::new())
+        } else {
+            let you = format!("@{} ({}); your owner is @{owner}", self.bsky.handle(), self.bsky.did());
+            (you, vec![(owner, self.owner_did.clone())])
+        };
+        let knowledge = self.knowledge(&query, authors, true).await?;
         let system = format!(
-            "{}\n\n{RULES}\n\n[YOU] @{} ({}); your owner is @{owner}\n[NOW] {}\n\n{knowledge}",
+            "{}\n\n{RULES}\n\n[YOU] {you}\n[NOW] {}\n\n{knowledge}",
             self.persona,
-            self.bsky.handle(),
-            self.bsky.did(),
             super::prompt::chrono_now(),
         );
         let mut messages = vec![Message::system(system)];

@@ -307,6 +307,12 @@ impl Default for AgentLlm {
 }
 
 impl Config {
+    /// The agent has no Bluesky account (`[agent.bluesky] handle` is unset): it answers its
+    /// operator in local conversations (`druse-node agent chat`) and reads no network.
+    pub fn chat_only(&self) -> bool {
+        self.bluesky.handle.trim().is_empty()
+    }
+
     /// Checks what TOML types cannot. A disabled agent is not checked further; an enabled
     /// one needs its accounts and its model, and each refusal names the key.
     pub fn check(&self) -> Result<(), Invalid> {
@@ -396,17 +402,20 @@ impl Config {
             return bad("max_thread_posts", "must be between 1 and 10");
         }
         let b = &self.bluesky;
-        if !http(&b.service) {
-            return bad("bluesky.service", "must be the http(s) URL of the agent's PDS");
-        }
-        if !is_handle(&b.handle) {
-            return bad("bluesky.handle", "must be a handle such as agent.bsky.social");
-        }
-        if !is_env_name(&b.password_env) {
-            return bad("bluesky.password_env", "must name the environment variable holding the app password");
-        }
-        if !is_handle(&b.owner) {
-            return bad("bluesky.owner", "must be the owner's handle");
+        // Without a handle the agent has no account: it answers its operator alone (`agent chat`).
+        if !self.chat_only() {
+            if !http(&b.service) {
+                return bad("bluesky.service", "must be the http(s) URL of the agent's PDS");
+            }
+            if !is_handle(&b.handle) {
+                return bad("bluesky.handle", "must be a handle such as agent.bsky.social");
+            }
+            if !is_env_name(&b.password_env) {
+                return bad("bluesky.password_env", "must name the environment variable holding the app password");
+            }
+            if !is_handle(&b.owner) {
+                return bad("bluesky.owner", "must be the owner's handle");
+            }
         }
         let l = &self.llm;
         if let Some(model) = &l.local_model {

@@ -30,6 +30,7 @@ impl Default for Budgets {
 const OBSERVATIONS: usize = 10;
 const EXCHANGES: usize = 5;
 pub(crate) const EPISODIC: usize = 10;
+const OPERATOR: usize = 5;
 
 /// Candidates asked of the engine for one block (its most).
 const WIDE: usize = 100;
@@ -182,6 +183,22 @@ pub fn episodic(memory: &Memory, query: &str, now: UnixMillis) -> Result<Vec<Cry
     let mut found = recall(memory, query, EPISODIC, &Namespace::Episodic, MemoryKind::Observation, now)?;
     found.extend(recall(memory, query, 3, &Namespace::Episodic, MemoryKind::Summary, now)?);
     Ok(found)
+}
+
+/// What the operator told the agent in local conversations that bears on `query`, the top 5
+/// active: for local conversations with the operator alone.
+pub fn operator(memory: &Memory, query: &str, now: UnixMillis) -> Result<Vec<Crystal>, Error> {
+    recall(memory, query, OPERATOR, &Namespace::Operator, MemoryKind::Observation, now)
+}
+
+/// The operator's notes as they were found.
+pub fn operator_block(found: &[Crystal], budgets: &Budgets, now: UnixMillis) -> String {
+    block(
+        "WHAT YOUR OPERATOR TOLD YOU",
+        "high; said in local conversations, for the operator alone: never repeat it to anyone else",
+        found.iter().map(|c| format!("- ({} ago) {}", age(now, c.created_at), quote(&c.text, 300))).collect(),
+        budgets.episodic,
+    )
 }
 
 /// The episodic memories as they were found, unsynthesized.

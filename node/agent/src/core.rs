@@ -53,6 +53,8 @@ pub struct AgentStatus {
     pub polls_skipped: u64,
     /// It decides but writes nothing to Bluesky (`dry_run`).
     pub dry_run: bool,
+    /// It has no Bluesky account: it answers its operator's chat alone.
+    pub chat_only: bool,
     /// What the model cost today (UTC) at the configured prices, the daily cap if there is
     /// one, and whether the cap is reached (then it polls nothing until the next day).
     pub model_spent_today_usd: f64,

@@ -138,6 +138,8 @@ pub enum Refused {
     Failed(String),
     #[error("the run journal could not be opened; see the node's log")]
     NoJournal,
+    #[error("{}: musings, reflections and reviews need one", bluesky::NO_ACCOUNT)]
+    ChatOnly,
 }
 
 impl Handle {
@@ -185,9 +187,12 @@ impl Handle {
     /// Runs `entry` now, in the agent's loop and with its rules (a musing still posts at most
     /// once per session, a reflection once per day), and answers what it did.
     pub async fn run(&self, entry: Entry) -> Result<RunReport, Refused> {
-        let state = self.status().state;
-        if state != "running" {
-            return Err(Refused::NotRunning(state));
+        let status = self.status();
+        if status.chat_only {
+            return Err(Refused::ChatOnly);
+        }
+        if status.state != "running" {
+            return Err(Refused::NotRunning(status.state));
         }
         if self.paused.load(Ordering::SeqCst) {
             return Err(Refused::Paused);
@@ -290,15 +295,25 @@ async fn connect(
         local.ready(local::LOAD_TIMEOUT).await?;
         tracing::info!(url = local.base_url(), "the agent talks to the local model");
     }
-    let (bsky, origin) =
-        bluesky::Bluesky::connect(&config.bluesky.service, &config.bluesky.handle, &secrets.password, session.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-    let owner_did = bsky
-        .resolve(&config.bluesky.owner)
+    let (bsky, origin, owner_did) = if config.chat_only() {
+        tracing::warn!("{}", bluesky::NO_ACCOUNT);
+        (bluesky::Bluesky::offline(session.clone()), None, String::new())
+    } else {
+        let (bsky, origin) = bluesky::Bluesky::connect(
+            &config.bluesky.service,
+            &config.bluesky.handle,
+            &secrets.password,
+            session.clone(),
+        )
         .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("agent.bluesky.owner: the handle {} does not resolve", config.bluesky.owner))?;
+        .map_err(|e| e.to_string())?;
+        let owner_did = bsky
+            .resolve(&config.bluesky.owner)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("agent.bluesky.owner: the handle {} does not resolve", config.bluesky.owner))?;
+        (bsky, Some(origin), owner_did)
+    };
     let db = node.database().clone();
     let tree = node.keyspace(state::KEYSPACE).map_err(|e| e.to_string())?;
     let (state, pruned) = task::blocking(move || -> Result<_, fjall::Error> {
@@ -312,17 +327,20 @@ async fn connect(
     let spend = Arc::new(spend::Spend::new(&config.llm, metrics.clone(), Some(state.clone())));
     let llm = llm::Llm::with_spend(&config.llm, secrets.llm_key.clone(), metrics.clone(), spend)
         .map_err(|e| e.to_string())?;
-    tracing::info!(handle = bsky.handle(), did = bsky.did(), session = ?origin, pruned, "the agent is on Bluesky");
-    let how = match origin {
-        bluesky::SessionOrigin::Reused => "reused",
-        bluesky::SessionOrigin::LoggedIn => "logged_in",
-    };
-    metrics::Metrics::count(&metrics.sessions, how);
-    metrics.session_refreshes.set(bsky.refreshes() as i64);
+    if let Some(origin) = origin {
+        tracing::info!(handle = bsky.handle(), did = bsky.did(), session = ?origin, pruned, "the agent is on Bluesky");
+        let how = match origin {
+            bluesky::SessionOrigin::Reused => "reused",
+            bluesky::SessionOrigin::LoggedIn => "logged_in",
+        };
+        metrics::Metrics::count(&metrics.sessions, how);
+        metrics.session_refreshes.set(bsky.refreshes() as i64);
+    }
     let spent_today = node.spent_today();
     set(status, |s| {
-        s.did = Some(bsky.did().to_owned());
-        s.session = Some(origin);
+        s.did = origin.map(|_| bsky.did().to_owned());
+        s.session = origin;
+        s.chat_only = config.chat_only();
         s.skills_spent_today = spent_today;
     });
     let persona = match &config.persona_file {
@@ -352,7 +370,9 @@ async fn connect(
     }
     agent.journal = journal;
     let agent = Arc::new(agent);
-    agent.adopt_history().await.map_err(|e| format!("reading the account's history: {e}"))?;
+    if origin.is_some() {
+        agent.adopt_history().await.map_err(|e| format!("reading the account's history: {e}"))?;
+    }
     Ok(agent)
 }
 
@@ -437,6 +457,10 @@ async fn run_agent(
         if now_paused != kept {
             kept = now_paused;
             agent.write_state("keep the pause", move |s| s.set_paused(now_paused)).await;
+        }
+        if host.config.chat_only() {
+            // No account: nothing to poll, and no entry point that would post.
+            continue;
         }
         let capped = agent.llm.spend().capped();
         if now_paused || capped {

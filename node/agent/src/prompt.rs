@@ -24,24 +24,31 @@ Act only through the tools, and only on the URIs listed in [NEW NOTIFICATIONS]."
 impl Agent {
     /// The blocks of what the agent knows that bear on `query`, in seed 000's order: its goals
     /// and its own state; for each of `authors` (handle, DID) what it remembers of them, or
-    /// the public face of a stranger it knows nothing of yet; its episodic memories,
-    /// synthesized; the swarm's skills and its own.
+    /// the public face of a stranger it knows nothing of yet; what the operator told it, in a
+    /// local conversation with the `operator`; its episodic memories, synthesized; the swarm's
+    /// skills and its own.
     pub(crate) async fn knowledge(
         &self,
         query: &str,
         authors: Vec<(String, String)>,
+        operator: bool,
     ) -> Result<String, super::reconcile::MemoryError> {
         let memory = Arc::clone(self.node.memory());
         let q = query.to_owned();
         let handles: Vec<String> = authors.iter().map(|(h, _)| h.clone()).collect();
-        let (known, episodic) = crate::task::blocking(move || -> Result<_, druse_memory::engine::Error> {
+        let (known, told, episodic) = crate::task::blocking(move || -> Result<_, druse_memory::engine::Error> {
             let budgets = context::Budgets::default();
             let now = now_ms();
             let mut known = Vec::new();
             for a in &handles {
                 known.push(context::author_blocks(&memory, a, &q, &budgets, now)?);
             }
-            Ok((known, context::episodic(&memory, &q, now)?))
+            let told = if operator {
+                context::operator_block(&context::operator(&memory, &q, now)?, &budgets, now)
+            } else {
+                String::new()
+            };
+            Ok((known, told, context::episodic(&memory, &q, now)?))
         })
         .await??;
         // The owner is never a stranger: a local chat, or the owner's first mention, reads
@@ -60,7 +67,7 @@ impl Agent {
             &context::Budgets::default(),
         );
         Ok(format!(
-            "{}{}{}{first}{relevant}{skills}{}",
+            "{}{}{}{first}{told}{relevant}{skills}{}",
             Agent::goals_block(&goals),
             self.self_state(),
             known.concat(),
@@ -77,7 +84,8 @@ impl Agent {
                 authors.push((n.author_handle.clone(), n.author_did.clone()));
             }
         }
-        let knowledge = self.knowledge(&query, authors).await?;
+        // What the operator said in local conversations stays there: a reply is public.
+        let knowledge = self.knowledge(&query, authors, false).await?;
         let last = notes.last().map(|n| n.uri.clone()).unwrap_or_default();
         let thread = match self.bsky.thread(&last, THREAD_POSTS).await {
             Ok(posts) => posts

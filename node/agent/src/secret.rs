@@ -38,6 +38,8 @@ impl Secrets {
         let var = &agent.bluesky.password_env;
         let password = match std::env::var(var) {
             Ok(v) if !v.is_empty() => Secret(v),
+            // A chat-only agent has no account to log in to.
+            _ if agent.chat_only() => Secret(String::new()),
             _ => {
                 return Err(Invalid(format!(
                     "agent.bluesky.password_env names {var}, which is not set: export the agent's app password in it"

@@ -181,7 +181,8 @@ pub(crate) const TABLE: &[Spec] = &[
     Spec {
         name: Name::Remember,
         id: "remember",
-        about: "Keep a note about the world in your episodic memory (not about a person).",
+        about: "Keep a note about the world in your memory (not about a person). In a stranger's thread it is kept as \
+                what they asked you to keep, with what you know of them; in a local conversation, as what your operator told you.",
         args: &[TEXT],
         rooms: &[Room::Batch, Room::Chat, Room::Musing],
         gate: Gate::Open,

