@@ -182,12 +182,10 @@ struct Inner {
     stopping: CancellationToken,
     /// Set when work for the memory worker was dropped or failed: the next sweep makes up for it.
     owed: Arc<AtomicBool>,
-    /// Skills are put into memory one at a time, so none is indexed twice.
-    indexing: Mutex<()>,
-    /// The low-priority thread that indexes skills into memory, behind ingestion and the API.
+    /// The low-priority thread that indexes skills into memory, behind ingestion and the API:
+    /// the one writer of skills and bounty boosts to memory, one job at a time, so no skill is
+    /// indexed twice and no boost applied twice.
     indexer: druse_memory::background::Background,
-    /// Bounty boosts are applied one skill at a time, so none is applied twice.
-    boosting: Mutex<()>,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
     activity: broadcast::Sender<Activity>,
     /// Work for the anti-entropy task.
@@ -368,9 +366,7 @@ impl Node {
                 tasks: Mutex::new(JoinSet::new()),
                 stopping: CancellationToken::new(),
                 owed,
-                indexing: Mutex::new(()),
                 indexer: druse_memory::background::Background::start("druse-index", druse_memory::background::LOW)?,
-                boosting: Mutex::new(()),
                 activity,
                 sync: SyncQueues { syncs, questions },
             }),

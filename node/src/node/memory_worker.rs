@@ -3,14 +3,15 @@
 //! worker's queue dropped or that failed, until it is done. Both run their work on the
 //! `druse-index` background thread and its pool, at a lower CPU priority
 //! ([`druse_memory::background`]): under a flood of gossip, ingestion keeps the CPU and indexing
-//! catches up when it is free.
+//! catches up when it is free. That thread runs one job at a time and is the only caller of
+//! `remember` and `boost`: it is what keeps a skill from being indexed, or a boost applied, twice.
 
 use std::sync::atomic::Ordering;
 
 use druse_protocol::ContentId;
 use tokio::sync::mpsc;
 
-use super::{Error, Node, lock};
+use super::{Error, Node};
 use crate::ingest::Effect;
 use crate::market;
 use crate::skill::{Provenance, Skill};
@@ -147,7 +148,6 @@ impl Node {
     /// skill the memory refuses, or that a failure of the embedder or the disk left out, is
     /// logged and gets `None`; the others are indexed.
     fn remember(&self, skills: &[Skill]) -> Vec<Option<CrystalId>> {
-        let _one_at_a_time = lock(&self.inner.indexing);
         let memories = skills
             .iter()
             .filter(|skill| skill.crystal.is_none())
@@ -183,7 +183,6 @@ impl Node {
     /// a boost is applied once even when the worker's queue dropped it and a sweep finds it
     /// owed, and no second message to the ingest actor is needed. Answers whether it boosted.
     fn boost(&self, id: ContentId) -> Result<bool, Error> {
-        let _one_at_a_time = lock(&self.inner.boosting);
         let stats = self.market().stats(&id)?;
         let matched = stats.boosts_owed();
         if matched.is_empty() {
