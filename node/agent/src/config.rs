@@ -273,6 +273,9 @@ pub struct AgentLlm {
     /// The fraction of `daily_token_budget` one stranger's notifications may use in a day;
     /// the owner and the agent's own entries have no share, only the budget. 1: no share.
     pub stranger_share: f64,
+    /// The fraction of `daily_token_budget` all strangers together may use in a day: the
+    /// rest is kept for the owner and the agent's own entries. 1: no such share.
+    pub strangers_share: f64,
     /// A GGUF model file the node serves itself: it starts llama.cpp's server on 127.0.0.1 as
     /// a child process, restarts it if it dies, stops it with the node, and talks to it in
     /// place of `base_url` (which stays empty).
@@ -299,6 +302,7 @@ impl Default for AgentLlm {
             daily_spend_cap: 0.0,
             daily_token_budget: 2_000_000,
             stranger_share: 0.05,
+            strangers_share: 0.8,
             local_model: None,
             llama_server: None,
             local_context: 8192,
@@ -456,8 +460,10 @@ impl Config {
                 return bad(key, "must be a number of USD from 0 to 1000000");
             }
         }
-        if !l.stranger_share.is_finite() || l.stranger_share <= 0.0 || l.stranger_share > 1.0 {
-            return bad("llm.stranger_share", "must be a fraction above 0 and at most 1");
+        for (key, share) in [("llm.stranger_share", l.stranger_share), ("llm.strangers_share", l.strangers_share)] {
+            if !share.is_finite() || share <= 0.0 || share > 1.0 {
+                return bad(key, "must be a fraction above 0 and at most 1");
+            }
         }
         Ok(())
     }

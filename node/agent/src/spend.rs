@@ -4,7 +4,9 @@
 //! asked nothing more until the next day.
 //!
 //! Tokens are bounded too, by default: a daily token budget (`daily_token_budget`) over every
-//! answer, and a share of it (`stranger_share`) that no single stranger may pass. The tokens
+//! answer, a share of it (`stranger_share`) that no single stranger may pass, and a share
+//! (`strangers_share`) that all strangers together may not pass, so that the rest of the day
+//! is kept for the owner and the agent's own entries however many strangers write. The tokens
 //! are the server's `usage`, or an estimate of a token per four bytes of the request and the
 //! answer when it reports none. A call is paid by the strangers whose notifications it
 //! answers ([`paid_by`], split evenly between them); the owner and the agent's own entries
@@ -58,13 +60,30 @@ pub enum OverBudget {
     Daily { used: u64, budget: u64 },
     #[error("{payer} used {used} tokens today, its share of the budget (agent.llm.stranger_share: {share} tokens)")]
     Share { payer: String, used: u64, share: u64 },
+    #[error(
+        "strangers used {used} tokens today, their share of the budget (agent.llm.strangers_share: {share} tokens); \
+         the rest is kept for the owner"
+    )]
+    Strangers { used: u64, share: u64 },
 }
 
-/// Tokens used on one UTC day, in all and by each paying stranger.
+impl OverBudget {
+    /// Its label in `druse_agent_refused_total`.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            OverBudget::Daily { .. } => "token_budget",
+            OverBudget::Share { .. } => "stranger_share",
+            OverBudget::Strangers { .. } => "strangers_share",
+        }
+    }
+}
+
+/// Tokens used on one UTC day, in all, by strangers together and by each paying stranger.
 #[derive(Debug, Default)]
 struct Tokens {
     day: u64,
     total: u64,
+    strangers: u64,
     by_payer: HashMap<String, u64>,
 }
 
@@ -78,9 +97,11 @@ pub(crate) struct Spend {
     cap: Option<u64>,
     /// The UTC day counted, and the micro-USD spent on it.
     today: Mutex<(u64, u64)>,
-    /// The daily token budget (`None`: none) and one stranger's share of it, in tokens.
+    /// The daily token budget (`None`: none), one stranger's share of it and all strangers'
+    /// share, in tokens.
     budget: Option<u64>,
     share: Option<u64>,
+    strangers_share: Option<u64>,
     tokens: Mutex<Tokens>,
     state: Option<AgentState>,
     metrics: Metrics,
@@ -109,6 +130,8 @@ impl Spend {
             budget: (config.daily_token_budget > 0).then_some(config.daily_token_budget),
             share: (config.daily_token_budget > 0 && config.stranger_share < 1.0)
                 .then(|| (config.daily_token_budget as f64 * config.stranger_share).floor() as u64),
+            strangers_share: (config.daily_token_budget > 0 && config.strangers_share < 1.0)
+                .then(|| (config.daily_token_budget as f64 * config.strangers_share).floor() as u64),
             tokens: Mutex::new(Tokens { day, ..Tokens::default() }),
             state,
             metrics,
@@ -188,6 +211,9 @@ impl Spend {
     }
 
     fn within_share(&self, tokens: &Tokens, payer: &str) -> Result<(), OverBudget> {
+        if let Some(share) = self.strangers_share.filter(|s| tokens.strangers >= *s) {
+            return Err(OverBudget::Strangers { used: tokens.strangers, share });
+        }
         let Some(share) = self.share else { return Ok(()) };
         let used = match tokens.by_payer.get(payer) {
             Some(used) => *used,
@@ -205,7 +231,11 @@ impl Spend {
         let payers = PAYERS.try_with(Clone::clone).unwrap_or_default();
         let mut tokens = self.tokens();
         tokens.total = tokens.total.saturating_add(used);
-        if self.share.is_none() || payers.is_empty() {
+        if payers.is_empty() {
+            return;
+        }
+        tokens.strangers = tokens.strangers.saturating_add(used);
+        if self.share.is_none() {
             return;
         }
         let each = used.div_ceil(payers.len() as u64);
@@ -282,6 +312,7 @@ mod tests {
         let spend = Spend::new(&config, Metrics::default(), None);
         assert_eq!(spend.budget, Some(config.daily_token_budget));
         assert!(spend.share.is_some_and(|s| s < config.daily_token_budget));
+        assert!(spend.strangers_share.is_some_and(|s| s < config.daily_token_budget && Some(s) > spend.share));
     }
 
     #[tokio::test]
@@ -295,6 +326,29 @@ mod tests {
         let refused = spend.check_tokens().expect_err("over the budget");
         assert_eq!(refused, OverBudget::Daily { used: 1000, budget: 1000 });
         assert!(refused.to_string().contains("daily_token_budget"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn strangers_together_leave_the_rest_of_the_day_to_the_owner() {
+        // 20 % of 10,000 each, 80 % in all: four strangers fill the strangers' share.
+        let spend = budget(10_000, 0.2);
+        for i in 0..4 {
+            let payer = format!("did:plc:s{i}");
+            paid_by(vec![payer.clone()], async {
+                assert!(spend.check_tokens().is_ok(), "stranger {i} is within every share");
+                spend.add_tokens(2000);
+            })
+            .await;
+        }
+        let fifth = "did:plc:s4".to_owned();
+        let refused = spend.stranger_allowed(&fifth).expect_err("the strangers' share is used up");
+        assert_eq!(refused, OverBudget::Strangers { used: 8000, share: 8000 });
+        assert!(refused.to_string().contains("strangers_share"), "{refused}");
+        paid_by(vec![fifth], async { assert!(spend.check_tokens().is_err(), "nor is any call they pay for") }).await;
+        // The owner is still answered: the budget has 2,000 tokens left.
+        assert!(spend.check_tokens().is_ok() && !spend.capped());
+        spend.add_tokens(1999);
+        assert!(spend.check_tokens().is_ok());
     }
 
     #[tokio::test]

@@ -204,7 +204,7 @@ impl Agent {
             let share =
                 if n.author_did == self.owner_did { Ok(()) } else { self.llm.spend().stranger_allowed(&n.author_did) };
             if let Err(over) = share {
-                self.metrics.refuse("stranger_share");
+                self.metrics.refuse(over.label());
                 tracing::info!(author = %n.author_handle, %over, "over a stranger's share of the token budget: no reply");
                 self.mark_handled(&n).await;
             } else if lock(&self.limit).would_allow(&n.author_did, now) {
