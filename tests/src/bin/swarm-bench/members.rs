@@ -9,7 +9,7 @@ use druse_node::Role;
 use druse_protocol::body::{Body, CrystalListing};
 use druse_protocol::net::{self, PeerId};
 use druse_tests::procfs::{self, mb};
-use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready, mgmt_key, numbered_key};
+use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready_within, mgmt_key, numbered_key};
 use futures::StreamExt;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use crate::{Args, swarm_node};
 
 /// Dials between members in flight at once while the swarm starts.
-const DIALS_AT_ONCE: usize = 16;
+const DIALS_AT_ONCE: usize = 64;
 
 /// Each latency sample must complete within this, or the run fails.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -124,7 +124,10 @@ pub(crate) async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Members
     members.refused = outcomes.len() - links;
     phase("links dialled", dialled, n);
     let meshing = Instant::now();
-    mesh_ready(&members.nodes.iter().collect::<Vec<_>>()).await?;
+    // Half a second a member for the meshes to form and the probes to arrive, at least the
+    // tests' wait: a 500-node swarm on two cores takes minutes.
+    let wait = Duration::from_millis(500 * n as u64).max(druse_tests::WAIT);
+    mesh_ready_within(&members.nodes.iter().collect::<Vec<_>>(), wait).await?;
     phase("gossip proven between every honest node", meshing, n);
     println!(
         "swarm up: {} members ({} honest, {} silent), {} links dialled, {} dials refused at a full peer",
