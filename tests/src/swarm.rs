@@ -254,16 +254,29 @@ pub async fn connect_all(nodes: &[&net::Handle]) -> Result<()> {
 /// reports of all the others. A scenario that then asserts a message did *not* arrive knows
 /// the path was open.
 pub async fn mesh_ready(nodes: &[&TestNode]) -> Result<()> {
+    mesh_ready_within(nodes, WAIT).await
+}
+
+/// [`mesh_ready`] with each of its two waits bounded by `wait` (a large swarm on few cores
+/// takes longer than [`WAIT`] to form its meshes); a node still without a mesh peer is named
+/// with how many peers it is connected to.
+pub async fn mesh_ready_within(nodes: &[&TestNode], wait: Duration) -> Result<()> {
     // A node alone has nobody to mesh with.
+    let started = std::time::Instant::now();
     for node in nodes.iter().filter(|_| nodes.len() > 1) {
-        eventually(WAIT, format_args!("{} to mesh with a peer on every topic", node.name), async || {
+        let left = wait.saturating_sub(started.elapsed()).max(WAIT);
+        let meshed = eventually(left, format_args!("{} to mesh with a peer on every topic", node.name), async || {
             let mut meshed = true;
             for topic in topic::ALL {
                 meshed &= node.net().mesh_peers(topic).await.is_ok_and(|peers| !peers.is_empty());
             }
             meshed
         })
-        .await?;
+        .await;
+        if let Err(error) = meshed {
+            let peers = node.net().peers().await.map(|p| p.len()).unwrap_or(0);
+            return Err(error.context(format!("{} is connected to {peers} peers", node.name)));
+        }
     }
     let before: Vec<f64> = nodes.iter().map(|n| n.messages_on(topic::REPORTS)).collect();
     for node in nodes {
@@ -283,7 +296,7 @@ pub async fn mesh_ready(nodes: &[&TestNode]) -> Result<()> {
             .map(|(n, b)| format!("{} got {}", n.name, n.messages_on(topic::REPORTS) - b))
             .collect()
     };
-    eventually(WAIT, format_args!("every node to receive {expected} mesh probes"), async || {
+    eventually(wait, format_args!("every node to receive {expected} mesh probes"), async || {
         nodes.iter().zip(&before).all(|(n, b)| n.messages_on(topic::REPORTS) - b >= expected)
     })
     .await

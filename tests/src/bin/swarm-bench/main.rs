@@ -90,6 +90,10 @@ pub(crate) struct Args {
     /// run with the node's default.
     #[arg(long, default_value_t = 1)]
     pool_threads: usize,
+    /// How long the bench waits for every node to trim back within its ceiling before it
+    /// measures anyway.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "180s")]
+    settle: Duration,
     /// How long the idle swarm's CPU use is measured, once it is up.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     idle: Duration,
@@ -185,17 +189,19 @@ async fn main() -> Result<()> {
     let before = procfs::status(pid)?;
     druse_memory::background::set_pool_threads(args.pool_threads);
     let members = members::start_swarm(&args, &mut rng).await?;
-    let settled = members::settle(&members).await?;
+    let settled = members::settle(&members, args.settle).await?;
     let idle = members::measure_idle(pid, before, &members, args.idle).await?;
     let mgmt = &members.nodes[0];
     let management =
         druse_management::Management::new(mgmt.node.clone(), Default::default()).context("management role")?;
 
+    let scores_before = Scores::read(&members).await?;
     let traffic_before = Traffic::of(&members.nodes);
     let publish_started = std::time::Instant::now();
     let publish = members::measure_publish(&members, args.publishes, args.listing_bytes, &mut rng).await?;
     let publish_elapsed = publish_started.elapsed();
     let traffic = Traffic::of(&members.nodes).since(&traffic_before);
+    let scores_published = Scores::read(&members).await?;
     let (lockdown, lift) = members::measure_weather(&members, &management, args.weather_rounds).await?;
     let scores = Scores::read(&members).await?;
     let taken: usize = members.silent.iter().map(|s| s.taken()).sum();
@@ -232,21 +238,29 @@ async fn main() -> Result<()> {
     println!("| {:<42} | {:>10.0} bytes |", "  background in the same time, sent", per(background.sent));
     println!("| {:<42} | {:>10.0} bytes |", "  background in the same time, received", per(background.received));
     if silent > 0 {
-        let (honest_mean, honest_low, _) = spread(&scores.honest);
-        let (silent_mean, silent_low, silent_high) = spread(&scores.silent);
         println!();
-        println!("| silent peers ({silent} of {})                      | value            |", args.nodes);
-        println!("|--------------------------------------------|------------------|");
-        println!("| {:<42} | {:>16} |", "messages they took and dropped", taken);
-        println!("| {:<42} | {:>16.2} |", "honest nodes' score of honest peers, mean", honest_mean);
-        println!("| {:<42} | {:>16.2} |", "  lowest", honest_low);
-        println!("| {:<42} | {:>16.2} |", "honest nodes' score of silent peers, mean", silent_mean);
-        println!("| {:<42} | {:>16} |", "  lowest .. highest", format!("{silent_low:.2} .. {silent_high:.2}"));
         println!(
-            "| {:<42} | {:>16} |",
-            "  connections scored (silent / honest)",
-            format!("{} / {}", scores.silent.len(), scores.honest.len())
+            "| silent peers ({silent} of {}): scores honest nodes give, low / median / high | value |",
+            args.nodes
         );
+        println!("|--------------------------------------------|--------------------------|");
+        println!("| {:<42} | {:>24} |", "messages they took and dropped", taken);
+        for (when, s) in [
+            ("settled, before any publish", &scores_before),
+            ("after the publishes", &scores_published),
+            ("after the weather rounds", &scores),
+        ] {
+            println!("| {:<42} | {:>24} |", format!("{when}: honest peers"), spread(&s.honest).to_string());
+            println!("| {:<42} | {:>24} |", "  silent peers", spread(&s.silent).to_string());
+            println!(
+                "| {:<42} | {:>24} |",
+                "  connections scored (silent / honest)",
+                format!("{} / {}", s.silent.len(), s.honest.len())
+            );
+        }
+        // `measure_publish` and `measure_weather` fail the run when any honest node misses one.
+        println!("| {:<42} | {:>24} |", "honest nodes that store every listing", format!("{honest} of {honest}"));
+        println!("| {:<42} | {:>24} |", "honest nodes that obeyed every weather", format!("{honest} of {honest}"));
     }
     println!();
     println!("| the swarm's process                        | value            |");

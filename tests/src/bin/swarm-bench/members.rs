@@ -9,17 +9,18 @@ use druse_node::Role;
 use druse_protocol::body::{Body, CrystalListing};
 use druse_protocol::net::{self, PeerId};
 use druse_tests::procfs::{self, mb};
-use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready, mgmt_key, numbered_key, wait_connected};
+use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready_within, mgmt_key, numbered_key};
+use futures::StreamExt;
 use rand::Rng;
 use rand::rngs::StdRng;
 
 use crate::{Args, swarm_node};
 
+/// Dials between members in flight at once while the swarm starts.
+const DIALS_AT_ONCE: usize = 64;
+
 /// Each latency sample must complete within this, or the run fails.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a settling swarm may take before the run goes on without it.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The swarm: every honest node (index 0 the management node), then the silent peers.
 pub(crate) struct Members {
@@ -61,6 +62,7 @@ impl Members {
 /// (a ring, so the swarm is connected) and random others; waits until gossip flows between
 /// every honest node.
 pub(crate) async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Members> {
+    let started = Instant::now();
     let trusted = [mgmt_key().public()];
     let silent_count = args.silent_count();
     let honest = args.nodes - silent_count;
@@ -82,6 +84,7 @@ pub(crate) async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Members
     for i in honest..args.nodes {
         silent.push(Silent::start(&numbered_key(u32::try_from(i)?), args.heartbeat)?);
     }
+    phase("members started", started, args.nodes);
     let mut members = Members { nodes, silent, refused: 0 };
     let n = members.len();
     let dials = args.dials.clamp(1, n - 1);
@@ -91,7 +94,9 @@ pub(crate) async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Members
     for i in (1..n).rev() {
         order.swap(i, rng.random_range(1..=i));
     }
-    let mut links = BTreeSet::new();
+    // Every dial is planned first, then made a few at a time: one handshake after another
+    // would leave the start waiting on loopback round trips, not on the cores.
+    let mut planned = BTreeSet::new();
     for i in 0..n {
         let mut targets = vec![order[(i + 1) % n]];
         while targets.len() < dials {
@@ -102,50 +107,52 @@ pub(crate) async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Members
         }
         for j in targets {
             let (a, b) = (order[i], j);
-            if links.contains(&(a.min(b), a.max(b))) {
-                continue;
-            }
-            // A member at its ceiling refuses; Kademlia and the others' dials connect the swarm.
-            match connect(members.net(a), members.net(b)).await {
-                Ok(()) => {
-                    links.insert((a.min(b), a.max(b)));
-                }
-                Err(_) => members.refused += 1,
-            }
+            planned.insert((a.min(b), a.max(b)));
         }
     }
-    for i in 0..n {
-        let expected: Vec<PeerId> = links
-            .iter()
-            .filter_map(|&(x, y)| {
-                if x == i {
-                    Some(y)
-                } else if y == i {
-                    Some(x)
-                } else {
-                    None
-                }
-            })
-            .map(|j| members.net(j).local_peer_id())
-            .collect();
-        // The peer manager may already have trimmed a link; mesh_ready below proves delivery.
-        let _ = wait_connected(members.net(i), &expected).await;
-    }
-    mesh_ready(&members.nodes.iter().collect::<Vec<_>>()).await?;
+    let dialled = Instant::now();
+    let outcomes: Vec<bool> = futures::stream::iter(planned.iter().map(|&(a, b)| {
+        let (from, to) = (members.net(a), members.net(b));
+        async move { connect(from, to).await.is_ok() }
+    }))
+    .buffer_unordered(DIALS_AT_ONCE)
+    .collect()
+    .await;
+    // A member at its ceiling refuses; Kademlia and the others' dials connect the swarm. A
+    // link the peer manager trims later is not waited for: `mesh_ready` proves delivery.
+    let links = outcomes.iter().filter(|ok| **ok).count();
+    members.refused = outcomes.len() - links;
+    phase("links dialled", dialled, n);
+    let meshing = Instant::now();
+    // Half a second a member for the meshes to form and the probes to arrive, at least the
+    // tests' wait: a 500-node swarm on two cores takes minutes.
+    let wait = Duration::from_millis(500 * n as u64).max(druse_tests::WAIT);
+    mesh_ready_within(&members.nodes.iter().collect::<Vec<_>>(), wait).await?;
+    phase("gossip proven between every honest node", meshing, n);
     println!(
         "swarm up: {} members ({} honest, {} silent), {} links dialled, {} dials refused at a full peer",
         n,
         members.nodes.len(),
         members.silent.len(),
-        links.len(),
+        links,
         members.refused
     );
     Ok(members)
 }
 
+/// Prints how long a phase of the start took, and per member.
+fn phase(what: &str, since: Instant, members: usize) {
+    let elapsed = since.elapsed();
+    println!(
+        "start: {what} in {:.1} s ({:.1} ms a member)",
+        elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1000.0 / members.max(1) as f64
+    );
+}
+
 /// Waits until every node is back within its connection ceiling (`net::peer_high_water`):
 /// what is measured afterwards is the swarm as it runs, not its first minute.
-pub(crate) async fn settle(members: &Members) -> Result<Duration> {
+pub(crate) async fn settle(members: &Members, timeout: Duration) -> Result<Duration> {
     let started = Instant::now();
     loop {
         let mut over = 0;
@@ -159,8 +166,8 @@ pub(crate) async fn settle(members: &Members) -> Result<Duration> {
             println!("settled in {:.1} s: every node within its ceiling", started.elapsed().as_secs_f64());
             return Ok(started.elapsed());
         }
-        if started.elapsed() > SETTLE_TIMEOUT {
-            println!("not settled after {SETTLE_TIMEOUT:?}: {over} nodes above their ceiling; measuring anyway");
+        if started.elapsed() > timeout {
+            println!("not settled after {timeout:?}: {over} nodes above their ceiling; measuring anyway");
             return Ok(started.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -248,8 +255,9 @@ impl Traffic {
                 |name: &str, labels: &[(&str, &str)]| druse_tests::metrics::value(&text, name, labels).unwrap_or(0.0);
             sum.copies += value("libp2p_gossipsub_topic_msg_recv_counts_unfiltered_total", &[]);
             sum.unique += value("libp2p_gossipsub_topic_msg_recv_counts_total", &[]);
-            sum.sent += value("libp2p_bandwidth_bytes_total", &[("direction", "outbound")]);
-            sum.received += value("libp2p_bandwidth_bytes_total", &[("direction", "inbound")]);
+            // libp2p-metrics spells the direction as its enum variant: `Outbound`, `Inbound`.
+            sum.sent += value("libp2p_bandwidth_bytes_total", &[("direction", "Outbound")]);
+            sum.received += value("libp2p_bandwidth_bytes_total", &[("direction", "Inbound")]);
             sum.idontwant += value("libp2p_gossipsub_idontwant_msgs_total", &[]);
         }
         sum
@@ -381,13 +389,26 @@ impl Scores {
     }
 }
 
-/// Mean, lowest and highest of `values` (zeros when empty).
-pub(crate) fn spread(values: &[f64]) -> (f64, f64, f64) {
-    if values.is_empty() {
-        return (0.0, 0.0, 0.0);
+/// The lowest, median and highest of some scores.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Spread {
+    pub(crate) low: f64,
+    pub(crate) median: f64,
+    pub(crate) high: f64,
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} / {:.2} / {:.2}", self.low, self.median, self.high)
     }
-    let mean = values.iter().sum::<f64>() / values.len() as f64;
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (mean, low, high)
+}
+
+/// Lowest, median and highest of `values` (zeros when empty).
+pub(crate) fn spread(values: &[f64]) -> Spread {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match (sorted.first(), sorted.last()) {
+        (Some(&low), Some(&high)) => Spread { low, median: sorted[sorted.len() / 2], high },
+        _ => Spread::default(),
+    }
 }
