@@ -255,8 +255,11 @@ pub fn tool_list() -> Vec<Tool> {
             "Adopt a skill before using it: the node pays what its own price computation \
              supports (never more than the asking price), at most `max_price` when given \
              (above it nothing is paid and the answer says the new price), and tells the swarm. \
-             A skill adopted before, or this node's own, costs nothing. Answers what was paid. \
-             Needs the node's token.",
+             The owner's rules apply: a price above the approval threshold is refused with \
+             `needs_approval` (the detail names the command by which the owner adopts it), and \
+             one past what is left of the day's budget with `over_budget`. Answers {\"paid\", \
+             \"budget\": {\"per_day\", \"spent_today\", \"left_today\", \"approval_above\"}, \
+             \"settlement\", \"balance\", \"report\"}. Needs the node's token.",
             false,
         ),
         tool::<ReportArgs>(
