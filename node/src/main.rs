@@ -193,6 +193,12 @@ enum SkillCommand {
     /// Write a stored skill (imported or distilled) as an Agent Skills folder into DIR (or
     /// DIR/<name> when DIR is not named after the skill).
     Export { id: String, dir: PathBuf },
+    /// List the skills MCP clients submitted (`skill_publish`), private until approved.
+    Pending,
+    /// Publish a pending skill to the swarm as this node's own (an import of its folder).
+    Approve { id: String },
+    /// Drop a pending skill without publishing it.
+    Discard { id: String },
     /// Adopt a skill, paying what this node's own price computation supports. Without
     /// `--max-price` the owner's rules apply (`[agent] skill_approval_above` and
     /// `skill_budget_per_day`), as for the agent and MCP.
@@ -352,6 +358,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     eprintln!("finding: {finding}");
                 }
                 println!("{}", cli::skill_folder::write(&dir, &exported)?.display());
+            }
+            SkillCommand::Pending => print_json(&api.writer()?.get::<Value>("/v1/skills/pending").await?),
+            SkillCommand::Approve { id } => {
+                let path = format!("/v1/skills/pending/{}/approve", encode(&id));
+                print_json(&api.writer()?.post::<_, Value>(&path, &serde_json::json!({})).await?)
+            }
+            SkillCommand::Discard { id } => {
+                let path = format!("/v1/skills/pending/{}/discard", encode(&id));
+                print_json(&api.writer()?.post::<_, Value>(&path, &serde_json::json!({})).await?)
             }
             SkillCommand::Adopt { id, max_price } => {
                 let mut path = format!("/v1/skills/{}/adopt", encode(&id));

@@ -3,7 +3,7 @@
 //! API listener, behind the API's bearer token.
 //!
 //! The tools (`memory_search`, `memory_add`, `memory_get`, `memory_history`, `skill_search`,
-//! `skill_get`, `skill_adopt`, `skill_report`, `agent_chat`) translate their arguments into requests of the HTTP API and answer what the
+//! `skill_get`, `skill_adopt`, `skill_publish`, `skill_report`, `agent_chat`) translate their arguments into requests of the HTTP API and answer what the
 //! API answers: the rules, including who may read private memories, are the API's own (see
 //! [`backend`]). A refusal is a tool error (`isError`, so the model sees it) whose structured
 //! content is `{"error": code, "field": argument or null, "detail": sentence}`.
@@ -43,7 +43,7 @@ how it worked with skill_report. Talk to the node's own agent with \
 agent_chat. Errors say which argument is wrong.";
 
 /// The tools' names, in the order they are listed.
-pub const TOOLS: [&str; 9] = [
+pub const TOOLS: [&str; 10] = [
     "memory_search",
     "memory_add",
     "memory_get",
@@ -51,6 +51,7 @@ pub const TOOLS: [&str; 9] = [
     "skill_search",
     "skill_get",
     "skill_adopt",
+    "skill_publish",
     "skill_report",
     "agent_chat",
 ];
@@ -167,6 +168,10 @@ impl Server {
                 let request = tools::parse::<skills::AdoptArgs>(arguments)?.request()?;
                 Ok(self.backend.call(&request).await?)
             }
+            "skill_publish" => {
+                let request = tools::parse::<skills::PublishArgs>(arguments)?.request()?;
+                Ok(self.backend.call(&request).await?)
+            }
             "skill_report" => {
                 let request = tools::parse::<ReportArgs>(arguments)?.request()?;
                 Ok(self.backend.call(&request).await?)
@@ -260,6 +265,17 @@ pub fn tool_list() -> Vec<Tool> {
              one past what is left of the day's budget with `over_budget`. Answers {\"paid\", \
              \"budget\": {\"per_day\", \"spent_today\", \"left_today\", \"approval_above\"}, \
              \"settlement\", \"balance\", \"report\"}. Needs the node's token.",
+            false,
+        ),
+        tool::<skills::PublishArgs>(
+            "skill_publish",
+            "Hand the node a skill of your own as an Agent Skills folder: `skill_md` (its SKILL.md) \
+             and optional `files` by path. It is checked like an import (errors name the \
+             frontmatter field or the file) and scanned (a high finding refuses it, naming the \
+             rule, the file and the line), then kept private: nothing reaches the swarm until \
+             the owner runs the command the answer gives (`druse-node skill approve <id>`). \
+             Answers {\"id\", \"name\", \"digest\", \"findings\", \"visibility\": \"private\", \
+             \"publish_command\"}. Needs the node's token.",
             false,
         ),
         tool::<ReportArgs>(
