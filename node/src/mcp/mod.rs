@@ -13,10 +13,11 @@ use std::sync::Arc;
 use axum::Router;
 use rmcp::handler::server::tool::schema_for_input;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
@@ -26,6 +27,7 @@ use serde_json::{Map, Value, json};
 use crate::node::Node;
 
 pub mod backend;
+pub mod resources;
 pub mod skills;
 pub mod tools;
 
@@ -98,12 +100,19 @@ impl Refusal {
 #[derive(Debug, Clone)]
 pub struct Server {
     backend: Backend,
+    listeners: resources::Listeners,
 }
 
 impl Server {
     /// A server whose tools go to `backend`.
     pub fn new(backend: Backend) -> Self {
-        Self { backend }
+        Self { backend, listeners: resources::Listeners::default() }
+    }
+
+    /// A server whose open listens count against `listeners` (shared by the servers of one
+    /// route).
+    pub fn sharing(backend: Backend, listeners: resources::Listeners) -> Self {
+        Self { backend, listeners }
     }
 
     /// Runs one tool: its structured answer, or why it refused.
@@ -299,7 +308,13 @@ pub fn tool_list() -> Vec<Tool> {
 
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("druse-node", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
@@ -310,6 +325,30 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(tool_list()))
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        resources::list(&self.backend, request.as_ref().and_then(|r| r.cursor.as_deref())).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        resources::read(&self.backend, &request.uri).await.map(Into::into)
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(resources::accepted(requested))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        resources::listen(&self.backend, &self.listeners, context).await
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -347,8 +386,9 @@ pub fn routes(node: &Node, api: Router) -> Router {
         // The bearer token, not the Host header, keeps other sites out (a page that rebinds
         // DNS to the node does not have the token), and the API may listen on any address.
         .disable_allowed_hosts();
+    let listeners = resources::Listeners::default();
     let service = StreamableHttpService::new(
-        move || Ok(Server::new(backend.clone())),
+        move || Ok(Server::sharing(backend.clone(), listeners.clone())),
         Arc::new(NeverSessionManager::default()),
         config,
     );
