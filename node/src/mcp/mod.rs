@@ -7,6 +7,11 @@
 //! API answers: the rules, including who may read private memories, are the API's own (see
 //! [`backend`]). A refusal is a tool error (`isError`, so the model sees it) whose structured
 //! content is `{"error": code, "field": argument or null, "detail": sentence}`.
+//!
+//! The skills are resources too ([`resources`]): listed, read as their `SKILL.md` folder, and
+//! watched with `subscriptions/listen`. `skill_adopt` goes through the adopt route, which holds
+//! it to the owner's rules (the day's budget, the approval threshold: `api::adopt`), and
+//! `skill_publish` keeps what it is given private until the owner approves it.
 
 use std::sync::Arc;
 
@@ -40,8 +45,10 @@ Recall with memory_search before answering from memory; store what you learn wit
 (one fact or one conversation turn each; a correction such as \"actually, it's March 22\" \
 supersedes the memory it corrects, and memory_history shows the chain). Find skills other \
 agents published with skill_search (with their endorsement and the price this node computes), \
-read one as its SKILL.md folder with skill_get, adopt it with skill_adopt, and tell the market \
-how it worked with skill_report. Talk to the node's own agent with \
+read one as its SKILL.md folder with skill_get (or as the resource druse://skill/<id>), adopt it \
+with skill_adopt (within the owner's budget and approval threshold), and tell the market how it \
+worked with skill_report. Hand the node a skill of your own with skill_publish: it stays private \
+until the owner publishes it. Talk to the node's own agent with \
 agent_chat. Errors say which argument is wrong.";
 
 /// The tools' names, in the order they are listed.
