@@ -14,8 +14,9 @@ plus "steps": a list of
     {"name": "watch", "listen": {"resources_list_changed": true, "resource_subscriptions": [...]},
      "steps": [...], "until": [{"updated": "druse://skill/..."}, {"list_changed": true}],
      "timeout": 30}
-      (opens subscriptions/listen, runs the inner steps, then collects events until every
-      "until" entry was seen or the timeout passed)
+      (subscribes with subscriptions/listen, or resources/subscribe on a 2025-era session, runs
+      the inner steps, then collects change notifications until every "until" entry was seen
+      or the timeout passed)
 
 A string argument of the form "${step.path.to.value}" is replaced by that value of an earlier
 step's structured result (keys, or list indexes), so a later call can use an id an earlier one
@@ -47,6 +48,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import listen
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp.shared.subscriptions import ResourceUpdated, ResourcesListChanged
 from mcp.shared.exceptions import MCPError
 
@@ -107,8 +109,45 @@ def satisfied(until, seen):
     return True
 
 
+NOTIFIED = []
+"""Change notifications the session received, in order (the 2025-era subscriptions)."""
+
+
+async def on_message(message):
+    method = getattr(message, "method", None)
+    if method == "notifications/resources/updated":
+        NOTIFIED.append({"kind": "updated", "uri": str(message.params.uri)})
+    elif method == "notifications/resources/list_changed":
+        NOTIFIED.append({"kind": "list_changed", "uri": None})
+
+
+async def subscribe_step(session, step, results):
+    """resources/subscribe for each URI, the inner steps, then the notifications until satisfied."""
+    name = step["name"]
+    wanted = resolve(step["listen"], results)
+    until = resolve(step.get("until", []), results)
+    honored, refused = [], []
+    for uri in wanted.get("resource_subscriptions", []):
+        try:
+            await session.subscribe_resource(uri)
+            honored.append(uri)
+        except MCPError as error:
+            refused.append({"uri": uri, "error": str(error), "code": error.error.code})
+    start = len(NOTIFIED)
+    await run_steps(session, step.get("steps", []), results)
+    with anyio.move_on_after(step.get("timeout", 30)):
+        while not satisfied(until, NOTIFIED[start:]):
+            await anyio.sleep(0.05)
+    seen = NOTIFIED[start:]
+    emit(event="listen", name=name, honored={"resourceSubscriptions": honored}, refused=refused, events=seen,
+         complete=satisfied(until, seen))
+
+
 async def listen_step(session, step, results):
     name = step["name"]
+    if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        await subscribe_step(session, step, results)
+        return
     wanted = resolve(step["listen"], results)
     until = resolve(step.get("until", []), results)
     seen = []
@@ -198,7 +237,7 @@ async def run_steps(session, steps, results=None):
 
 
 async def session_over(read, write, steps):
-    async with ClientSession(read, write) as session:
+    async with ClientSession(read, write, message_handler=on_message) as session:
         init = await session.initialize()
         emit(event="connected", server=init.server_info.name, protocol_version=init.protocol_version)
         await run_steps(session, steps)

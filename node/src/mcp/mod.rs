@@ -20,10 +20,11 @@ use rmcp::handler::server::tool::schema_for_input;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
-use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
@@ -35,6 +36,7 @@ pub mod backend;
 pub mod resources;
 pub mod skills;
 pub mod tools;
+pub mod watch;
 
 pub use backend::Backend;
 use tools::{AddArgs, ChatArgs, GetArgs, Invalid, ReportArgs, SearchArgs, SkillSearchArgs};
@@ -108,18 +110,34 @@ impl Refusal {
 pub struct Server {
     backend: Backend,
     listeners: resources::Listeners,
+    watching: watch::Shared,
+    /// Held while the server lives: counts the `/mcp` sessions.
+    _session: Option<Arc<SessionSlot>>,
 }
+
+/// One of the `/mcp` route's session slots, given back when its server is dropped.
+#[derive(Debug)]
+pub struct SessionSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `/mcp` sessions open at once, at most.
+pub const MAX_SESSIONS: usize = 32;
 
 impl Server {
     /// A server whose tools go to `backend`.
     pub fn new(backend: Backend) -> Self {
-        Self { backend, listeners: resources::Listeners::default() }
+        Self { backend, listeners: resources::Listeners::default(), watching: watch::Shared::default(), _session: None }
     }
 
     /// A server whose open listens count against `listeners` (shared by the servers of one
     /// route).
-    pub fn sharing(backend: Backend, listeners: resources::Listeners) -> Self {
-        Self { backend, listeners }
+    pub fn sharing(backend: Backend, listeners: resources::Listeners, session: Arc<SessionSlot>) -> Self {
+        Self { backend, listeners, watching: watch::Shared::default(), _session: Some(session) }
     }
 
     /// Runs one tool: its structured answer, or why it refused.
@@ -350,6 +368,25 @@ impl ServerHandler for Server {
         resources::read(&self.backend, &request.uri).await.map(Into::into)
     }
 
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        watch::subscribe(&self.watching, &self.backend, context.peer, request.uri)
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        watch::unsubscribe(&self.watching, &request.uri);
+        Ok(())
+    }
+
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         Some(resources::accepted(requested))
     }
@@ -379,24 +416,37 @@ impl ServerHandler for Server {
     }
 }
 
-/// `/mcp` for the API listener: streamable HTTP, stateless (every request stands alone, so
-/// nothing is kept per client), answering JSON, every request needing the node's token. Its
-/// tools call `api`, the node's other routes, in-process.
+/// `/mcp` for the API listener: streamable HTTP with sessions (`Mcp-Session-Id`: a session
+/// is where `resources/subscribe` sends its notifications), at most [`MAX_SESSIONS`] open, an
+/// idle one closed after two minutes; every request needs the node's token. Its tools call
+/// `api`, the node's other routes, in-process.
 pub fn routes(node: &Node, api: Router) -> Router {
     let max_body = node.config().api.max_body_bytes;
     let token = node.token().to_owned();
     let backend = Backend::in_process(api, &token);
     let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_max_request_body_bytes(max_body)
         // The bearer token, not the Host header, keeps other sites out (a page that rebinds
         // DNS to the node does not have the token), and the API may listen on any address.
         .disable_allowed_hosts();
     let listeners = resources::Listeners::default();
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut sessions = LocalSessionManager::default();
+    // A client that went away without closing its session frees its slot after this long.
+    sessions.session_config.keep_alive = Some(std::time::Duration::from_secs(120));
     let service = StreamableHttpService::new(
-        move || Ok(Server::sharing(backend.clone(), listeners.clone())),
-        Arc::new(NeverSessionManager::default()),
+        move || {
+            let taken = open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let slot = Arc::new(SessionSlot(open.clone()));
+            if taken >= MAX_SESSIONS {
+                return Err(std::io::Error::other(format!(
+                    "{MAX_SESSIONS} MCP sessions are open on this node; close one first"
+                )));
+            }
+            Ok(Server::sharing(backend.clone(), listeners.clone(), slot))
+        },
+        Arc::new(sessions),
         config,
     );
     let expected = format!("Bearer {token}");

@@ -188,12 +188,13 @@ fn fingerprint(listing: &Value) -> Value {
 
 /// What the listener compares from one poll to the next.
 #[derive(Debug, Default, PartialEq)]
-struct Seen {
-    skills: Option<u64>,
-    watched: BTreeMap<String, Value>,
+pub(crate) struct Seen {
+    pub(crate) skills: Option<u64>,
+    pub(crate) watched: BTreeMap<String, Value>,
 }
 
-async fn look(backend: &Backend, filter: &SubscriptionFilter) -> Seen {
+/// What `filter` watches, as the API shows it now.
+pub(crate) async fn look(backend: &Backend, filter: &SubscriptionFilter) -> Seen {
     let mut seen = Seen::default();
     if filter.resources_list_changed == Some(true)
         && let Ok(status) = backend.call(&Request::Get("/v1/status".into())).await
