@@ -374,7 +374,7 @@ impl ServerHandler for Server {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        watch::subscribe(&self.watching, &self.backend, context.peer, request.uri)
+        watch::subscribe(&self.watching, &self.backend, context.peer, request.uri).await
     }
 
     #[allow(deprecated)]

@@ -5,12 +5,13 @@
 //! one changes and `notifications/resources/list_changed` when the node's skills change in
 //! number, and ends when the session does.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::Peer;
 use rmcp::RoleServer;
 use rmcp::model::{ErrorData, ResourceUpdatedNotificationParam, SubscriptionFilter};
+use serde_json::Value;
 
 use super::Backend;
 use super::resources::{MAX_WATCHED, POLL, Seen, look, skill_of};
@@ -18,7 +19,10 @@ use super::resources::{MAX_WATCHED, POLL, Seen, look, skill_of};
 /// One session's subscriptions.
 #[derive(Debug, Default)]
 pub struct Watching {
-    uris: BTreeSet<String>,
+    /// Each subscribed skill's URI with what its listing was when last read.
+    uris: BTreeMap<String, Value>,
+    /// The node's skill count when last read.
+    skills: Option<u64>,
     running: bool,
 }
 
@@ -29,22 +33,41 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Watching> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Subscribes the session to `uri`, starting its watcher if none runs.
-pub fn subscribe(shared: &Shared, backend: &Backend, peer: Peer<RoleServer>, uri: String) -> Result<(), ErrorData> {
+/// Subscribes the session to `uri`, reading its listing now (a change after this answer is
+/// one), and starts the session's watcher if none runs.
+pub async fn subscribe(
+    shared: &Shared,
+    backend: &Backend,
+    peer: Peer<RoleServer>,
+    uri: String,
+) -> Result<(), ErrorData> {
     if skill_of(&uri).is_none() {
         return Err(ErrorData::invalid_params(
             format!("{uri:?} is not a skill's URI (druse://skill/<content id>)"),
             None,
         ));
     }
-    let mut watching = lock(shared);
-    if !watching.uris.contains(&uri) && watching.uris.len() >= MAX_WATCHED {
-        return Err(ErrorData::invalid_params(
-            format!("this session watches {MAX_WATCHED} skills already; unsubscribe from one first"),
-            None,
-        ));
+    {
+        let watching = lock(shared);
+        if !watching.uris.contains_key(&uri) && watching.uris.len() >= MAX_WATCHED {
+            return Err(ErrorData::invalid_params(
+                format!("this session watches {MAX_WATCHED} skills already; unsubscribe from one first"),
+                None,
+            ));
+        }
     }
-    watching.uris.insert(uri);
+    let mut first = SubscriptionFilter::default();
+    first.resources_list_changed = Some(true);
+    first.resource_subscriptions = Some(vec![uri.clone()]);
+    let seen = look(backend, &first).await;
+    let mut watching = lock(shared);
+    if watching.uris.len() >= MAX_WATCHED && !watching.uris.contains_key(&uri) {
+        return Err(ErrorData::invalid_params(format!("this session watches {MAX_WATCHED} skills already"), None));
+    }
+    watching.uris.insert(uri.clone(), seen.watched.get(&uri).cloned().unwrap_or(Value::Null));
+    if watching.skills.is_none() {
+        watching.skills = seen.skills;
+    }
     if !watching.running {
         watching.running = true;
         tokio::spawn(watch(shared.clone(), backend.clone(), peer));
@@ -60,39 +83,48 @@ pub fn unsubscribe(shared: &Shared, uri: &str) {
 fn filter(shared: &Shared) -> SubscriptionFilter {
     let mut filter = SubscriptionFilter::default();
     filter.resources_list_changed = Some(true);
-    filter.resource_subscriptions = Some(lock(shared).uris.iter().cloned().collect());
+    filter.resource_subscriptions = Some(lock(shared).uris.keys().cloned().collect());
     filter
+}
+
+/// What changed since the last read, written down as read now: whether the list did, and the
+/// subscribed skills that did.
+fn changes(shared: &Shared, now: Seen) -> (bool, Vec<String>) {
+    let mut watching = lock(shared);
+    let list = now.skills.is_some() && watching.skills.is_some() && now.skills != watching.skills;
+    if now.skills.is_some() {
+        watching.skills = now.skills;
+    }
+    let mut updated = Vec::new();
+    for (uri, print) in now.watched {
+        // A skill unsubscribed meanwhile is not watched any more.
+        if let Some(was) = watching.uris.get_mut(&uri)
+            && *was != print
+        {
+            *was = print;
+            updated.push(uri);
+        }
+    }
+    (list, updated)
 }
 
 /// The session's watcher: until its client goes away.
 async fn watch(shared: Shared, backend: Backend, peer: Peer<RoleServer>) {
-    let mut before: Seen = look(&backend, &filter(&shared)).await;
-    loop {
+    'session: loop {
         tokio::time::sleep(POLL).await;
         if peer.is_transport_closed() {
             break;
         }
         let now = look(&backend, &filter(&shared)).await;
-        if now.skills.is_some() && before.skills.is_some() && now.skills != before.skills {
-            if peer.notify_resource_list_changed().await.is_err() {
-                break;
-            }
-        }
-        let mut gone = false;
-        for (uri, print) in &now.watched {
-            // A skill subscribed since the last look has nothing to compare with yet.
-            if before.watched.get(uri).is_none_or(|was| was == print) {
-                continue;
-            }
-            if peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone())).await.is_err() {
-                gone = true;
-                break;
-            }
-        }
-        if gone {
+        let (list, updated) = changes(&shared, now);
+        if list && peer.notify_resource_list_changed().await.is_err() {
             break;
         }
-        before = now;
+        for uri in updated {
+            if peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await.is_err() {
+                break 'session;
+            }
+        }
     }
     lock(&shared).running = false;
 }
