@@ -181,8 +181,8 @@ pub fn scan(files: &[(&str, &str)], allowed: &[String]) -> Report {
 fn joined_files(first: &str, second: &str) -> String {
     let mut out = String::with_capacity(first.len() + second.len() + 1);
     out.push_str(first);
-    let continued = first.trim_end_matches(['\n', '\r']).ends_with('\\');
-    if !(continued && first.ends_with('\n')) && !first.is_empty() {
+    let continued = first.ends_with('\n') && first.trim_end_matches(['\n', '\r']).ends_with('\\');
+    if !(first.is_empty() || continued) {
         out.push('\n');
     }
     out.push_str(second);
