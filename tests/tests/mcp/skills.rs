@@ -91,7 +91,7 @@ async fn priced_skill(nodes: &[ProcNode; 3], name: &str, text: &str, price: u64)
             .is_some_and(|l| l["computed_price"]["micros"].as_u64().is_some_and(|p| p > 50_000))
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}: {:?}", b.get_json(&path).await));
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.process.log_tail()));
     id
 }
 
