@@ -2,6 +2,7 @@
 //! open; write routes need `Authorization: Bearer <token>` from the data directory. Errors are
 //! `{ "error": code, "detail": text }` with the matching status. Request bodies are bounded.
 
+pub mod adopt;
 pub mod agent;
 pub mod skill_folder;
 
@@ -152,7 +153,6 @@ pub fn routes(node: Node) -> Router {
         Router::new()
             .route("/v1/skills", axum::routing::post(publish_skill))
             .route("/v1/skills/{id}/reports", axum::routing::post(report_skill))
-            .route("/v1/skills/{id}/adopt", axum::routing::post(adopt_skill))
             .route("/v1/memories", axum::routing::post(add_memory))
             .route("/v1/memories/batch", axum::routing::post(add_memories))
             .route("/v1/consolidate", axum::routing::post(consolidate)),
@@ -328,37 +328,6 @@ async fn report_skill(
     let now = now_ms();
     let content_id = node.market().report(id, event).await?;
     Ok((StatusCode::CREATED, Json(Published { content_id, issued_at: now })))
-}
-
-/// The query of `POST /v1/skills/{id}/adopt`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AdoptQuery {
-    /// The most the adoption may pay, in micro-USDC: above it, 409 with the new price.
-    max_price: Option<u64>,
-}
-
-/// `POST /v1/skills/{id}/adopt[?max_price=N]`: pays what the node's computation supports (see
-/// [`crate::market::settle`]), and with `max_price` at most that (409 carrying the new price
-/// when the price settled above it).
-async fn adopt_skill(
-    State(node): State<Node>,
-    id: Result<Path<String>, PathRejection>,
-    query: Result<Query<AdoptQuery>, QueryRejection>,
-) -> Result<(StatusCode, Json<crate::market::desk::Adoption>), Error> {
-    let Path(id) = id?;
-    let Query(query) = query.map_err(|e| Error::bad_request(e.body_text()))?;
-    Ok((
-        StatusCode::CREATED,
-        Json(
-            node.market()
-                .adopt_with(
-                    parse_id(&id)?,
-                    crate::market::desk::Terms { max_price: query.max_price, daily_budget: None },
-                )
-                .await?,
-        ),
-    ))
 }
 
 async fn bounties(State(node): State<Node>) -> Result<Json<Vec<crate::market::BountyRecord>>, Error> {

@@ -76,6 +76,7 @@ fn routes(node: &Node, agent: Option<druse_agent::Handle>, extra: Router) -> Rou
     let api = crate::api::routes(node.clone())
         .merge(crate::api::agent::routes(agent, node.token()))
         .merge(crate::api::skill_folder::routes(node))
+        .merge(crate::api::adopt::routes(node))
         .merge(crate::memory_map::routes(node.clone()));
     let mcp = crate::mcp::routes(node, crate::api::finish(api.clone(), max_body));
     crate::api::finish(api.merge(extra), max_body).merge(mcp)

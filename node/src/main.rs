@@ -193,11 +193,20 @@ enum SkillCommand {
     /// Write a stored skill (imported or distilled) as an Agent Skills folder into DIR (or
     /// DIR/<name> when DIR is not named after the skill).
     Export { id: String, dir: PathBuf },
-    /// Adopt a skill, paying what this node's own price computation supports.
+    /// List the skills MCP clients submitted (`skill_publish`), private until approved.
+    Pending,
+    /// Publish a pending skill to the swarm as this node's own (an import of its folder).
+    Approve { id: String },
+    /// Drop a pending skill without publishing it.
+    Discard { id: String },
+    /// Adopt a skill, paying what this node's own price computation supports. Without
+    /// `--max-price` the owner's rules apply (`[agent] skill_approval_above` and
+    /// `skill_budget_per_day`), as for the agent and MCP.
     Adopt {
         id: String,
-        /// Pay at most this many micro-USDC: a price settled above it is refused (exit 1,
-        /// with the new price) and nothing is paid.
+        /// The owner's approval: pay at most this many micro-USDC, past the approval threshold
+        /// and the day's budget (still counted in the day's spending). A price settled above it
+        /// is refused (exit 1, with the new price) and nothing is paid.
         #[arg(long)]
         max_price: Option<u64>,
     },
@@ -350,10 +359,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 println!("{}", cli::skill_folder::write(&dir, &exported)?.display());
             }
+            SkillCommand::Pending => print_json(&api.writer()?.get::<Value>("/v1/skills/pending").await?),
+            SkillCommand::Approve { id } => {
+                let path = format!("/v1/skills/pending/{}/approve", encode(&id));
+                print_json(&api.writer()?.post::<_, Value>(&path, &serde_json::json!({})).await?)
+            }
+            SkillCommand::Discard { id } => {
+                let path = format!("/v1/skills/pending/{}/discard", encode(&id));
+                print_json(&api.writer()?.post::<_, Value>(&path, &serde_json::json!({})).await?)
+            }
             SkillCommand::Adopt { id, max_price } => {
                 let mut path = format!("/v1/skills/{}/adopt", encode(&id));
                 if let Some(max) = max_price {
-                    path.push_str(&format!("?max_price={max}"));
+                    path.push_str(&format!("?approved_price={max}"));
                 }
                 print_json(&api.writer()?.post::<_, Value>(&path, &serde_json::json!({})).await?)
             }

@@ -2,6 +2,7 @@
 //! state (seed 004's `isVerified` / `verifiedBy`) and the endorsements waiting for their skill.
 
 pub mod folder;
+pub mod pending;
 
 use std::collections::{HashMap, VecDeque};
 

@@ -37,13 +37,17 @@ pub enum Code {
     AgentDisabled,
     /// The agent is not running yet, or is busy.
     AgentUnavailable,
+    /// Above the owner's approval threshold: only the owner's explicit adoption pays it.
+    NeedsApproval,
+    /// Past what is left of the owner's daily budget for skills.
+    OverBudget,
     /// The node failed; the detail says where.
     Internal,
 }
 
 impl Code {
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 13] = [
+    pub const ALL: [Code; 15] = [
         Code::BadRequest,
         Code::Unauthorized,
         Code::NotFound,
@@ -56,6 +60,8 @@ impl Code {
         Code::RateLimited,
         Code::AgentDisabled,
         Code::AgentUnavailable,
+        Code::NeedsApproval,
+        Code::OverBudget,
         Code::Internal,
     ];
 
@@ -74,6 +80,8 @@ impl Code {
             Code::RateLimited => "rate_limited",
             Code::AgentDisabled => "agent_disabled",
             Code::AgentUnavailable => "agent_unavailable",
+            Code::NeedsApproval => "needs_approval",
+            Code::OverBudget => "over_budget",
             Code::Internal => "internal",
         }
     }
@@ -84,7 +92,8 @@ impl Code {
             Code::BadRequest => 400,
             Code::Unauthorized => 401,
             Code::NotFound => 404,
-            Code::Conflict | Code::Duplicate | Code::AgentDisabled => 409,
+            Code::NeedsApproval => 403,
+            Code::Conflict | Code::Duplicate | Code::AgentDisabled | Code::OverBudget => 409,
             Code::TooLarge => 413,
             Code::Invalid | Code::Confidential | Code::NotPublishable => 422,
             Code::RateLimited => 429,

@@ -152,8 +152,7 @@ pub fn scan(files: &[(&str, &str)], allowed: &[String]) -> Report {
     for (path, text) in files {
         let text = cut(text);
         scan_text(&mut found, path, text, allowed, true);
-        all.push_str(text);
-        all.push('\n');
+        all = joined_files(&all, text);
     }
     if files.len() > 1 {
         // What the files say together and not alone: a rule already found in a file is not
@@ -167,13 +166,27 @@ pub fn scan(files: &[(&str, &str)], allowed: &[String]) -> Report {
         for (i, (a, first)) in files.iter().enumerate() {
             for (j, (b, second)) in files.iter().enumerate() {
                 if i != j {
-                    let seam = format!("{}\n{}", tail(cut(first), SEAM), head(cut(second), SEAM));
+                    let seam = joined_files(tail(cut(first), SEAM), head(cut(second), SEAM));
                     scan_text(&mut found, &format!("{a}+{b}"), &seam, allowed, false);
                 }
             }
         }
     }
     Report { findings: found.list }
+}
+
+/// `second` after `first` as a reader of both would see them: on a new line, except that a
+/// shell line `first` ends with a backslash goes on into `second` (`curl … \` at the end of
+/// one file and `| sh` at the start of the next is one command).
+fn joined_files(first: &str, second: &str) -> String {
+    let mut out = String::with_capacity(first.len() + second.len() + 1);
+    out.push_str(first);
+    let continued = first.ends_with('\n') && first.trim_end_matches(['\n', '\r']).ends_with('\\');
+    if !(first.is_empty() || continued) {
+        out.push('\n');
+    }
+    out.push_str(second);
+    out
 }
 
 /// Files whose seams are scanned pairwise, at most (a folder with more is scanned whole and

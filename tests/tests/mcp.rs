@@ -18,6 +18,9 @@ use druse_tests::{WAIT, eventually};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
+#[path = "mcp/skills.rs"]
+mod skills;
+
 /// How long one run of the client script may take.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -211,6 +214,7 @@ async fn assert_scenario(run: &Run, node: &ProcNode, skill: &str) {
             "skill_search",
             "skill_get",
             "skill_adopt",
+            "skill_publish",
             "skill_report",
             "agent_chat"
         ]

@@ -1,6 +1,8 @@
 //! The routes for Agent Skills folders: import one (`POST /v1/skills/import`), export a stored
 //! skill as one (`GET /v1/skills/{id}/folder`), and what the scanner finds in a skill
-//! (`GET /v1/skills/{id}/findings`), for a reviewer before it endorses.
+//! (`GET /v1/skills/{id}/findings`), for a reviewer before it endorses; and the skills an MCP
+//! client submitted (`skill_publish`), private until the owner approves them
+//! (`/v1/skills/pending`, all behind the token).
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
@@ -16,11 +18,19 @@ use druse_protocol::skill_folder::Folder;
 use super::{Error, parse_id};
 use crate::node::Node;
 use crate::skill::folder::{self, Exported, ImportRequest, Imported, Located, Provenance, Refusal};
+use crate::skill::pending::{self, Pending, Submission};
 
 /// The folder routes: import behind the token, export and findings open; the daemon merges
 /// them with the core API's.
 pub fn routes(node: &Node) -> Router {
-    let writes = super::require_token(Router::new().route("/v1/skills/import", post(import)), node.token());
+    let writes = super::require_token(
+        Router::new()
+            .route("/v1/skills/import", post(import))
+            .route("/v1/skills/pending", post(submit).get(pending_list))
+            .route("/v1/skills/pending/{id}/approve", post(approve))
+            .route("/v1/skills/pending/{id}/discard", post(discard)),
+        node.token(),
+    );
     Router::new()
         .route("/v1/skills/{id}/folder", get(export))
         .route("/v1/skills/{id}/findings", get(findings))
@@ -103,4 +113,87 @@ async fn findings(
 ) -> Result<Json<Vec<Located>>, Error> {
     let Path(id) = id?;
     Ok(Json(skill_findings(&node, parse_id(&id)?).await?))
+}
+
+impl From<pending::Error> for Error {
+    fn from(error: pending::Error) -> Self {
+        match error {
+            pending::Error::Refused(refusal) => refusal.into(),
+            pending::Error::Full => Self::new(Code::Conflict, error.to_string()),
+            pending::Error::Store(error) => Self::internal(error),
+        }
+    }
+}
+
+/// A submitted skill as the API answers it: kept private, with the owner's command.
+#[derive(Debug, serde::Serialize)]
+pub struct Kept {
+    #[serde(flatten)]
+    pub pending: Pending,
+    /// Where it is: `private` until the owner publishes it.
+    pub visibility: &'static str,
+    /// The command by which the owner publishes it to the swarm.
+    pub publish_command: String,
+}
+
+impl From<Pending> for Kept {
+    fn from(pending: Pending) -> Self {
+        let publish_command = pending.publish_command();
+        Self { pending, visibility: "private", publish_command }
+    }
+}
+
+/// Checks, scans and keeps a submitted skill, private until the owner approves it.
+pub async fn submit_skill(node: &Node, submission: Submission) -> Result<Kept, Error> {
+    let checked = pending::check(submission, now_ms())?;
+    let store = node.clone();
+    let kept = crate::task::blocking(move || pending::keep(store.store(), checked)).await??;
+    Ok(kept.into())
+}
+
+/// Publishes pending skill `id` to the swarm as the node's own (an import of its folder).
+pub async fn approve_skill(node: &Node, id: String) -> Result<Imported, Error> {
+    let store = node.clone();
+    let wanted = id.clone();
+    let taken = crate::task::blocking(move || pending::take(store.store(), &wanted)).await??;
+    let taken = taken.ok_or_else(|| Error::not_found(format!("no skill {id:?} waits for the owner")))?;
+    let request = ImportRequest { dir_name: None, files: taken.files.clone(), asking_price: taken.asking_price };
+    match import_folder(node, request).await {
+        Ok(imported) => Ok(imported),
+        Err(error) => {
+            let store = node.clone();
+            crate::task::blocking(move || pending::put_back(store.store(), taken)).await??;
+            Err(error)
+        }
+    }
+}
+
+async fn submit(
+    State(node): State<Node>,
+    request: Result<Json<Submission>, JsonRejection>,
+) -> Result<(StatusCode, Json<Kept>), Error> {
+    let Json(submission) = request?;
+    Ok((StatusCode::CREATED, Json(submit_skill(&node, submission).await?)))
+}
+
+async fn pending_list(State(node): State<Node>) -> Result<Json<Vec<Kept>>, Error> {
+    let all = crate::task::blocking(move || pending::list(node.store())).await??;
+    Ok(Json(all.into_iter().map(Kept::from).collect()))
+}
+
+async fn approve(
+    State(node): State<Node>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<(StatusCode, Json<Imported>), Error> {
+    let Path(id) = id?;
+    Ok((StatusCode::CREATED, Json(approve_skill(&node, id).await?)))
+}
+
+async fn discard(State(node): State<Node>, id: Result<Path<String>, PathRejection>) -> Result<Json<Kept>, Error> {
+    let Path(id) = id?;
+    let store = node.clone();
+    let wanted = id.clone();
+    let taken = crate::task::blocking(move || pending::take(store.store(), &wanted)).await??;
+    let taken = taken.ok_or_else(|| Error::not_found(format!("no skill {id:?} waits for the owner")))?;
+    Ok(Json(Kept { visibility: "discarded", ..taken.into() }))
 }

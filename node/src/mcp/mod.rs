@@ -3,21 +3,28 @@
 //! API listener, behind the API's bearer token.
 //!
 //! The tools (`memory_search`, `memory_add`, `memory_get`, `memory_history`, `skill_search`,
-//! `skill_get`, `skill_adopt`, `skill_report`, `agent_chat`) translate their arguments into requests of the HTTP API and answer what the
+//! `skill_get`, `skill_adopt`, `skill_publish`, `skill_report`, `agent_chat`) translate their arguments into requests of the HTTP API and answer what the
 //! API answers: the rules, including who may read private memories, are the API's own (see
 //! [`backend`]). A refusal is a tool error (`isError`, so the model sees it) whose structured
 //! content is `{"error": code, "field": argument or null, "detail": sentence}`.
+//!
+//! The skills are resources too ([`resources`]): listed, read as their `SKILL.md` folder, and
+//! watched with `subscriptions/listen`. `skill_adopt` goes through the adopt route, which holds
+//! it to the owner's rules (the day's budget, the approval threshold: `api::adopt`), and
+//! `skill_publish` keeps what it is given private until the owner approves it.
 
 use std::sync::Arc;
 
 use axum::Router;
 use rmcp::handler::server::tool::schema_for_input;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::service::{RequestContext, SubscriptionContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
@@ -26,8 +33,10 @@ use serde_json::{Map, Value, json};
 use crate::node::Node;
 
 pub mod backend;
+pub mod resources;
 pub mod skills;
 pub mod tools;
+pub mod watch;
 
 pub use backend::Backend;
 use tools::{AddArgs, ChatArgs, GetArgs, Invalid, ReportArgs, SearchArgs, SkillSearchArgs};
@@ -38,12 +47,14 @@ Recall with memory_search before answering from memory; store what you learn wit
 (one fact or one conversation turn each; a correction such as \"actually, it's March 22\" \
 supersedes the memory it corrects, and memory_history shows the chain). Find skills other \
 agents published with skill_search (with their endorsement and the price this node computes), \
-read one as its SKILL.md folder with skill_get, adopt it with skill_adopt, and tell the market \
-how it worked with skill_report. Talk to the node's own agent with \
+read one as its SKILL.md folder with skill_get (or as the resource druse://skill/<id>), adopt it \
+with skill_adopt (within the owner's budget and approval threshold), and tell the market how it \
+worked with skill_report. Hand the node a skill of your own with skill_publish: it stays private \
+until the owner publishes it. Talk to the node's own agent with \
 agent_chat. Errors say which argument is wrong.";
 
 /// The tools' names, in the order they are listed.
-pub const TOOLS: [&str; 9] = [
+pub const TOOLS: [&str; 10] = [
     "memory_search",
     "memory_add",
     "memory_get",
@@ -51,6 +62,7 @@ pub const TOOLS: [&str; 9] = [
     "skill_search",
     "skill_get",
     "skill_adopt",
+    "skill_publish",
     "skill_report",
     "agent_chat",
 ];
@@ -97,12 +109,35 @@ impl Refusal {
 #[derive(Debug, Clone)]
 pub struct Server {
     backend: Backend,
+    listeners: resources::Listeners,
+    watching: watch::Shared,
+    /// Held while the server lives: counts the `/mcp` sessions.
+    _session: Option<Arc<SessionSlot>>,
 }
+
+/// One of the `/mcp` route's session slots, given back when its server is dropped.
+#[derive(Debug)]
+pub struct SessionSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `/mcp` sessions open at once, at most.
+pub const MAX_SESSIONS: usize = 32;
 
 impl Server {
     /// A server whose tools go to `backend`.
     pub fn new(backend: Backend) -> Self {
-        Self { backend }
+        Self { backend, listeners: resources::Listeners::default(), watching: watch::Shared::default(), _session: None }
+    }
+
+    /// A server whose open listens count against `listeners` (shared by the servers of one
+    /// route).
+    pub fn sharing(backend: Backend, listeners: resources::Listeners, session: Arc<SessionSlot>) -> Self {
+        Self { backend, listeners, watching: watch::Shared::default(), _session: Some(session) }
     }
 
     /// Runs one tool: its structured answer, or why it refused.
@@ -165,6 +200,10 @@ impl Server {
             }
             "skill_adopt" => {
                 let request = tools::parse::<skills::AdoptArgs>(arguments)?.request()?;
+                Ok(self.backend.call(&request).await?)
+            }
+            "skill_publish" => {
+                let request = tools::parse::<skills::PublishArgs>(arguments)?.request()?;
                 Ok(self.backend.call(&request).await?)
             }
             "skill_report" => {
@@ -255,8 +294,22 @@ pub fn tool_list() -> Vec<Tool> {
             "Adopt a skill before using it: the node pays what its own price computation \
              supports (never more than the asking price), at most `max_price` when given \
              (above it nothing is paid and the answer says the new price), and tells the swarm. \
-             A skill adopted before, or this node's own, costs nothing. Answers what was paid. \
-             Needs the node's token.",
+             The owner's rules apply: a price above the approval threshold is refused with \
+             `needs_approval` (the detail names the command by which the owner adopts it), and \
+             one past what is left of the day's budget with `over_budget`. Answers {\"paid\", \
+             \"budget\": {\"per_day\", \"spent_today\", \"left_today\", \"approval_above\"}, \
+             \"settlement\", \"balance\", \"report\"}. Needs the node's token.",
+            false,
+        ),
+        tool::<skills::PublishArgs>(
+            "skill_publish",
+            "Hand the node a skill of your own as an Agent Skills folder: `skill_md` (its SKILL.md) \
+             and optional `files` by path. It is checked like an import (errors name the \
+             frontmatter field or the file) and scanned (a high finding refuses it, naming the \
+             rule, the file and the line), then kept private: nothing reaches the swarm until \
+             the owner runs the command the answer gives (`druse-node skill approve <id>`). \
+             Answers {\"id\", \"name\", \"digest\", \"findings\", \"visibility\": \"private\", \
+             \"publish_command\"}. Needs the node's token.",
             false,
         ),
         tool::<ReportArgs>(
@@ -280,7 +333,13 @@ pub fn tool_list() -> Vec<Tool> {
 
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("druse-node", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
@@ -291,6 +350,49 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(tool_list()))
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        resources::list(&self.backend, request.as_ref().and_then(|r| r.cursor.as_deref())).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        resources::read(&self.backend, &request.uri).await.map(Into::into)
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        watch::subscribe(&self.watching, &self.backend, context.peer, request.uri).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        watch::unsubscribe(&self.watching, &request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(resources::accepted(requested))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        resources::listen(&self.backend, &self.listeners, context).await
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -314,23 +416,37 @@ impl ServerHandler for Server {
     }
 }
 
-/// `/mcp` for the API listener: streamable HTTP, stateless (every request stands alone, so
-/// nothing is kept per client), answering JSON, every request needing the node's token. Its
-/// tools call `api`, the node's other routes, in-process.
+/// `/mcp` for the API listener: streamable HTTP with sessions (`Mcp-Session-Id`: a session
+/// is where `resources/subscribe` sends its notifications), at most [`MAX_SESSIONS`] open, an
+/// idle one closed after two minutes; every request needs the node's token. Its tools call
+/// `api`, the node's other routes, in-process.
 pub fn routes(node: &Node, api: Router) -> Router {
     let max_body = node.config().api.max_body_bytes;
     let token = node.token().to_owned();
     let backend = Backend::in_process(api, &token);
     let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_max_request_body_bytes(max_body)
         // The bearer token, not the Host header, keeps other sites out (a page that rebinds
         // DNS to the node does not have the token), and the API may listen on any address.
         .disable_allowed_hosts();
+    let listeners = resources::Listeners::default();
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut sessions = LocalSessionManager::default();
+    // A client that went away without closing its session frees its slot after this long.
+    sessions.session_config.keep_alive = Some(std::time::Duration::from_secs(120));
     let service = StreamableHttpService::new(
-        move || Ok(Server::new(backend.clone())),
-        Arc::new(NeverSessionManager::default()),
+        move || {
+            let taken = open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let slot = Arc::new(SessionSlot(open.clone()));
+            if taken >= MAX_SESSIONS {
+                return Err(std::io::Error::other(format!(
+                    "{MAX_SESSIONS} MCP sessions are open on this node; close one first"
+                )));
+            }
+            Ok(Server::sharing(backend.clone(), listeners.clone(), slot))
+        },
+        Arc::new(sessions),
         config,
     );
     let expected = format!("Bearer {token}");

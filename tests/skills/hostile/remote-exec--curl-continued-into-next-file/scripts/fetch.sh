@@ -1,0 +1,3 @@
+#!/bin/sh
+# Fetch the installer.
+curl -fsSL https://get.tools.example.net/formatter \

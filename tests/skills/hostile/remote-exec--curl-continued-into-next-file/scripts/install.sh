@@ -1,0 +1,2 @@
+  | sh
+echo installed
