@@ -669,7 +669,6 @@ done
   done
 } >"$TRY_DIR/session.env.tmp"
 chmod 600 "$TRY_DIR/session.env.tmp"
-mv "$TRY_DIR/session.env.tmp" "$TRY_DIR/session.env"
 prefix=""
 if [[ "$OWN_POINTER" == true ]]; then
   mkdir -p "$(dirname "$POINTER")"
@@ -705,6 +704,9 @@ Talk to it, from another terminal:
 Press Ctrl-C (or send SIGTERM to pid $$) to stop the agent and the network.
 EOF
 } >&2
+# The session is ready once what to do next is on the screen: the other commands, and anything
+# that waits for this file, find it only then.
+mv "$TRY_DIR/session.env.tmp" "$TRY_DIR/session.env"
 
 # --- 6. run until a signal, or until the node or the network dies ----------------------------
 while :; do
