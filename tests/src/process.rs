@@ -342,12 +342,17 @@ fn cli_flags(api: &str, data_dir: &Path) -> Vec<String> {
 /// directory and trusting `trust_list`: `a` dials the management node, `b` both. Returns once
 /// each is meshed with both others on every topic (or fails with the three logs' tails).
 pub async fn trio(bins: &Binaries, dirs: [&Path; 3], trust_list: &Path) -> Result<[ProcNode; 3]> {
+    trio_with(bins, dirs, trust_list, &[]).await
+}
+
+/// [`trio`], with more command-line arguments for `b` (its `--config`, say).
+pub async fn trio_with(bins: &Binaries, dirs: [&Path; 3], trust_list: &Path, b_args: &[&str]) -> Result<[ProcNode; 3]> {
     let [mgmt_dir, a_dir, b_dir] = dirs;
     let mgmt = ProcNode::start("druse-mgmt", &bins.mgmt, mgmt_dir, trust_list, &[]).await?;
     let mgmt_addr = mgmt.p2p_addr().await?;
     let a = ProcNode::start("druse-node a", &bins.node, a_dir, trust_list, std::slice::from_ref(&mgmt_addr)).await?;
     let a_addr = a.p2p_addr().await?;
-    let b = ProcNode::start("druse-node b", &bins.node, b_dir, trust_list, &[mgmt_addr, a_addr]).await?;
+    let b = ProcNode::start_with("druse-node b", &bins.node, b_dir, trust_list, &[mgmt_addr, a_addr], b_args).await?;
     let nodes = [mgmt, a, b];
     for node in &nodes {
         let meshed = eventually(

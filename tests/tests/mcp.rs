@@ -324,21 +324,20 @@ async fn an_agent_over_streamable_http_calls_every_tool_and_is_told_which_argume
     assert_scenario(&run, &node, &skill).await;
 }
 
+/// The plan of a client that runs `druse-node mcp` on stdio against `node`, its stderr in `log`.
+fn stdio_plan(node: &ProcNode, log: &Path, steps: Value) -> Value {
+    let bins = binaries().unwrap();
+    let mut args = vec!["mcp".to_owned()];
+    args.extend(node.cli_flags());
+    json!({"transport": "stdio", "command": bins.node, "args": args, "stderr": log, "steps": steps})
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_over_stdio_reaches_a_running_node_with_its_token() {
     let Some(python) = python_or_skip("mcp over stdio") else { return };
     let root = tempfile::tempdir().unwrap();
     let (node, skill) = node_with_a_skill(root.path()).await;
-    let bins = binaries().unwrap();
-    let mut args = vec!["mcp".to_owned()];
-    args.extend(node.cli_flags());
-    let plan = json!({
-        "transport": "stdio",
-        "command": bins.node,
-        "args": args,
-        "stderr": root.path().join("mcp-stdio.log"),
-        "steps": scenario(&skill),
-    });
+    let plan = stdio_plan(&node, &root.path().join("mcp-stdio.log"), json!(scenario(&skill)));
     let run = drive(&python, &plan).await;
     assert_scenario(&run, &node, &skill).await;
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use druse_tests::process::{ProcNode, binaries};
+use druse_tests::process::{ProcNode, binaries, trio_with};
 use druse_tests::swarm::mgmt_key;
 use druse_tests::{WAIT, eventually};
 use serde_json::{Value, json};
@@ -35,36 +35,8 @@ async fn swarm(root: &Path) -> [ProcNode; 3] {
     std::fs::write(&trust_list, format!("{}  # druse-mgmt\n", mgmt_key().public())).unwrap();
     let config = root.join("b.toml");
     std::fs::write(&config, B_CONFIG).unwrap();
-    let mgmt = ProcNode::start("druse-mgmt", &bins.mgmt, &mgmt_dir, &trust_list, &[]).await.unwrap();
-    let mgmt_addr = mgmt.p2p_addr().await.unwrap();
-    let a = ProcNode::start("druse-node a", &bins.node, &a_dir, &trust_list, std::slice::from_ref(&mgmt_addr))
-        .await
-        .unwrap();
-    let a_addr = a.p2p_addr().await.unwrap();
-    let b = ProcNode::start_with(
-        "druse-node b",
-        &bins.node,
-        &b_dir,
-        &trust_list,
-        &[mgmt_addr, a_addr],
-        &["--config", config.to_str().unwrap()],
-    )
-    .await
-    .unwrap();
-    let nodes = [mgmt, a, b];
-    for node in &nodes {
-        eventually(WAIT, format_args!("{} to mesh with both others", node.process.name), async || {
-            node.status().await.is_ok_and(|s| {
-                s["connected_peers"].as_u64() == Some(2)
-                    && s["mesh_peers"].as_object().is_some_and(|m| m.values().all(|n| n.as_u64() == Some(2)))
-            })
-        })
-        .await
-        .unwrap_or_else(|e| {
-            panic!("{e}\n{}", nodes.iter().map(|n| n.process.log_tail()).collect::<Vec<_>>().join("\n"))
-        });
-    }
-    nodes
+    let config = config.to_str().unwrap();
+    trio_with(&bins, [&mgmt_dir, &a_dir, &b_dir], &trust_list, &["--config", config]).await.unwrap()
 }
 
 /// `a` publishes a skill asking `price`; the management node adopts it and reports a success;
@@ -226,26 +198,18 @@ async fn over_stdio_skills_are_resources_and_a_report_updates_a_subscribed_one()
     let Some(python) = python_or_skip("skill resources over stdio") else { return };
     let root = tempfile::tempdir().unwrap();
     let (node, skill) = super::node_with_a_skill(root.path()).await;
-    let bins = binaries().unwrap();
-    let mut args = vec!["mcp".to_owned()];
-    args.extend(node.cli_flags());
-    let plan = json!({
-        "transport": "stdio",
-        "command": bins.node,
-        "args": args,
-        "stderr": root.path().join("mcp-stdio.log"),
-        "steps": [
-            {"name": "all", "list_resources": true},
-            {"name": "read", "read_resource": uri(&skill)},
-            {
-                "name": "watch",
-                "listen": {"resource_subscriptions": [uri(&skill), "not-a-skill"]},
-                "steps": [{"name": "report", "tool": "skill_report", "arguments": {"id": skill, "success": true}}],
-                "until": [{"updated": uri(&skill)}],
-                "timeout": 60,
-            },
-        ],
-    });
+    let steps = json!([
+        {"name": "all", "list_resources": true},
+        {"name": "read", "read_resource": uri(&skill)},
+        {
+            "name": "watch",
+            "listen": {"resource_subscriptions": [uri(&skill), "not-a-skill"]},
+            "steps": [{"name": "report", "tool": "skill_report", "arguments": {"id": skill, "success": true}}],
+            "until": [{"updated": uri(&skill)}],
+            "timeout": 60,
+        },
+    ]);
+    let plan = super::stdio_plan(&node, &root.path().join("mcp-stdio.log"), steps);
     let run = drive(&python, &plan).await;
     assert!(run.connected(), "{run}");
     let listed = run.step("all")["resources"].as_array().unwrap_or_else(|| panic!("{run}"));
