@@ -36,7 +36,7 @@ async fn swarm(root: &Path) -> [ProcNode; 3] {
     let config = root.join("b.toml");
     std::fs::write(&config, B_CONFIG).unwrap();
     let config = config.to_str().unwrap();
-    trio_with(&bins, [&mgmt_dir, &a_dir, &b_dir], &trust_list, &["--config", config]).await.unwrap()
+    trio_with(bins, [&mgmt_dir, &a_dir, &b_dir], &trust_list, &["--config", config]).await.unwrap()
 }
 
 /// `a` publishes a skill asking `price`; the management node adopts it and reports a success;
