@@ -223,7 +223,10 @@ async fn the_per_author_limit_and_the_batch_scope_refuse_and_count() -> anyhow::
     assert!(world.replies_to(&carol, &elsewhere).await.is_empty(), "nothing was posted under the other post");
     assert!(world.replies_to(&carol, &bait).await.is_empty());
     let results: Vec<String> = world.llm.requests().iter().flat_map(|r| r.tool_results()).collect();
-    assert!(results.iter().any(|r| r.contains("not in the current batch")), "the model is told: {results:?}");
+    assert!(
+        results.iter().any(|r| r.contains("not in the current batch") && r.contains(bait.uri.as_str())),
+        "the model is told, with the batch's post it may name: {results:?}"
+    );
     node.stop().await
 }
 

@@ -139,6 +139,9 @@ const TEXT: Arg = Arg("text", Kind::Text, true);
 const QUERY: Arg = Arg("query", Kind::Text, true);
 const CRYSTAL: Arg = Arg("crystal", Kind::Integer, true);
 
+/// The batch's URIs a refusal names, at most.
+const MAX_NAMED: usize = 5;
+
 /// The tools, in the order the model sees them.
 pub(crate) const TABLE: &[Spec] = &[
     Spec {
@@ -423,7 +426,12 @@ impl Hands {
         if !self.scope.contains(&a.uri) {
             self.agent.metrics.refuse("outside_batch");
             tracing::warn!(uri = %a.uri, tool = spec.id, "refused a call on a URI outside the batch");
-            return Err(ToolError::Refused("that URI is not in the current batch".into()));
+            // Named, so a model that wrote a wrong URI (small ones make one up) can correct it.
+            let batch: Vec<&str> = self.notes.iter().take(MAX_NAMED).map(|n| n.uri.as_str()).collect();
+            return Err(ToolError::Refused(format!(
+                "that URI is not in the current batch; its posts are: {}",
+                batch.join(", ")
+            )));
         }
         Ok(())
     }
