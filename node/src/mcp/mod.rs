@@ -29,6 +29,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
 use serde_json::{Map, Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::node::Node;
 
@@ -111,18 +112,8 @@ pub struct Server {
     backend: Backend,
     listeners: resources::Listeners,
     watching: watch::Shared,
-    /// Held while the server lives: counts the `/mcp` sessions.
-    _session: Option<Arc<SessionSlot>>,
-}
-
-/// One of the `/mcp` route's session slots, given back when its server is dropped.
-#[derive(Debug)]
-pub struct SessionSlot(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for SessionSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
+    /// One of the `/mcp` route's [`MAX_SESSIONS`] slots, held while the session's server lives.
+    _session: Option<Arc<OwnedSemaphorePermit>>,
 }
 
 /// `/mcp` sessions open at once, at most.
@@ -136,8 +127,8 @@ impl Server {
 
     /// A server whose open listens count against `listeners` (shared by the servers of one
     /// route).
-    pub fn sharing(backend: Backend, listeners: resources::Listeners, session: Arc<SessionSlot>) -> Self {
-        Self { backend, listeners, watching: watch::Shared::default(), _session: Some(session) }
+    pub fn sharing(backend: Backend, listeners: resources::Listeners, session: OwnedSemaphorePermit) -> Self {
+        Self { backend, listeners, watching: watch::Shared::default(), _session: Some(Arc::new(session)) }
     }
 
     /// Runs one tool: its structured answer, or why it refused.
@@ -431,19 +422,17 @@ pub fn routes(node: &Node, api: Router) -> Router {
         // DNS to the node does not have the token), and the API may listen on any address.
         .disable_allowed_hosts();
     let listeners = resources::Listeners::default();
-    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let open = Arc::new(Semaphore::new(MAX_SESSIONS));
     let mut sessions = LocalSessionManager::default();
     // A client that went away without closing its session frees its slot after this long.
     sessions.session_config.keep_alive = Some(std::time::Duration::from_secs(120));
     let service = StreamableHttpService::new(
         move || {
-            let taken = open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let slot = Arc::new(SessionSlot(open.clone()));
-            if taken >= MAX_SESSIONS {
+            let Ok(slot) = open.clone().try_acquire_owned() else {
                 return Err(std::io::Error::other(format!(
                     "{MAX_SESSIONS} MCP sessions are open on this node; close one first"
                 )));
-            }
+            };
             Ok(Server::sharing(backend.clone(), listeners.clone(), slot))
         },
         Arc::new(sessions),

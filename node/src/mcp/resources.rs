@@ -186,11 +186,34 @@ fn fingerprint(listing: &Value) -> Value {
     ])
 }
 
-/// What the listener compares from one poll to the next.
+/// What a watcher compares from one poll to the next: the node's skill count, and each
+/// watched skill's URI with its listing's [`fingerprint`].
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Seen {
     pub(crate) skills: Option<u64>,
     pub(crate) watched: BTreeMap<String, Value>,
+}
+
+impl Seen {
+    /// Takes in what a later [`look`] saw, and answers what changed: whether the number of
+    /// skills did, and the URIs watched here whose listing did (a URI no longer watched here
+    /// is left out). A figure the look could not read stays as it was.
+    pub(crate) fn absorb(&mut self, now: Seen) -> (bool, Vec<String>) {
+        let list = now.skills.is_some() && self.skills.is_some() && now.skills != self.skills;
+        if now.skills.is_some() {
+            self.skills = now.skills;
+        }
+        let mut updated = Vec::new();
+        for (uri, print) in now.watched {
+            if let Some(was) = self.watched.get_mut(&uri)
+                && *was != print
+            {
+                *was = print;
+                updated.push(uri);
+            }
+        }
+        (list, updated)
+    }
 }
 
 /// What `filter` watches, as the API shows it now.
@@ -228,22 +251,18 @@ pub async fn listen(backend: &Backend, listeners: &Listeners, context: Subscript
             () = context.cancelled() => return Ok(()),
             () = tokio::time::sleep(POLL) => {}
         }
-        let now = look(backend, &filter).await;
-        if now.skills.is_some() && before.skills.is_some() && now.skills != before.skills {
+        let (list, updated) = before.absorb(look(backend, &filter).await);
+        if list {
             let changed = ServerNotification::ResourceListChangedNotification(NotificationNoParam::default());
             if context.sink().send(changed).await.is_err() {
                 return Ok(());
             }
         }
-        for (watched, print) in &now.watched {
-            if before.watched.get(watched) == Some(print) {
-                continue;
-            }
-            let update = ResourceUpdatedNotification::new(ResourceUpdatedNotificationParam::new(watched.clone()));
+        for watched in updated {
+            let update = ResourceUpdatedNotification::new(ResourceUpdatedNotificationParam::new(watched));
             if context.sink().send(ServerNotification::ResourceUpdatedNotification(update)).await.is_err() {
                 return Ok(());
             }
         }
-        before = now;
     }
 }

@@ -5,7 +5,6 @@
 //! one changes and `notifications/resources/list_changed` when the node's skills change in
 //! number, and ends when the session does.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::Peer;
@@ -16,13 +15,11 @@ use serde_json::Value;
 use super::Backend;
 use super::resources::{MAX_WATCHED, POLL, Seen, look, skill_of};
 
-/// One session's subscriptions.
+/// One session's subscriptions: each subscribed skill's URI with what its listing was when
+/// last read, and the node's skill count then.
 #[derive(Debug, Default)]
 pub struct Watching {
-    /// Each subscribed skill's URI with what its listing was when last read.
-    uris: BTreeMap<String, Value>,
-    /// The node's skill count when last read.
-    skills: Option<u64>,
+    seen: Seen,
     running: bool,
 }
 
@@ -49,7 +46,7 @@ pub async fn subscribe(
     }
     {
         let watching = lock(shared);
-        if !watching.uris.contains_key(&uri) && watching.uris.len() >= MAX_WATCHED {
+        if !watching.seen.watched.contains_key(&uri) && watching.seen.watched.len() >= MAX_WATCHED {
             return Err(ErrorData::invalid_params(
                 format!("this session watches {MAX_WATCHED} skills already; unsubscribe from one first"),
                 None,
@@ -61,12 +58,12 @@ pub async fn subscribe(
     first.resource_subscriptions = Some(vec![uri.clone()]);
     let seen = look(backend, &first).await;
     let mut watching = lock(shared);
-    if watching.uris.len() >= MAX_WATCHED && !watching.uris.contains_key(&uri) {
+    if watching.seen.watched.len() >= MAX_WATCHED && !watching.seen.watched.contains_key(&uri) {
         return Err(ErrorData::invalid_params(format!("this session watches {MAX_WATCHED} skills already"), None));
     }
-    watching.uris.insert(uri.clone(), seen.watched.get(&uri).cloned().unwrap_or(Value::Null));
-    if watching.skills.is_none() {
-        watching.skills = seen.skills;
+    watching.seen.watched.insert(uri.clone(), seen.watched.get(&uri).cloned().unwrap_or(Value::Null));
+    if watching.seen.skills.is_none() {
+        watching.seen.skills = seen.skills;
     }
     if !watching.running {
         watching.running = true;
@@ -77,35 +74,14 @@ pub async fn subscribe(
 
 /// Stops watching `uri`.
 pub fn unsubscribe(shared: &Shared, uri: &str) {
-    lock(shared).uris.remove(uri);
+    lock(shared).seen.watched.remove(uri);
 }
 
 fn filter(shared: &Shared) -> SubscriptionFilter {
     let mut filter = SubscriptionFilter::default();
     filter.resources_list_changed = Some(true);
-    filter.resource_subscriptions = Some(lock(shared).uris.keys().cloned().collect());
+    filter.resource_subscriptions = Some(lock(shared).seen.watched.keys().cloned().collect());
     filter
-}
-
-/// What changed since the last read, written down as read now: whether the list did, and the
-/// subscribed skills that did.
-fn changes(shared: &Shared, now: Seen) -> (bool, Vec<String>) {
-    let mut watching = lock(shared);
-    let list = now.skills.is_some() && watching.skills.is_some() && now.skills != watching.skills;
-    if now.skills.is_some() {
-        watching.skills = now.skills;
-    }
-    let mut updated = Vec::new();
-    for (uri, print) in now.watched {
-        // A skill unsubscribed meanwhile is not watched any more.
-        if let Some(was) = watching.uris.get_mut(&uri)
-            && *was != print
-        {
-            *was = print;
-            updated.push(uri);
-        }
-    }
-    (list, updated)
 }
 
 /// The session's watcher: until its client goes away.
@@ -116,7 +92,7 @@ async fn watch(shared: Shared, backend: Backend, peer: Peer<RoleServer>) {
             break;
         }
         let now = look(&backend, &filter(&shared)).await;
-        let (list, updated) = changes(&shared, now);
+        let (list, updated) = lock(&shared).seen.absorb(now);
         if list && peer.notify_resource_list_changed().await.is_err() {
             break;
         }
