@@ -151,18 +151,24 @@ pub async fn submit_skill(node: &Node, submission: Submission) -> Result<Kept, E
     Ok(kept.into())
 }
 
-/// Publishes pending skill `id` to the swarm as the node's own (an import of its folder).
-pub async fn approve_skill(node: &Node, id: String) -> Result<Imported, Error> {
+/// Takes pending skill `id` out of the record, or says none waits by that id.
+async fn take_pending(node: &Node, id: String) -> Result<Pending, Error> {
     let store = node.clone();
     let wanted = id.clone();
     let taken = crate::task::blocking(move || pending::take(store.store(), &wanted)).await??;
-    let taken = taken.ok_or_else(|| Error::not_found(format!("no skill {id:?} waits for the owner")))?;
+    taken.ok_or_else(|| Error::not_found(format!("no skill {id:?} waits for the owner")))
+}
+
+/// Publishes pending skill `id` to the swarm as the node's own (an import of its folder).
+pub async fn approve_skill(node: &Node, id: String) -> Result<Imported, Error> {
+    let taken = take_pending(node, id).await?;
     let request = ImportRequest { dir_name: None, files: taken.files.clone(), asking_price: taken.asking_price };
     match import_folder(node, request).await {
         Ok(imported) => Ok(imported),
         Err(error) => {
             let store = node.clone();
-            crate::task::blocking(move || pending::put_back(store.store(), taken)).await??;
+            // Taken back, it waits again.
+            crate::task::blocking(move || pending::keep(store.store(), taken)).await??;
             Err(error)
         }
     }
@@ -191,9 +197,6 @@ async fn approve(
 
 async fn discard(State(node): State<Node>, id: Result<Path<String>, PathRejection>) -> Result<Json<Kept>, Error> {
     let Path(id) = id?;
-    let store = node.clone();
-    let wanted = id.clone();
-    let taken = crate::task::blocking(move || pending::take(store.store(), &wanted)).await??;
-    let taken = taken.ok_or_else(|| Error::not_found(format!("no skill {id:?} waits for the owner")))?;
+    let taken = take_pending(&node, id).await?;
     Ok(Json(Kept { visibility: "discarded", ..taken.into() }))
 }

@@ -114,8 +114,3 @@ pub fn take(store: &crate::store::Store, id: &str) -> Result<Option<Pending>, Er
     store.put_state(STATE_KEY, &all)?;
     Ok(Some(taken))
 }
-
-/// Puts back a skill taken to publish whose publication failed.
-pub fn put_back(store: &crate::store::Store, pending: Pending) -> Result<(), Error> {
-    keep(store, pending).map(|_| ())
-}
