@@ -111,6 +111,8 @@ def satisfied(until, seen):
 
 NOTIFIED = []
 """Change notifications the session received, in order (the 2025-era subscriptions)."""
+ARRIVED = [None]
+"""Set when a notification arrives: the event a step waiting for one is woken by."""
 
 
 async def on_message(message):
@@ -119,6 +121,8 @@ async def on_message(message):
         NOTIFIED.append({"kind": "updated", "uri": str(message.params.uri)})
     elif method == "notifications/resources/list_changed":
         NOTIFIED.append({"kind": "list_changed", "uri": None})
+    if ARRIVED[0] is not None:
+        ARRIVED[0].set()
 
 
 async def subscribe_step(session, step, results):
@@ -136,8 +140,12 @@ async def subscribe_step(session, step, results):
     start = len(NOTIFIED)
     await run_steps(session, step.get("steps", []), results)
     with anyio.move_on_after(step.get("timeout", 30)):
-        while not satisfied(until, NOTIFIED[start:]):
-            await anyio.sleep(0.05)
+        while True:
+            # A new event before the check: a notification after it wakes the wait.
+            ARRIVED[0] = anyio.Event()
+            if satisfied(until, NOTIFIED[start:]):
+                break
+            await ARRIVED[0].wait()
     seen = NOTIFIED[start:]
     emit(event="listen", name=name, honored={"resourceSubscriptions": honored}, refused=refused, events=seen,
          complete=satisfied(until, seen))
