@@ -20,7 +20,6 @@ use super::schedule::{Entry, Schedule};
 use super::state::{AgentState, Copy};
 use crate::config;
 use crate::node::Node;
-use crate::task::Tasks;
 
 /// Who the agent is and how it speaks, unless `persona_file` says otherwise.
 pub(crate) const PERSONA: &str = "You are a druse agent on Bluesky: one node of a peer-to-peer swarm of agents \
@@ -67,14 +66,6 @@ pub struct AgentStatus {
     pub pending: Vec<super::rules::Request>,
 }
 
-/// A notification whose batch failed: since when, how often, and when to try again.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Failing {
-    pub(crate) since: u64,
-    pub(crate) tries: u32,
-    pub(crate) next: u64,
-}
-
 /// The running agent.
 #[derive(Debug)]
 pub(crate) struct Agent {
@@ -88,20 +79,7 @@ pub(crate) struct Agent {
     pub(crate) status: Arc<Mutex<AgentStatus>>,
     pub(crate) limit: Mutex<RateLimit>,
     pub(crate) gate: Mutex<Gate>,
-    pub(crate) failing: Mutex<HashMap<String, Failing>>,
     pub(crate) schedule: Mutex<Schedule>,
-    /// Held by a distill pass: one at a time.
-    pub(crate) distilling: tokio::sync::Mutex<()>,
-    /// The threads (by root URI) whose run is under way, each with whether it holds the
-    /// owner's notifications (a slot of their own beside `concurrent_batches`, so the owner
-    /// never waits behind strangers' hung threads): a poll leaves their new notifications for
-    /// a later one.
-    pub(crate) in_flight: Mutex<HashMap<String, bool>>,
-    /// Every batch, operator run, scheduled entry point and distill pass, each under its
-    /// deadline; cancelled and awaited when the node stops.
-    pub(crate) tasks: Tasks,
-    /// Held by a scheduled entry point's run: one at a time, beside the polls.
-    pub(crate) entries: Arc<tokio::sync::Mutex<()>>,
     /// Who the agent is and how it speaks: the head of every prompt (`persona_file`).
     pub(crate) persona: String,
     /// Goals, strangers looked up and syntheses, kept between runs.
@@ -176,11 +154,6 @@ impl Agent {
             schedule: Mutex::new(schedule),
             limit: Mutex::new(limit),
             gate: Mutex::new(gate),
-            failing: Mutex::new(HashMap::new()),
-            distilling: tokio::sync::Mutex::new(()),
-            in_flight: Mutex::new(HashMap::new()),
-            tasks: Tasks::default(),
-            entries: Arc::new(tokio::sync::Mutex::new(())),
             persona: PERSONA.to_owned(),
             journal: None,
             mind: Default::default(),
@@ -367,6 +340,11 @@ impl Agent {
             return false;
         }
         n.author_did == self.owner_did || self.config.allow_authors.is_empty() || named(&self.config.allow_authors)
+    }
+
+    /// Changes what the status shows.
+    pub(crate) fn set_status(&self, f: impl FnOnce(&mut AgentStatus)) {
+        f(&mut lock(&self.status));
     }
 
     /// Shows the pending approval requests in the status.

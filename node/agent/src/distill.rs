@@ -173,22 +173,6 @@ pub(crate) fn group(
 }
 
 impl Agent {
-    /// Starts a distill pass over `episodes` in the loop's task set, beside the polls, one pass
-    /// at a time, so a slow model never holds a reply; stopped at `batch_deadline`, which
-    /// frees the pass's turn whatever the model does.
-    pub(crate) fn start_distill(self: &Arc<Self>, episodes: Vec<u64>) {
-        if episodes.is_empty() {
-            return;
-        }
-        let agent = Arc::clone(self);
-        self.tasks.spawn("distill", self.config.batch_deadline, || {}, async move {
-            let _one_at_a_time = agent.distilling.lock().await;
-            for episode in episodes {
-                agent.distill_around(episode).await;
-            }
-        });
-    }
-
     /// After `episode` went well: groups it with the similar episodes that went well, and
     /// distills a skill (or its next version) when the group is large enough.
     pub(crate) async fn distill_around(&self, episode: u64) {

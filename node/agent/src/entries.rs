@@ -38,24 +38,16 @@ fn age(now: u64, at: u64) -> String {
 }
 
 impl Agent {
-    /// Runs one entry point now, with its rules.
+    /// Runs one entry point now, with its rules (the notifications are polled by the loop,
+    /// `runs.rs`).
     pub(crate) async fn run_entry(self: &Arc<Self>, entry: Entry) -> RunReport {
         let span = tracing::info_span!("agent_entry", entry = entry.as_str());
         let outcome = tracing::Instrument::instrument(
             async {
                 match entry {
-                    Entry::Notifications => match self.poll().await {
-                        Ok((threads, distill)) => {
-                            // The operator hears once this poll's threads ended.
-                            let ended: Vec<_> = threads.into_iter().map(|t| self.start(t)).collect();
-                            self.start_distill(distill);
-                            for thread in ended {
-                                let _ = thread.await;
-                            }
-                            RunReport::new(entry, "done", "polled the notifications and ran their batches")
-                        }
-                        Err(e) => RunReport::new(entry, "failed", e.to_string()),
-                    },
+                    Entry::Notifications => {
+                        RunReport::new(entry, "failed", "the notifications are polled by the agent's loop")
+                    }
                     Entry::Musing => self.muse().await,
                     Entry::Reflection => self.reflect().await,
                     Entry::Review => self.review().await,
@@ -64,6 +56,12 @@ impl Agent {
             span,
         )
         .await;
+        self.counted(entry, &outcome);
+        outcome
+    }
+
+    /// Counts and logs what a run of `entry` did.
+    pub(crate) fn counted(&self, entry: Entry, outcome: &RunReport) {
         let label = match (entry, outcome.result.as_str()) {
             (Entry::Notifications, _) => "notifications",
             (Entry::Musing, "done") if outcome.post.is_some() => "musing_posted",
@@ -85,7 +83,6 @@ impl Agent {
                 tracing::info!(entry = entry.as_str(), result = %outcome.result, detail = %outcome.detail, "ran an entry point")
             }
         }
-        outcome
     }
 
     async fn go(

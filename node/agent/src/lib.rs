@@ -6,10 +6,12 @@
 //! market), which the agent defines and the node implements; the node's daemon composes its
 //! HTTP routes and CLI from the [`Handle`] this crate gives. Where each part lives:
 //!
-//! - this file: [`start`], the loop that polls, starts each run in the agent's task set and
-//!   keeps the pause, and the [`Handle`] the daemon holds; `task`: the task set (every run
-//!   under its deadline, all cancelled and awaited when the node stops) and blocking work off
-//!   the async threads;
+//! - this file: [`start`], logging in, and the [`Handle`] the daemon holds; `runs`: the loop
+//!   and what only it changes (threads under way, failures and their pauses, the entry point
+//!   and distill pass running, the operators' runs waiting), each run a task of its set;
+//!   `task`: the task set (every run under its deadline, each ending with what the loop
+//!   learns, all cancelled and awaited when the node stops) and blocking work off the async
+//!   threads;
 //! - [`node`]: the port to the node; [`config`]: the `[agent]` section; `secret`: the
 //!   passwords and keys it reads from the environment;
 //! - `core`: the running agent's parts (model, account, node, state, metrics, status) and
@@ -70,6 +72,7 @@ mod prompt;
 pub mod reaction;
 pub mod reconcile;
 pub mod rules;
+mod runs;
 pub mod schedule;
 mod secret;
 mod spend;
@@ -99,10 +102,10 @@ use druse_protocol::now_ms;
 use node::Node;
 
 /// An operator's request to run an entry point now, and where its outcome goes.
-type RunRequest = (Entry, oneshot::Sender<RunReport>);
+pub(crate) type RunRequest = (Entry, oneshot::Sender<RunReport>);
 
 /// Entry-point requests waiting at most; more are refused as busy.
-const MAX_WAITING_RUNS: usize = 4;
+pub(crate) const MAX_WAITING_RUNS: usize = 4;
 
 /// The longest an operator's run may take (a few LLM round trips).
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(600);
@@ -391,7 +394,7 @@ async fn run_agent(
     metrics: metrics::Metrics,
     secrets: Secrets,
     handle: Handle,
-    mut requests: mpsc::Receiver<RunRequest>,
+    requests: mpsc::Receiver<RunRequest>,
 ) {
     let Handle { status, paused, journal, agent: running, .. } = handle;
     let mut stopped = host.node.stopped();
@@ -424,86 +427,5 @@ async fn run_agent(
     let _ = running.set(Arc::clone(&agent));
     // Running once the agent can be reached (a conversation, an operator's run).
     set(&status, |s| s.state = "running");
-    // A pause outlives a restart: the state keeps it, and an operator's change is written at
-    // the next tick.
-    let mut kept = agent.state.paused();
-    if kept {
-        paused.store(true, Ordering::SeqCst);
-        set(&status, |s| s.paused = true);
-        tracing::info!("the agent was paused before the restart and stays paused (druse-node agent resume)");
-    }
-    let mut tick = tokio::time::interval(host.config.poll_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        // One loop for every entry point. Nothing that waits for the model runs in it: each
-        // thread's run, an operator's run, the scheduled entry points and the distill passes
-        // are tasks of the agent's set (`task.rs`), each under its deadline, so a slow model
-        // never holds a poll or an owner's approval.
-        tokio::select! {
-            () = &mut stopped => break,
-            _ = tick.tick() => {}
-            Some((entry, reply)) = requests.recv() => {
-                let a = Arc::clone(&agent);
-                // An operator's run waits for the scheduled run in progress.
-                agent.tasks.spawn("operator_run", RUN_TIMEOUT, || {}, async move {
-                    let _one_at_a_time = a.entries.lock().await;
-                    let _ = reply.send(a.run_entry(entry).await);
-                });
-                continue;
-            }
-        }
-        agent.tasks.reap();
-        let now_paused = paused.load(Ordering::SeqCst);
-        if now_paused != kept {
-            kept = now_paused;
-            agent.write_state("keep the pause", move |s| s.set_paused(now_paused)).await;
-        }
-        if host.config.chat_only() {
-            // No account: nothing to poll, and no entry point that would post.
-            continue;
-        }
-        let capped = agent.llm.spend().capped();
-        if now_paused || capped {
-            // At the daily cap the notifications wait unread for the next UTC day.
-            set(&status, |s| s.polls_skipped += 1);
-            continue;
-        }
-        let result = tokio::select! {
-            () = &mut stopped => break,
-            polled = agent.poll() => polled,
-        };
-        metrics.session_refreshes.set(agent.bsky.refreshes() as i64);
-        set(&status, |s| {
-            s.polls += 1;
-            s.last_poll_at = Some(now_ms());
-            if let Err(error) = &result {
-                s.last_error = Some(error.to_string());
-            }
-        });
-        match result {
-            Ok((threads, distill)) => {
-                for thread in threads {
-                    agent.start(thread);
-                }
-                agent.start_distill(distill);
-            }
-            Err(error) => tracing::warn!(%error, "polling notifications failed; trying again next tick"),
-        }
-        // The scheduled entry points whose time has come (seed 001: checked on every tick).
-        let due = agent.due(now_ms());
-        if !due.is_empty()
-            && let Ok(one_at_a_time) = Arc::clone(&agent.entries).try_lock_owned()
-        {
-            let a = Arc::clone(&agent);
-            agent.tasks.spawn("scheduled_run", RUN_TIMEOUT, || {}, async move {
-                let _one_at_a_time = one_at_a_time;
-                for entry in due {
-                    a.run_entry(entry).await;
-                }
-            });
-        }
-    }
-    let cancelled = agent.tasks.close().await;
-    set(&status, |s| s.state = "stopped");
-    tracing::info!(cancelled, "the agent stopped: its runs are cancelled and awaited, and none is left");
+    runs::serve(agent, requests, paused, stopped).await;
 }

@@ -1,13 +1,12 @@
 //! The agent's tasks, and blocking work off the async runtime.
 //!
 //! Every batch, operator run, scheduled entry point and distill pass runs in one [`Tasks`]
-//! set that the agent's loop owns, each under its deadline: the loop reaps those that ended
-//! at each tick, and when the node stops it cancels and awaits them all, so nothing the agent
-//! started outlives it. Blocking work (the memory engine's calls, the store's writes) runs on
+//! set that the agent's loop owns (`runs.rs`), each under its deadline and each ending with
+//! what the loop learns from it: the loop hears each end as it happens, and when the node
+//! stops it cancels and awaits them all, so nothing the agent started outlives it. Blocking work (the memory engine's calls, the store's writes) runs on
 //! the runtime's blocking pool ([`blocking`]), so none holds an executor thread.
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -34,66 +33,76 @@ pub(crate) fn time_left() -> Option<Duration> {
     DEADLINE.try_with(|d| d.saturating_duration_since(Instant::now())).ok()
 }
 
-/// The tasks the agent's loop owns.
+/// The tasks the agent's loop owns, each ending with what the loop learns from it (`O`).
+/// Only the loop holds it: no lock.
 #[derive(Debug)]
-pub(crate) struct Tasks {
-    /// `None` once closed: nothing new starts while the agent stops.
-    set: Mutex<Option<JoinSet<()>>>,
+pub(crate) struct Tasks<O> {
+    set: JoinSet<O>,
+    /// Set once closed: nothing new starts while the agent stops.
+    closed: bool,
 }
 
-impl Default for Tasks {
+impl<O> Default for Tasks<O> {
     fn default() -> Self {
-        Self { set: Mutex::new(Some(JoinSet::new())) }
+        Self { set: JoinSet::new(), closed: false }
     }
 }
 
-impl Tasks {
-    /// Runs `task`, stopped at `deadline` (then `on_deadline` runs and a warning names
-    /// `what`); `false` when the set is closed and it did not start.
+impl<O: Send + 'static> Tasks<O> {
+    /// Runs `task`, stopped at `deadline` (then it ends with what `on_deadline` gives, and a
+    /// warning names `what`); `false` when the set is closed and it did not start.
     pub(crate) fn spawn(
-        &self,
+        &mut self,
         what: &'static str,
         deadline: Duration,
-        on_deadline: impl FnOnce() + Send + 'static,
-        task: impl Future<Output = ()> + Send + 'static,
+        on_deadline: impl FnOnce() -> O + Send + 'static,
+        task: impl Future<Output = O> + Send + 'static,
     ) -> bool {
-        let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(set) = set.as_mut() else { return false };
+        if self.closed {
+            return false;
+        }
         let until = Instant::now() + deadline;
-        set.spawn(DEADLINE.scope(until, async move {
-            if tokio::time::timeout_at(until, task).await.is_err() {
-                on_deadline();
-                tracing::warn!(
-                    task = what,
-                    deadline_s = deadline.as_secs(),
-                    "an agent task passed its deadline and was stopped"
-                );
+        self.set.spawn(DEADLINE.scope(until, async move {
+            match tokio::time::timeout_at(until, task).await {
+                Ok(out) => out,
+                Err(_) => {
+                    tracing::warn!(
+                        task = what,
+                        deadline_s = deadline.as_secs(),
+                        "an agent task passed its deadline and was stopped"
+                    );
+                    on_deadline()
+                }
             }
         }));
         true
     }
 
-    /// Collects the tasks that ended; answers how many still run.
-    pub(crate) fn reap(&self) -> usize {
-        let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(set) = set.as_mut() else { return 0 };
-        while let Some(ended) = set.try_join_next() {
-            if let Err(error) = ended
-                && error.is_panic()
-            {
-                tracing::error!(%error, "an agent task panicked");
+    /// Waits for the next task to end and answers what it gave; `None` at once when none
+    /// runs. A task that panicked is logged and skipped.
+    pub(crate) async fn next(&mut self) -> Option<O> {
+        while let Some(ended) = self.set.join_next().await {
+            match ended {
+                Ok(out) => return Some(out),
+                Err(error) if error.is_panic() => tracing::error!(%error, "an agent task panicked"),
+                Err(_) => {}
             }
         }
-        set.len()
+        None
+    }
+
+    /// How many tasks still run.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.set.len()
     }
 
     /// Closes the set: cancels every task still running and waits until each has stopped.
     /// Answers how many were cancelled.
-    pub(crate) async fn close(&self) -> usize {
-        let set = self.set.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(mut set) = set else { return 0 };
-        let running = set.len();
-        set.shutdown().await;
+    pub(crate) async fn close(&mut self) -> usize {
+        self.closed = true;
+        let running = self.set.len();
+        self.set.shutdown().await;
         running
     }
 }
@@ -101,42 +110,32 @@ impl Tasks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
 
     #[tokio::test]
     async fn a_task_stops_at_its_deadline_and_closing_cancels_and_awaits_the_rest() {
-        let tasks = Tasks::default();
-        let late = Arc::new(AtomicUsize::new(0));
-        let l = Arc::clone(&late);
-        assert!(tasks.spawn(
-            "hung",
-            Duration::from_millis(50),
-            move || {
-                l.fetch_add(1, Ordering::SeqCst);
-            },
-            async {
-                std::future::pending::<()>().await;
-            }
-        ));
+        let mut tasks: Tasks<&'static str> = Tasks::default();
+        assert_eq!(tasks.next().await, None, "an empty set answers at once");
+        assert!(tasks.spawn("hung", Duration::from_millis(50), || "deadline", async {
+            std::future::pending::<&'static str>().await
+        }));
         // The deadline reaches the task's model call.
         let left = Arc::new(Mutex::new(None));
         let seen = Arc::clone(&left);
-        assert!(tasks.spawn("short", Duration::from_secs(60), || {}, async move {
+        assert!(tasks.spawn("short", Duration::from_secs(60), || "deadline", async move {
             *seen.lock().expect("lock") = time_left();
-            std::future::pending::<()>().await;
+            std::future::pending::<&'static str>().await
         }));
-        // Bounded: the deadline passed long before, whatever the machine's load.
-        for _ in 0..200 {
-            if late.load(Ordering::SeqCst) == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert_eq!(late.load(Ordering::SeqCst), 1, "the hung task was stopped at its deadline");
-        assert_eq!(tasks.reap(), 1, "one task still runs");
+        // The hung task ends at its deadline with what `on_deadline` gives; the other runs on.
+        let ended = tokio::time::timeout(Duration::from_secs(10), tasks.next()).await;
+        assert_eq!(ended.expect("the deadline passed long before"), Some("deadline"));
+        assert_eq!(tasks.len(), 1, "one task still runs");
         let left = left.lock().expect("lock").expect("a task in the set has a deadline");
         assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(50), "{left:?}");
+        // A task that ends gives its outcome to the loop.
+        assert!(tasks.spawn("quick", Duration::from_secs(60), || "deadline", async { "done" }));
+        assert_eq!(tasks.next().await, Some("done"));
         // A guard inside a running task is dropped by the time close returns.
         let dropped = Arc::new(AtomicUsize::new(0));
         struct Guard(Arc<AtomicUsize>);
@@ -146,14 +145,17 @@ mod tests {
             }
         }
         let guard = Guard(Arc::clone(&dropped));
-        assert!(tasks.spawn("held", Duration::from_secs(600), || {}, async move {
+        assert!(tasks.spawn("held", Duration::from_secs(600), || "deadline", async move {
             let _guard = guard;
-            std::future::pending::<()>().await;
+            std::future::pending::<&'static str>().await
         }));
         assert_eq!(tasks.close().await, 2);
         assert_eq!(dropped.load(Ordering::SeqCst), 1, "closing awaited the task's end");
-        assert!(!tasks.spawn("after", Duration::from_secs(1), || {}, async {}), "a closed set starts nothing");
-        assert_eq!(tasks.reap(), 0);
+        assert!(
+            !tasks.spawn("after", Duration::from_secs(1), || "deadline", async { "done" }),
+            "a closed set starts nothing"
+        );
+        assert_eq!(tasks.len(), 0);
         assert_eq!(time_left(), None, "outside the set there is no deadline");
     }
 }
