@@ -217,7 +217,9 @@ async fn healthz() -> &'static str {
 
 async fn metrics(State(node): State<Node>) -> Response {
     // Crystals are counted as the scrape happens, not only after a consolidation pass.
-    node.metrics().set_crystals(&node.memory().counts());
+    if let Ok(counts) = node.memory().counts().await {
+        node.metrics().set_crystals(&counts);
+    }
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], node.metrics().render()).into_response()
 }
 
@@ -370,7 +372,7 @@ async fn get_crystal(
 ) -> Result<Response, Error> {
     let Path(id) = id?;
     if let Ok(number) = id.parse::<CrystalId>() {
-        let crystal = node.memory().get(number).filter(|c| c.can_access(caller(&node, &headers), now_ms()));
+        let crystal = node.memory().get(number).await.filter(|c| c.can_access(caller(&node, &headers), now_ms()));
         return crystal.map(|c| Json(c).into_response()).ok_or_else(|| Error::not_found(format!("no crystal {id}")));
     }
     let id = parse_id(&id)?;
@@ -386,8 +388,7 @@ async fn crystal_history(
     let Path(id) = id?;
     let id: CrystalId = id.parse().map_err(|_| Error::bad_request(format!("{id:?} is not a memory crystal id")))?;
     let who = caller(&node, &headers);
-    let memory = node.memory().clone();
-    let history = crate::task::blocking(move || memory.history(id)).await??;
+    let history = node.memory().history(id).await?;
     if !history.chain.iter().all(|c| c.can_access(who, now_ms())) {
         return Err(Error::not_found(format!("no crystal {id}")));
     }
@@ -399,8 +400,7 @@ async fn add_memory(
     request: Result<Json<memory::engine::NewMemory>, JsonRejection>,
 ) -> Result<(StatusCode, Json<memory::engine::Added>), Error> {
     let Json(request) = request?;
-    let memory = node.memory().clone();
-    let added = crate::task::blocking(move || memory.add(request, "api", now_ms())).await??;
+    let added = node.memory().add(request, "api", now_ms()).await?;
     Ok((StatusCode::CREATED, Json(added)))
 }
 
@@ -428,8 +428,7 @@ async fn add_memories(
             memories.len()
         )));
     }
-    let memory = node.memory().clone();
-    let added = crate::task::blocking(move || memory.add_many(memories, "api", now_ms())).await??;
+    let added = node.memory().add_many(memories, "api", now_ms()).await?;
     Ok((StatusCode::CREATED, Json(added)))
 }
 
@@ -443,9 +442,8 @@ async fn search_memories(
 ) -> Result<Json<Vec<memory::engine::Hit>>, Error> {
     let Query(query) = query.map_err(|e| Error::bad_request(e.body_text()))?;
     let who = caller(&node, &headers);
-    let memory = node.memory().clone();
     let started = std::time::Instant::now();
-    let hits = crate::task::blocking(move || memory.search(&query, who, now_ms())).await??;
+    let hits = node.memory().search(query, who, now_ms()).await?;
     node.metrics().retrieval_seconds.observe(started.elapsed().as_secs_f64());
     Ok(Json(hits))
 }

@@ -164,7 +164,7 @@ struct Inner {
     role: Role,
     key: Keypair,
     store: Store,
-    memory: Arc<druse_memory::Memory>,
+    memory: druse_memory::Handle,
     net: net::Handle,
     metrics: Arc<Metrics>,
     /// The one writer of ingestion's state and the store's ingestion tables.
@@ -182,10 +182,6 @@ struct Inner {
     stopping: CancellationToken,
     /// Set when work for the memory worker was dropped or failed: the next sweep makes up for it.
     owed: Arc<AtomicBool>,
-    /// The low-priority thread that indexes skills into memory, behind ingestion and the API:
-    /// the one writer of skills and bounty boosts to memory, one job at a time, so no skill is
-    /// indexed twice and no boost applied twice.
-    indexer: druse_memory::background::Background,
     /// Peer activity for observers; sending costs nothing while nobody subscribes.
     activity: broadcast::Sender<Activity>,
     /// Work for the anti-entropy task.
@@ -309,7 +305,9 @@ impl Node {
             let data_dir = config.store.data_dir.clone();
             blocking(move || -> Result<_, StartError> {
                 let embedder = druse_memory::embed::for_node(&embed, &data_dir)?;
-                Ok(Arc::new(druse_memory::Memory::open(&db, &index, engine, embedder, now_ms())?))
+                let engine = druse_memory::Memory::open(&db, &index, engine, embedder, now_ms())?;
+                // Skills and bounty boosts are indexed by its background writer ("druse-index").
+                Ok(druse_memory::Handle::new(engine, "druse-index")?)
             })
             .await??
         };
@@ -366,7 +364,6 @@ impl Node {
                 tasks: Mutex::new(JoinSet::new()),
                 stopping: CancellationToken::new(),
                 owed,
-                indexer: druse_memory::background::Background::start("druse-index", druse_memory::background::LOW)?,
                 activity,
                 sync: SyncQueues { syncs, questions },
             }),
@@ -467,23 +464,22 @@ impl Node {
         &self.inner.ingest
     }
 
-    /// The memory engine.
-    pub fn memory(&self) -> &Arc<druse_memory::Memory> {
+    /// The memory service.
+    pub fn memory(&self) -> &druse_memory::Handle {
         &self.inner.memory
     }
 
     /// Runs one consolidation pass now, timing it in the metrics.
     pub async fn consolidate(&self) -> Result<druse_memory::consolidation::Report, Error> {
-        let memory = Arc::clone(&self.inner.memory);
         let started = Instant::now();
-        let report = blocking(move || memory.consolidate(now_ms())).await??;
+        let report = self.inner.memory.consolidate(now_ms()).await?;
         self.inner.metrics.consolidation_seconds.observe(started.elapsed().as_secs_f64());
-        self.refresh_memory_gauges();
+        self.refresh_memory_gauges().await;
         Ok(report)
     }
 
-    fn refresh_memory_gauges(&self) {
-        let counts = self.inner.memory.counts();
+    async fn refresh_memory_gauges(&self) {
+        let Ok(counts) = self.inner.memory.counts().await else { return };
         for lifecycle in druse_memory::crystal::Lifecycle::ALL {
             let n = counts.get(&lifecycle).copied().unwrap_or(0) as i64;
             self.inner
@@ -499,7 +495,7 @@ impl Node {
         let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
-        self.refresh_memory_gauges();
+        self.refresh_memory_gauges().await;
         loop {
             tick.tick().await;
             match self.consolidate().await {

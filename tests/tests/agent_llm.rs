@@ -325,7 +325,7 @@ mod reconciler {
     use druse_node::agent::llm::Llm;
 
     struct Engine {
-        memory: Arc<Memory>,
+        memory: druse_memory::Handle,
         _dir: tempfile::TempDir,
     }
 
@@ -334,7 +334,7 @@ mod reconciler {
         let db = druse_node::store::open_database(&dir.path().join("db"), 64 << 20)?;
         let now = druse_protocol::now_ms();
         let memory = Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), now)?;
-        Ok(Engine { memory: Arc::new(memory), _dir: dir })
+        Ok(Engine { memory: druse_memory::Handle::new(memory, "test-bg")?, _dir: dir })
     }
 
     fn observation(text: &str, attribute: &str) -> NewMemory {
@@ -372,11 +372,15 @@ mod reconciler {
 
     /// How many crystals the engine holds, whatever their status.
     fn stored(engine: &Engine) -> usize {
-        engine.memory.counts().values().sum()
+        engine.memory.engine().counts().values().sum()
     }
 
     fn seed(engine: &Engine) -> anyhow::Result<Crystal> {
-        Ok(engine.memory.add(observation("Lives in Lisbon", "city"), "test", druse_protocol::now_ms())?.crystal)
+        Ok(engine
+            .memory
+            .engine()
+            .add(observation("Lives in Lisbon", "city"), "test", druse_protocol::now_ms())?
+            .crystal)
     }
 
     #[tokio::test]
@@ -387,7 +391,7 @@ mod reconciler {
         let (new, decision, by) = store(&engine, &llm, observation("Lives in Porto", "city")).await?;
         assert_eq!(by, By::Llm);
         assert_eq!(decision, Decision::Update { target: old.id, confidence: 0.7 });
-        let history = engine.memory.history(new.id)?;
+        let history = engine.memory.engine().history(new.id)?;
         let chain: Vec<&str> = history.chain.iter().map(|c| c.text.as_str()).collect();
         assert_eq!(chain, ["Lives in Lisbon", "Lives in Porto"]);
         assert_eq!(history.chain[0].status, Status::Superseded);
@@ -419,9 +423,9 @@ mod reconciler {
         let llm = model(|ids| json!({"action": "delete", "target": ids[0], "reason": "no longer true"})).await?;
         let (_, decision, by) = store(&engine, &llm, observation("No longer lives in Lisbon", "city")).await?;
         assert_eq!((decision, by), (Decision::Delete { target: old.id }, By::Llm));
-        let kept = engine.memory.get(old.id).expect("nothing is hard-deleted");
+        let kept = engine.memory.engine().get(old.id).expect("nothing is hard-deleted");
         assert_eq!(kept.status, Status::Superseded);
-        let history = engine.memory.history(old.id)?;
+        let history = engine.memory.engine().history(old.id)?;
         assert!(history.audit.iter().any(|a| a.to == "superseded" && a.why.contains("retracted")), "{history:?}");
         assert_eq!(stored(&engine), 1, "no new row was stored");
         Ok(())
@@ -441,7 +445,7 @@ mod reconciler {
         let (crystal, decision, by) = store(&engine, &llm, observation("Lives near the river", "street")).await?;
         assert_eq!((decision, by), (Decision::Add, By::Llm));
         assert_ne!(crystal.id, old.id);
-        assert_eq!(engine.memory.get(old.id).map(|c| c.status), Some(Status::Active));
+        assert_eq!(engine.memory.engine().get(old.id).map(|c| c.status), Some(Status::Active));
         Ok(())
     }
 

@@ -347,7 +347,7 @@ async fn bounty_is_matched_claimed_and_seen_by_the_management_node() {
     // The matched skill's crystal gained curiosity on the author's node.
     let boosted = wait_for(WAIT, "a's crystal of the skill to be boosted", async || {
         let crystal = a.stored(&id).unwrap()?.crystal?;
-        a.memory().get(crystal).filter(|c| c.curiosity_boost > 0.0)
+        a.memory().get(crystal).await.filter(|c| c.curiosity_boost > 0.0)
     })
     .await
     .unwrap();
@@ -406,7 +406,7 @@ async fn a_bounty_boost_that_never_reached_memory_is_applied_once_by_the_sweep()
         })
         .unwrap();
     a.store().commit(&mut writes).unwrap();
-    assert_eq!(a.memory().get(crystal).unwrap().curiosity_boost, 0.0);
+    assert_eq!(a.memory().get(crystal).await.unwrap().curiosity_boost, 0.0);
 
     // The sweep at startup finds the boost owed and applies it.
     cluster.restart_edge("a").await.unwrap();
@@ -414,7 +414,7 @@ async fn a_bounty_boost_that_never_reached_memory_is_applied_once_by_the_sweep()
     let boosted_by = async |bounty: &str| {
         wait_for(WAIT, format_args!("a's crystal to have the boost of {bounty}"), async || {
             // The crystal records the bounties whose boost it had, in the write that boosts it.
-            a.memory().get(crystal).filter(|c| druse_node::market::bounties_boosted(c).contains(bounty))
+            a.memory().get(crystal).await.filter(|c| druse_node::market::bounties_boosted(c).contains(bounty))
         })
         .await
         .unwrap()
@@ -535,7 +535,7 @@ async fn skills_from_the_swarm_land_in_memory_with_origin_peer_and_their_peer() 
     for (node, origin, peer) in [(b, Origin::Peer, Some(a.peer_id().to_string())), (a, Origin::Skill, None)] {
         let crystal = wait_for(WAIT, format_args!("{} to index the skill in memory", node.name), async || {
             let crystal = node.stored(&id).unwrap()?.crystal?;
-            node.memory().get(crystal)
+            node.memory().get(crystal).await
         })
         .await
         .unwrap();
@@ -543,7 +543,7 @@ async fn skills_from_the_swarm_land_in_memory_with_origin_peer_and_their_peer() 
         assert_eq!(crystal.semantic_type, SemanticType::Skill);
         let query =
             Query { q: "retry-backoff".into(), k: 3, semantic_type: Some(SemanticType::Skill), ..Query::default() };
-        let hits = node.memory().search(&query, Caller::Anyone, druse_protocol::now_ms()).unwrap();
+        let hits = node.memory().search(query, Caller::Anyone, druse_protocol::now_ms()).await.unwrap();
         assert_eq!(hits.first().map(|h| h.crystal.id), Some(crystal.id), "{} cannot recall the skill", node.name);
     }
     cluster.stop().await;

@@ -59,7 +59,10 @@ async fn restarted_edge_keeps_its_identity_crystals_weather_and_seqs() {
     assert_eq!(a.peer_id(), peer_id, "the restarted node has another identity");
     assert_eq!(sorted_skills(a).unwrap(), skills, "the restarted node's crystals differ");
     for skill in &skills {
-        let crystal = skill.crystal.and_then(|c| a.memory().get(c));
+        let crystal = match skill.crystal {
+            Some(c) => a.memory().get(c).await,
+            None => None,
+        };
         assert!(crystal.is_some_and(|c| c.text.contains(&skill.listing.name)), "{} left memory", skill.id);
     }
     assert!(a.halted(), "the restarted node forgot the active weather");

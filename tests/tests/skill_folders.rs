@@ -234,7 +234,7 @@ async fn an_imported_folder_is_found_for_the_agents_swarm_skills_on_another_node
     let situation = "a network call keeps failing transiently; how long should I wait before trying again?";
     let hit = wait_for(WAIT, "b's memory to find the imported skill for the situation", async || {
         let query = Query { q: situation.into(), k: 12, kind: Some(MemoryKind::ExplorationNote), ..Query::default() };
-        let hits = b.node.memory().peek(&query, Caller::LocalAgent, druse_protocol::now_ms()).ok()?;
+        let hits = b.node.memory().peek(query, Caller::LocalAgent, druse_protocol::now_ms()).await.ok()?;
         hits.into_iter().find(|h| h.crystal.skill == Some(id))
     })
     .await

@@ -114,11 +114,11 @@ impl Agent {
 
     /// Whether distilled skill `crystal` may be published: it exists, is the newest version
     /// and passed the privacy check (made again, in case the rules changed).
-    pub(crate) fn publishable(
+    pub(crate) async fn publishable(
         &self,
         crystal: CrystalId,
     ) -> Result<(druse_memory::crystal::Crystal, super::state::OwnSkill), ActionError> {
-        let c = self.node.memory().get(crystal).ok_or(ActionError::NoCrystal(crystal))?;
+        let c = self.node.memory().get(crystal).await.ok_or(ActionError::NoCrystal(crystal))?;
         let skill = self.state.skill(crystal).ok_or(ActionError::NotASkill(crystal))?;
         if skill.superseded {
             return Err(ActionError::Superseded(crystal));
@@ -128,12 +128,14 @@ impl Agent {
             return Err(ActionError::Private(crystal, why.clone()));
         }
         // The final text, with the terms of the episodes it came from as they are now.
-        let terms = super::privacy::episode_terms(
-            self.node.memory(),
-            &skill.episodes,
-            self.bsky.handle(),
-            &self.config.bluesky.owner,
-        );
+        let (episodes, agent, owner) =
+            (skill.episodes.clone(), self.bsky.handle().to_owned(), self.config.bluesky.owner.clone());
+        let terms = self
+            .node
+            .memory()
+            .read(move |memory| super::privacy::episode_terms(memory, &episodes, &agent, &owner))
+            .await
+            .map_err(|e| super::reconcile::MemoryError::from(druse_memory::engine::Error::from(e)))?;
         if let Some(why) = super::privacy::leaks(&c.text, &terms) {
             super::metrics::Metrics::count(&self.metrics.skills_refused, "privacy");
             return Err(ActionError::Private(crystal, why));
@@ -142,7 +144,7 @@ impl Agent {
     }
 
     async fn publish_skill(&self, crystal: CrystalId) -> Result<(), ActionError> {
-        let (c, skill) = self.publishable(crystal)?;
+        let (c, skill) = self.publishable(crystal).await?;
         // The version it replaces, once published, is the listing this one follows.
         let previous = skill.replaces.and_then(|old| self.state.skill(old)).and_then(|s| s.published);
         // The same governance check as every published skill: memory crystals, private scope
@@ -289,11 +291,8 @@ impl Agent {
 
     /// Stores a memory through the node's engine.
     pub(crate) async fn store(&self, new: NewMemory) -> Result<CrystalId, ActionError> {
-        let memory = Arc::clone(self.node.memory());
-        let added = crate::task::blocking(move || memory.add(new, "agent", now_ms()))
-            .await
-            .map_err(super::reconcile::MemoryError::from)?
-            .map_err(super::reconcile::MemoryError::from)?;
+        let added =
+            self.node.memory().add(new, "agent", now_ms()).await.map_err(super::reconcile::MemoryError::from)?;
         Ok(added.crystal.id)
     }
 }

@@ -13,7 +13,6 @@
 //!   fails is kept private, counted, and refused for publishing.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -177,9 +176,8 @@ impl Agent {
     /// distills a skill (or its next version) when the group is large enough.
     pub(crate) async fn distill_around(&self, episode: u64) {
         let good: BTreeSet<u64> = self.state.good().into_iter().map(|(id, _)| id).collect();
-        let memory = Arc::clone(self.node.memory());
         let min_cosine = self.config.distill_similarity;
-        let grouped = crate::task::blocking(move || group(&memory, episode, &good, min_cosine)).await;
+        let grouped = self.node.memory().read(move |memory| group(memory, episode, &good, min_cosine)).await;
         let group = match grouped {
             Ok(Ok(found)) => found,
             Ok(Err(error)) => return tracing::warn!(%error, "could not group episodes"),
@@ -195,9 +193,12 @@ impl Agent {
     /// Asks the model for the procedure behind `episodes`, checks it for personal data, and
     /// stores it as a task-pattern crystal (superseding `old`'s, for a new version).
     async fn distill(&self, episodes: Vec<u64>, old: Option<u64>) {
-        let memory = self.node.memory();
-        let mut shown: Vec<(u64, druse_memory::crystal::Crystal)> =
-            episodes.iter().filter_map(|id| memory.get(*id).map(|c| (*id, c))).collect();
+        let wanted = episodes.clone();
+        let got = self
+            .node
+            .memory()
+            .read(move |memory| wanted.iter().filter_map(|id| memory.get(*id).map(|c| (*id, c))).collect());
+        let mut shown: Vec<(u64, druse_memory::crystal::Crystal)> = got.await.unwrap_or_default();
         shown.sort_by_key(|(_, c)| std::cmp::Reverse(c.created_at));
         shown.truncate(MAX_EPISODES);
         if shown.is_empty() {
@@ -238,12 +239,9 @@ impl Agent {
         new.subject = Some(cut(&procedure.name, 64));
         let stored = match old {
             Some(target) => {
-                let memory = Arc::clone(self.node.memory());
                 let decision = Decision::Update { target, confidence: 1.0 };
-                crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:distill", now_ms()))
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map(|a| a.crystal.id).map_err(|e| e.to_string()))
+                let added = self.node.memory().add_with(new, Fixed(decision), "agent:distill", now_ms()).await;
+                added.map(|a| a.crystal.id).map_err(|e| e.to_string())
             }
             None => self.store(new).await.map_err(|e| e.to_string()),
         };
@@ -329,7 +327,7 @@ mod tests {
             &db,
             &dir.path().join("index"),
             druse_memory::engine::Config::default(),
-            Arc::new(druse_memory::embed::Hashing::new(384)),
+            std::sync::Arc::new(druse_memory::embed::Hashing::new(384)),
             1_000,
         )
         .unwrap();

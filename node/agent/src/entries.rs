@@ -120,13 +120,15 @@ impl Agent {
         if let Err(why) = allowed {
             return RunReport::new(Entry::Musing, "skipped", why.sentence());
         }
-        let memory = Arc::clone(self.node.memory());
-        let notes = crate::task::blocking(move || {
-            let found = super::context::episodic(&memory, "today", now).unwrap_or_default();
-            super::context::episodic_block(&found, &super::context::Budgets::default(), now)
-        })
-        .await
-        .unwrap_or_default();
+        let notes = self
+            .node
+            .memory()
+            .read(move |memory| {
+                let found = super::context::episodic(memory, "today", now).unwrap_or_default();
+                super::context::episodic_block(&found, &super::context::Budgets::default(), now)
+            })
+            .await
+            .unwrap_or_default();
         let notes = format!("{}{}", Agent::goals_block(&self.goals().await), notes);
         let system = format!(
             "You are a druse agent on Bluesky, one node of a swarm of agents that share skills. Nobody asked \
@@ -155,14 +157,22 @@ impl Agent {
         let since = day(now) * DAY_MS;
         let today: Vec<Crystal> = {
             // The day's conversations in every namespace, and the agent's own notes.
-            let mut today: Vec<Crystal> = self.node.memory().crystals_where(|c| {
-                matches!(c.namespace, Namespace::Episodic | Namespace::User(_))
-                    && c.created_at >= since
-                    && c.status == Status::Active
-                    && matches!(c.kind, MemoryKind::Observation | MemoryKind::Interaction)
-                    && !matches!(c.semantic_type, SemanticType::TaskPattern | SemanticType::Skill)
-                    && !matches!(c.origin, Origin::Peer | Origin::Skill)
-            });
+            let mut today: Vec<Crystal> = match self
+                .node
+                .memory()
+                .scan(move |c| {
+                    matches!(c.namespace, Namespace::Episodic | Namespace::User(_))
+                        && c.created_at >= since
+                        && c.status == Status::Active
+                        && matches!(c.kind, MemoryKind::Observation | MemoryKind::Interaction)
+                        && !matches!(c.semantic_type, SemanticType::TaskPattern | SemanticType::Skill)
+                        && !matches!(c.origin, Origin::Peer | Origin::Skill)
+                })
+                .await
+            {
+                Ok(today) => today,
+                Err(error) => return RunReport::new(Entry::Reflection, "failed", format!("memory: {error}")),
+            };
             today.sort_by_key(|c| c.created_at);
             today.truncate(REFLECTION_INPUT);
             today
@@ -211,13 +221,21 @@ impl Agent {
     async fn review(self: &Arc<Self>) -> RunReport {
         let now = now_ms();
         let recent: Vec<Crystal> = {
-            let mut recent: Vec<Crystal> = self.node.memory().crystals_where(|c| {
-                matches!(c.namespace, Namespace::User(_))
-                    && c.kind == MemoryKind::Observation
-                    && c.status == Status::Active
-                    && c.session.is_none()
-                    && now.saturating_sub(c.created_at) <= REVIEW_WINDOW_MS
-            });
+            let mut recent: Vec<Crystal> = match self
+                .node
+                .memory()
+                .scan(move |c| {
+                    matches!(c.namespace, Namespace::User(_))
+                        && c.kind == MemoryKind::Observation
+                        && c.status == Status::Active
+                        && c.session.is_none()
+                        && now.saturating_sub(c.created_at) <= REVIEW_WINDOW_MS
+                })
+                .await
+            {
+                Ok(recent) => recent,
+                Err(error) => return RunReport::new(Entry::Review, "failed", format!("memory: {error}")),
+            };
             recent.sort_by_key(|c| std::cmp::Reverse(c.created_at));
             recent.truncate(REVIEW_INPUT);
             recent
@@ -293,19 +311,25 @@ impl Agent {
     /// known of them or the model wrote nothing.
     async fn summarize(&self, handle: &str) -> Result<Option<CrystalId>, super::chat::ThinkError> {
         let ns = Namespace::User(handle.to_owned());
+        let person = ns.clone();
         let mut observations: Vec<Crystal> = self
             .node
             .memory()
-            .crystals_where(|c| c.namespace == ns && c.kind == MemoryKind::Observation && c.status == Status::Active);
+            .scan(move |c| c.namespace == person && c.kind == MemoryKind::Observation && c.status == Status::Active)
+            .await
+            .map_err(super::reconcile::MemoryError::from)?;
         if observations.is_empty() {
             return Ok(None);
         }
         observations.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         observations.truncate(SUMMARY_INPUT);
+        let person = ns.clone();
         let old = self
             .node
             .memory()
-            .crystals_where(|c| c.namespace == ns && c.kind == MemoryKind::Summary && c.status == Status::Active)
+            .scan(move |c| c.namespace == person && c.kind == MemoryKind::Summary && c.status == Status::Active)
+            .await
+            .map_err(super::reconcile::MemoryError::from)?
             .into_iter()
             .max_by_key(|c| c.created_at);
         let lines: Vec<String> = observations.iter().map(|c| format!("- {}", quote(&c.text, 300))).collect();
@@ -335,10 +359,11 @@ impl Agent {
             },
             None => Decision::Add,
         };
-        let memory = Arc::clone(self.node.memory());
-        let added = crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
+        let added = self
+            .node
+            .memory()
+            .add_with(new, Fixed(decision), "agent:review", now_ms())
             .await
-            .map_err(super::reconcile::MemoryError::from)?
             .map_err(super::reconcile::MemoryError::from)?;
         Ok(Some(added.crystal.id))
     }

@@ -7,9 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
-use druse_memory::Memory;
 use druse_protocol::ContentId;
 use druse_protocol::body::{CrystalListing, ReportEvent};
 
@@ -87,7 +85,7 @@ pub struct Adopted {
 /// The node, as the agent uses it.
 pub trait Node: Send + Sync + std::fmt::Debug + 'static {
     /// The node's memory engine (its calls block: run them off the async threads).
-    fn memory(&self) -> &Arc<Memory>;
+    fn memory(&self) -> &druse_memory::Handle;
 
     /// The node's store, whose batches the agent's state and journal commit in.
     fn database(&self) -> &fjall::Database;

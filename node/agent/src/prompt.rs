@@ -4,8 +4,6 @@
 //! skills and its own), each block labelled with its trust (`context.rs`); then the thread and
 //! the batch, quoted as data.
 
-use std::sync::Arc;
-
 use super::bluesky::Notification;
 use super::context;
 use super::core::Agent;
@@ -33,24 +31,23 @@ impl Agent {
         authors: Vec<(String, String)>,
         operator: bool,
     ) -> Result<String, super::reconcile::MemoryError> {
-        let memory = Arc::clone(self.node.memory());
         let q = query.to_owned();
         let handles: Vec<String> = authors.iter().map(|(h, _)| h.clone()).collect();
-        let (known, told, episodic) = crate::task::blocking(move || -> Result<_, druse_memory::engine::Error> {
+        let blocks = self.node.memory().read(move |memory| -> Result<_, druse_memory::engine::Error> {
             let budgets = context::Budgets::default();
             let now = now_ms();
             let mut known = Vec::new();
             for a in &handles {
-                known.push(context::author_blocks(&memory, a, &q, &budgets, now)?);
+                known.push(context::author_blocks(memory, a, &q, &budgets, now)?);
             }
             let told = if operator {
-                context::operator_block(&context::operator(&memory, &q, now)?, &budgets, now)
+                context::operator_block(&context::operator(memory, &q, now)?, &budgets, now)
             } else {
                 String::new()
             };
-            Ok((known, told, context::episodic(&memory, &q, now)?))
-        })
-        .await??;
+            Ok((known, told, context::episodic(memory, &q, now)?))
+        });
+        let (known, told, episodic) = blocks.await.map_err(druse_memory::engine::Error::from)??;
         // The owner is never a stranger: a local chat, or the owner's first mention, reads
         // nothing of them from the network.
         let strangers: Vec<(String, String)> = authors

@@ -6,8 +6,6 @@
 //! that is not a valid decision, the engine's rule-based reconciler decides. Nothing is
 //! hard-deleted: DELETE supersedes its target, which stays in the history.
 
-use std::sync::Arc;
-
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -15,7 +13,6 @@ use serde_json::json;
 use super::context::quote;
 use super::llm::{Error, Llm, Message};
 use super::metrics::Metrics;
-use druse_memory::Memory;
 use druse_memory::correction::{Candidate, Decision, Reconciler, Rules};
 use druse_memory::crystal::CrystalId;
 use druse_memory::engine::{Added, NewMemory};
@@ -182,23 +179,23 @@ pub enum By {
 pub enum MemoryError {
     #[error(transparent)]
     Memory(#[from] druse_memory::engine::Error),
-    #[error(transparent)]
-    Task(#[from] crate::task::Failed),
 }
 
 /// Stores an observation, reconciled by the model against the top similar memories, or by
 /// the rules when the model gives no valid decision.
 pub async fn store(
-    memory: &Arc<Memory>,
+    memory: &druse_memory::Handle,
     llm: &impl Ask,
     metrics: &Metrics,
     new: NewMemory,
     actor: &str,
 ) -> Result<(Added, By), MemoryError> {
     let config = memory.config().correction.clone();
-    let m = Arc::clone(memory);
     let probe = new.clone();
-    let candidates = crate::task::blocking(move || m.reconciliation_candidates(&probe)).await??;
+    let candidates = memory
+        .read(move |m| m.reconciliation_candidates(&probe))
+        .await
+        .map_err(druse_memory::engine::Error::from)??;
     let decided = match decide(llm, &new, &candidates, &config).await {
         Ok(decision) => Some(decision),
         Err(error) => {
@@ -207,17 +204,14 @@ pub async fn store(
         }
     };
     let by = if decided.is_some() { By::Llm } else { By::Rules };
-    let m = Arc::clone(memory);
-    let actor = actor.to_owned();
-    let added = crate::task::blocking(move || match decided {
+    let added = match decided {
         Some(decision) => {
             let reconciler =
                 Decided { decision, asked: candidates.iter().map(|c| c.id).collect(), rules: Rules { config } };
-            m.add_with(new, &reconciler, &actor, now_ms())
+            memory.add_with(new, reconciler, actor, now_ms()).await?
         }
-        None => m.add(new, &actor, now_ms()),
-    })
-    .await??;
+        None => memory.add(new, actor, now_ms()).await?,
+    };
     let label = match (by, &added.decision) {
         (By::Rules, _) => "rules",
         (By::Llm, Decision::Add) => "add",

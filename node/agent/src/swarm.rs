@@ -11,8 +11,6 @@
 //! the node prices the listing once (the adoption answers the skill as adopted); before, it
 //! crossed three times (`skill`, `adopt`, `skill` again) and priced the listing three times.
 
-use std::sync::Arc;
-
 use druse_memory::crystal::MemoryKind;
 use druse_memory::engine::Query;
 use druse_memory::governance::Caller;
@@ -66,14 +64,9 @@ impl Agent {
         if max == 0 || situation.trim().is_empty() {
             return Vec::new();
         }
-        let memory = Arc::clone(self.node.memory());
         let q = situation.chars().take(2_000).collect::<String>();
-        let found = crate::task::blocking(move || {
-            let query = Query { q, k: (max * 4).min(50), kind: Some(MemoryKind::ExplorationNote), ..Query::default() };
-            memory.peek(&query, Caller::LocalAgent, now_ms()).unwrap_or_default()
-        })
-        .await
-        .unwrap_or_default();
+        let query = Query { q, k: (max * 4).min(50), kind: Some(MemoryKind::ExplorationNote), ..Query::default() };
+        let found = self.node.memory().peek(query, Caller::LocalAgent, now_ms()).await.unwrap_or_default();
         let mut lines = Vec::new();
         for hit in found {
             if lines.len() >= max {
@@ -95,7 +88,7 @@ impl Agent {
     pub(crate) async fn use_skill(&self, id: &str, lead: Option<Lead>) -> Result<Used, UseError> {
         if let Ok(crystal) = id.trim().parse::<u64>()
             && self.state.skill(crystal).is_some()
-            && let Some(c) = self.node.memory().get(crystal)
+            && let Some(c) = self.node.memory().get(crystal).await
         {
             super::metrics::Metrics::count(&self.metrics.skills_used, "own");
             return Ok(Used::Own { crystal, text: c.text });

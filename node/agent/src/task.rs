@@ -15,7 +15,7 @@ use tokio::time::Instant;
 /// A blocking task that panicked or was cancelled.
 #[derive(Debug, thiserror::Error)]
 #[error("a blocking task failed: {0}")]
-pub struct Failed(String);
+pub(crate) struct Failed(String);
 
 /// Runs `f` on the runtime's blocking pool and waits for it.
 pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Failed> {

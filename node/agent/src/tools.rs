@@ -464,7 +464,7 @@ impl Tools for Hands {
             Name::UseSkill => self.use_skill(call).await,
             Name::PublishSkill => self.publish_skill(call).await,
             Name::WriteSummary => self.summary(call).await,
-            Name::Keep => self.keep(call),
+            Name::Keep => self.keep(call).await,
             Name::Update => self.update(call).await,
             Name::Archive => self.archive(call).await,
             Name::DoNothing => Ok("ok: nothing done".to_owned()),

@@ -85,6 +85,9 @@ pub enum Error {
     Vector(#[from] vector::Error),
     #[error(transparent)]
     Text(#[from] text::Error),
+    /// The memory service stopped before it answered (see [`crate::service`]).
+    #[error(transparent)]
+    Stopped(#[from] crate::service::Stopped),
 }
 
 /// The memory engine's knobs (`[memory]` in the node config); defaults are the seeds'.
@@ -311,8 +314,8 @@ struct CommitTimes {
     index: std::time::Duration,
 }
 
-/// The memory engine. Share it behind an `Arc`; its methods block (embedding, disk), so async
-/// callers use `spawn_blocking`.
+/// The memory engine. Its methods block (embedding, disk): a node serves it through
+/// [`crate::Handle`], whose threads run them.
 pub struct Memory {
     db: fjall::Database,
     tree: fjall::Keyspace,

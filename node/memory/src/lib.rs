@@ -20,12 +20,14 @@ mod periods;
 mod record;
 mod scopes;
 mod sentences;
+pub mod service;
 pub mod skills;
 mod text;
 mod vector;
 pub mod workflow;
 
 pub use engine::Memory;
+pub use service::Handle;
 
 /// The vector index on its own, for measuring it apart from the engine (the `memory-bench`
 /// example's `index` mode): its configuration, its statistics, and the dot product it ranks by.

@@ -224,7 +224,9 @@ impl Market {
         }
         let types = [SemanticType::Skill, SemanticType::TaskPattern];
         let cosine = self.config().similar_cosine;
-        Ok(self.node.memory().similar(crystal, &types, cosine, &except, SIMILAR_LOOKED_AT)?.len())
+        let similar =
+            self.node.memory().read_blocking(move |m| m.similar(crystal, &types, cosine, &except, SIMILAR_LOOKED_AT));
+        Ok(similar.map_err(druse_memory::engine::Error::from)??.len())
     }
 
     /// Signs and publishes a report about a skill this node holds. Its issue time is the

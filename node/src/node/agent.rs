@@ -1,8 +1,6 @@
 //! The node as its agent sees it: the port `druse_agent::node::Node`, which the agent crate
 //! defines and the node implements, so the agent never names the node's types.
 
-use std::sync::Arc;
-
 use druse_agent::node::{self as port, Adopted, Pending, SwarmSkill, Terms};
 use druse_protocol::ContentId;
 use druse_protocol::body::{Body, CrystalListing, ReportEvent};
@@ -20,7 +18,7 @@ fn refused(error: super::Error) -> port::Error {
 }
 
 impl port::Node for Node {
-    fn memory(&self) -> &Arc<druse_memory::Memory> {
+    fn memory(&self) -> &druse_memory::Handle {
         Node::memory(self)
     }
 

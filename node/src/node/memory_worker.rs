@@ -15,6 +15,7 @@ use super::{Error, Node};
 use crate::ingest::Effect;
 use crate::market;
 use crate::skill::{Provenance, Skill};
+use druse_memory::Memory;
 use druse_memory::crystal::CrystalId;
 use druse_memory::skills::SkillMemory;
 use druse_protocol::now_ms;
@@ -41,8 +42,8 @@ impl Node {
             let work = std::mem::take(&mut batch);
             let done = self
                 .inner
-                .indexer
-                .run(move || {
+                .memory
+                .background(move |memory| {
                     let (mut new, mut boosts) = (Vec::new(), Vec::new());
                     for effect in work {
                         match effect {
@@ -50,12 +51,12 @@ impl Node {
                             Effect::Boost(id) => boosts.push(id),
                         }
                     }
-                    if node.remember(&new).iter().any(Option::is_none) {
+                    if node.remember(memory, &new).iter().any(Option::is_none) {
                         tracing::warn!(skills = new.len(), "could not index every skill in memory; the sweep retries");
                         node.inner.owed.store(true, Ordering::Relaxed);
                     }
                     for id in boosts {
-                        if let Err(error) = node.boost(id) {
+                        if let Err(error) = node.boost(memory, id) {
                             tracing::warn!(%error, skill = %id, "could not boost a skill's crystal; the sweep retries");
                             node.inner.owed.store(true, Ordering::Relaxed);
                         }
@@ -101,10 +102,9 @@ impl Node {
         let node = self.clone();
         let swept = self
             .inner
-            .indexer
-            .run(move || -> Result<(usize, usize), Error> {
+            .memory
+            .background(move |memory| -> Result<(usize, usize), Error> {
                 // Only the records of skills the memory engine has no crystal for are read.
-                let memory = &node.inner.memory;
                 let mut waiting = node.inner.store.skills_where(|id| memory.skill_crystal(id).is_none());
                 let mut swept = 0;
                 loop {
@@ -117,9 +117,9 @@ impl Node {
                         break;
                     }
                     swept += chunk.len();
-                    node.remember(&chunk);
+                    node.remember(memory, &chunk);
                 }
-                Ok((swept, node.boost_owed()?))
+                Ok((swept, node.boost_owed(memory)?))
             })
             .await;
         match swept.map_err(|e| Error::Join(crate::task::Failed::new(e.to_string()))).and_then(|r| r) {
@@ -137,9 +137,9 @@ impl Node {
 
     /// The crystal of a stored skill, storing the skill as one first if it has none (see
     /// [`Node::remember`]); `None`: no such skill, or memory could not store it.
-    fn index_skill(&self, id: ContentId) -> Result<Option<CrystalId>, Error> {
+    fn index_skill(&self, memory: &Memory, id: ContentId) -> Result<Option<CrystalId>, Error> {
         let Some(skill) = self.skill(&id)? else { return Ok(None) };
-        Ok(self.remember(&[skill]).pop().flatten())
+        Ok(self.remember(memory, &[skill]).pop().flatten())
     }
 
     /// Stores skills as memory crystals, with one embedding call, one durable write and one
@@ -147,7 +147,7 @@ impl Node {
     /// The memory engine keeps which crystal each skill became, in the crystal's own write. A
     /// skill the memory refuses, or that a failure of the embedder or the disk left out, is
     /// logged and gets `None`; the others are indexed.
-    fn remember(&self, skills: &[Skill]) -> Vec<Option<CrystalId>> {
+    fn remember(&self, memory: &Memory, skills: &[Skill]) -> Vec<Option<CrystalId>> {
         let memories = skills
             .iter()
             .filter(|skill| skill.crystal.is_none())
@@ -159,7 +159,7 @@ impl Node {
                 peer: (skill.origin == Provenance::Peer).then(|| skill.author_peer.clone()),
             })
             .collect();
-        let mut stored = self.inner.memory.add_skills(memories, now_ms()).into_iter();
+        let mut stored = memory.add_skills(memories, now_ms()).into_iter();
         skills
             .iter()
             .map(|skill| {
@@ -182,27 +182,27 @@ impl Node {
     /// records them as had on the crystal, in the same write ([`market::BOUNTIES_BOOSTED`]):
     /// a boost is applied once even when the worker's queue dropped it and a sweep finds it
     /// owed, and no second message to the ingest actor is needed. Answers whether it boosted.
-    fn boost(&self, id: ContentId) -> Result<bool, Error> {
+    fn boost(&self, memory: &Memory, id: ContentId) -> Result<bool, Error> {
         let stats = self.market().stats(&id)?;
         let matched = stats.boosts_owed();
         if matched.is_empty() {
             return Ok(false);
         }
-        let crystal = match self.inner.memory.skill_crystal(&id) {
+        let crystal = match memory.skill_crystal(&id) {
             Some(crystal) => crystal,
-            None => match self.index_skill(id)? {
+            None => match self.index_skill(memory, id)? {
                 Some(crystal) => crystal,
                 None => return Ok(false),
             },
         };
-        let had = self.inner.memory.get(crystal).map(|c| market::bounties_boosted(&c)).unwrap_or_default();
+        let had = memory.get(crystal).map(|c| market::bounties_boosted(&c)).unwrap_or_default();
         let owed: Vec<String> = matched.into_iter().filter(|b| !had.contains(b)).collect();
         if owed.is_empty() {
             return Ok(false);
         }
         let amount = self.inner.market.config.bounty_curiosity_boost * owed.len() as f64;
         let why = format!("bounty match ({}): curiosity boost", owed.join(", "));
-        self.inner.memory.change(crystal, "market", now_ms(), &why, |c| {
+        memory.change(crystal, "market", now_ms(), &why, |c| {
             c.curiosity_boost = (c.curiosity_boost + amount).clamp(0.0, 1.0);
             market::record_boosts(c, &owed);
         })?;
@@ -210,11 +210,11 @@ impl Node {
     }
 
     /// Applies every boost owed to a skill's crystal: the sweep's half for dropped boosts.
-    fn boost_owed(&self) -> Result<usize, Error> {
+    fn boost_owed(&self, memory: &Memory) -> Result<usize, Error> {
         let matched = self.market().skills_with_evidence(|stats| !stats.boosts_owed().is_empty())?;
         let mut boosted = 0;
         for id in matched {
-            boosted += usize::from(self.boost(id)?);
+            boosted += usize::from(self.boost(memory, id)?);
         }
         Ok(boosted)
     }

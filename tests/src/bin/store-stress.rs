@@ -273,28 +273,23 @@ fn sentence(rng: &mut StdRng, words: usize) -> String {
 /// Loads `n` crystals through the engine's batch add, 1000 at a time.
 async fn load(node: &Node, shared: &Arc<Shared>, n: usize, seed: u64) -> Result<()> {
     shared.load.start(&shared.clock);
-    let memory = Arc::clone(node.memory());
-    let shared_load = Arc::clone(shared);
-    tokio::task::spawn_blocking(move || -> Result<()> {
-        let mut rng = StdRng::seed_from_u64(seed);
-        for first in (0..n).step_by(1000) {
-            let batch = (first..(first + 1000).min(n))
-                .map(|i| {
-                    serde_json::from_value(serde_json::json!({
-                        "text": format!("note {i}: {}", sentence(&mut rng, 12)),
-                        "namespace": format!("user:u{}", i % 50),
-                        "kind": "interaction",
-                    }))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let size = batch.len() as u64;
-            shared_load.load.begin(format!("add_many of crystals {first}..{}", first + size as usize));
-            let result = memory.add_many(batch, "stress", now_ms());
-            shared_load.load.finish(&shared_load.clock, size, result.err().map(|e| e.to_string()));
-        }
-        Ok(())
-    })
-    .await??;
+    let memory = node.memory();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for first in (0..n).step_by(1000) {
+        let batch = (first..(first + 1000).min(n))
+            .map(|i| {
+                serde_json::from_value(serde_json::json!({
+                    "text": format!("note {i}: {}", sentence(&mut rng, 12)),
+                    "namespace": format!("user:u{}", i % 50),
+                    "kind": "interaction",
+                }))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let size = batch.len() as u64;
+        shared.load.begin(format!("add_many of crystals {first}..{}", first + size as usize));
+        let result = memory.add_many(batch, "stress", now_ms()).await;
+        shared.load.finish(&shared.clock, size, result.err().map(|e| e.to_string()));
+    }
     shared.load.stop();
     Ok(())
 }
@@ -501,7 +496,7 @@ async fn main() -> Result<()> {
             println!("last {} error: {error}", part.name);
         }
     }
-    let crystals: usize = node.memory().counts().values().sum();
+    let crystals: usize = node.memory().counts().await?.values().sum();
     println!(
         "crystals in memory at the end: {crystals}; data directory {:.0} MB",
         directory_bytes(&data_dir) as f64 / 1e6

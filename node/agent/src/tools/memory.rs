@@ -2,8 +2,6 @@
 //! reflection's one summary, and the review's keep, update and archive of listed observations
 //! (archiving supersedes; nothing is hard-deleted).
 
-use std::sync::Arc;
-
 use serde::Deserialize;
 use serde_json::json;
 
@@ -46,8 +44,11 @@ impl Hands {
                 namespaces.push(ns);
             }
         }
-        let memory = Arc::clone(self.agent.node.memory());
-        let lines = crate::task::blocking(move || crate::experience::search(&memory, &a.query, &namespaces, now_ms()))
+        let lines = self
+            .agent
+            .node
+            .memory()
+            .read(move |memory| crate::experience::search(memory, &a.query, &namespaces, now_ms()))
             .await
             .map_err(ToolError::failed)?;
         Ok(if lines.is_empty() { "nothing found".into() } else { lines.join("\n") })
@@ -111,7 +112,7 @@ impl Hands {
     }
 
     /// A listed crystal, still active, not yet acted on in this review.
-    fn target(&self, id: CrystalId) -> Result<Crystal, ToolError> {
+    async fn target(&self, id: CrystalId) -> Result<Crystal, ToolError> {
         if !self.listed.contains(&id) {
             self.agent.metrics.refuse("review_unlisted");
             return Err(ToolError::Refused(format!("crystal {id} is not among the observations listed")));
@@ -119,15 +120,15 @@ impl Hands {
         if self.acted.contains(&id) {
             return Err(ToolError::Refused(format!("crystal {id} was already reviewed")));
         }
-        match self.agent.node.memory().get(id) {
+        match self.agent.node.memory().get(id).await {
             Some(c) if c.status == Status::Active => Ok(c),
             _ => Err(ToolError::Refused(format!("crystal {id} is no longer active"))),
         }
     }
 
-    pub(super) fn keep(&mut self, call: &ToolCall) -> Result<String, ToolError> {
+    pub(super) async fn keep(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: CrystalArg = args(call)?;
-        self.target(a.crystal)?;
+        self.target(a.crystal).await?;
         self.acted.insert(a.crystal);
         self.report.kept.push(a.crystal);
         Ok("ok: kept".into())
@@ -135,7 +136,7 @@ impl Hands {
 
     pub(super) async fn update(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: UpdateArgs = args(call)?;
-        let old = self.target(a.crystal)?;
+        let old = self.target(a.crystal).await?;
         let confidence = self.agent.node.memory().config().correction.supersede_confidence;
         let new = NewMemory {
             subject: old.subject.clone(),
@@ -152,7 +153,7 @@ impl Hands {
 
     pub(super) async fn archive(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: ArchiveArgs = args(call)?;
-        let old = self.target(a.crystal)?;
+        let old = self.target(a.crystal).await?;
         let reason = if a.reason.trim().is_empty() { "stale".to_owned() } else { a.reason };
         let new = memory(
             format!("archived in review: {reason}"),
@@ -168,11 +169,7 @@ impl Hands {
 
     /// Writes through the engine with the review's decision on that exact crystal.
     async fn write(&self, new: NewMemory, decision: Decision) -> Result<CrystalId, ToolError> {
-        let memory = Arc::clone(self.agent.node.memory());
-        crate::task::blocking(move || memory.add_with(new, &Fixed(decision), "agent:review", now_ms()))
-            .await
-            .map_err(ToolError::failed)?
-            .map(|added| added.crystal.id)
-            .map_err(ToolError::failed)
+        let added = self.agent.node.memory().add_with(new, Fixed(decision), "agent:review", now_ms()).await;
+        added.map(|added| added.crystal.id).map_err(ToolError::failed)
     }
 }

@@ -52,7 +52,7 @@ impl Hands {
 
     pub(super) async fn publish_skill(&mut self, call: &ToolCall) -> Result<String, ToolError> {
         let a: CrystalArg = args(call)?;
-        let (_, skill) = self.agent.publishable(a.crystal).map_err(ToolError::refused)?;
+        let (_, skill) = self.agent.publishable(a.crystal).await.map_err(ToolError::refused)?;
         let name = skill.name;
         self.ask(Gated::PublishSkill { crystal: a.crystal, name }).await
     }

@@ -2,8 +2,6 @@
 //! (a post outside a thread, a follow, a goal), or posts at once under the owner's standing
 //! approval (a musing's or a reflection's post).
 
-use std::sync::Arc;
-
 use serde::Deserialize;
 
 use super::{Hands, Replied, TextArg, ToolError, UriArg, args};
@@ -127,10 +125,13 @@ impl Hands {
     /// one that passes is asked of the owner (`Some`, what to tell the model) unless `autopost`.
     async fn optin(&mut self, text: &str) -> Result<Option<String>, ToolError> {
         let agent = &self.agent;
-        let memory = Arc::clone(agent.node.memory());
         let since = now_ms().saturating_sub(crate::schedule::DAY_MS);
-        let said =
-            crate::task::blocking(move || crate::optin::said_since(&memory, since)).await.map_err(ToolError::failed)?;
+        let said = agent
+            .node
+            .memory()
+            .read(move |memory| crate::optin::said_since(memory, since))
+            .await
+            .map_err(ToolError::failed)?;
         let owner = &agent.config.bluesky.owner;
         match crate::optin::route(text, &said, agent.bsky.handle(), owner, agent.config.autopost) {
             Err(refused) => {

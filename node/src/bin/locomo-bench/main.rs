@@ -290,7 +290,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let (target, embedder) = start(&cli).await?;
     let memory = match &target {
-        Target::Api { running, .. } => Arc::clone(running.node.memory()),
+        Target::Api { running, .. } => Arc::clone(running.node.memory().engine()),
         Target::Engine { memory } => Arc::clone(memory),
     };
     let mut tuning = memory.tuning();
