@@ -104,7 +104,7 @@ impl Agent {
             Gated::Goal { rkey, title, description } => {
                 let record = super::mind::goal_record(&title, &description);
                 self.bsky.put_record(super::mind::GOAL, &rkey, record).await?;
-                self.mind.forget_goals();
+                lock(&self.mind).goals = None; // a goal changed: the next run reads them again
                 super::metrics::Metrics::count(&self.metrics.actions, "goal");
                 tracing::info!(%rkey, "set a goal the owner approved");
                 Ok(())

@@ -83,7 +83,7 @@ pub(crate) struct Agent {
     /// Who the agent is and how it speaks: the head of every prompt (`persona_file`).
     pub(crate) persona: String,
     /// Goals, strangers looked up and syntheses, kept between runs.
-    pub(crate) mind: Mind,
+    pub(crate) mind: Mutex<Mind>,
     /// Where every run of the model is recorded, if the journal opened.
     pub(crate) journal: Option<Arc<Journal>>,
 }
@@ -100,16 +100,9 @@ pub(crate) struct Goal {
 /// their inputs' hash, and the authors whose profile was read (oldest first).
 #[derive(Debug, Default)]
 pub(crate) struct Mind {
-    pub(crate) goals: Mutex<Option<(u64, Vec<Goal>)>>,
-    pub(crate) syntheses: Mutex<HashMap<u64, (u64, String)>>,
-    pub(crate) looked_up: Mutex<std::collections::VecDeque<String>>,
-}
-
-impl Mind {
-    /// Forgets the goals read, so the next run reads them again (a goal changed).
-    pub(crate) fn forget_goals(&self) {
-        *lock(&self.goals) = None;
-    }
+    pub(crate) goals: Option<(u64, Vec<Goal>)>,
+    pub(crate) syntheses: HashMap<u64, (u64, String)>,
+    pub(crate) looked_up: std::collections::VecDeque<String>,
 }
 
 /// Whose messages led to an approval request.

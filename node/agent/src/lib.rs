@@ -101,14 +101,8 @@ use tokio::sync::{mpsc, oneshot};
 use druse_protocol::now_ms;
 use node::Node;
 
-/// An operator's request to run an entry point now, and where its outcome goes.
-pub(crate) type RunRequest = (Entry, oneshot::Sender<RunReport>);
-
-/// Entry-point requests waiting at most; more are refused as busy.
-pub(crate) const MAX_WAITING_RUNS: usize = 4;
-
-/// The longest an operator's run may take (a few LLM round trips).
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+pub use runs::RUN_TIMEOUT;
+use runs::{MAX_WAITING_RUNS, RunRequest};
 
 /// A handle to the running agent.
 #[derive(Debug, Clone)]

@@ -70,7 +70,7 @@ impl Agent {
     /// when the PDS cannot be read.
     pub(crate) async fn goals(&self) -> Vec<Goal> {
         let now = now_ms();
-        if let Some((at, goals)) = lock(&self.mind.goals).as_ref()
+        if let Some((at, goals)) = lock(&self.mind).goals.as_ref()
             && now.saturating_sub(*at) < GOALS_TTL_MS
         {
             return goals.clone();
@@ -85,12 +85,12 @@ impl Agent {
                     })
                     .filter(|g| !g.title.trim().is_empty())
                     .collect();
-                *lock(&self.mind.goals) = Some((now, goals.clone()));
+                lock(&self.mind).goals = Some((now, goals.clone()));
                 goals
             }
             Err(error) => {
                 tracing::warn!(%error, "could not read the goals; using the last read");
-                lock(&self.mind.goals).as_ref().map(|(_, g)| g.clone()).unwrap_or_default()
+                lock(&self.mind).goals.as_ref().map(|(_, g)| g.clone()).unwrap_or_default()
             }
         }
     }
@@ -141,7 +141,8 @@ impl Agent {
     pub(crate) async fn first_interactions(&self, strangers: &[(String, String)]) -> String {
         let mut out = String::new();
         let fresh: Vec<&(String, String)> = {
-            let mut looked_up = lock(&self.mind.looked_up);
+            let mut mind = lock(&self.mind);
+            let looked_up = &mut mind.looked_up;
             let fresh: Vec<_> =
                 strangers.iter().filter(|(handle, _)| !looked_up.contains(handle)).take(LOOKUPS_PER_BATCH).collect();
             for (handle, _) in &fresh {
@@ -208,7 +209,7 @@ impl Agent {
             }
             h.finish()
         };
-        if let Some((at, text)) = lock(&self.mind.syntheses).get(&key)
+        if let Some((at, text)) = lock(&self.mind).syntheses.get(&key)
             && now.saturating_sub(*at) < SYNTHESIS_TTL_MS
         {
             return text.clone();
@@ -257,7 +258,8 @@ impl Agent {
                 lines.join("\n")
             )
         };
-        let mut syntheses = lock(&self.mind.syntheses);
+        let mut mind = lock(&self.mind);
+        let syntheses = &mut mind.syntheses;
         if syntheses.len() >= SYNTHESES {
             syntheses.retain(|_, (at, _)| now.saturating_sub(*at) < SYNTHESIS_TTL_MS);
             if syntheses.len() >= SYNTHESES {

@@ -29,7 +29,15 @@ use crate::node::Pending;
 use crate::schedule::{Entry, RunReport};
 use crate::task::Tasks;
 use crate::turn::{Ran, Thread, reason_label};
-use crate::{MAX_WAITING_RUNS, RUN_TIMEOUT, RunRequest};
+
+/// An operator's request to run an entry point now, and where its outcome goes.
+pub(crate) type RunRequest = (Entry, oneshot::Sender<RunReport>);
+
+/// Entry-point requests waiting at most; more are refused as busy.
+pub(crate) const MAX_WAITING_RUNS: usize = 4;
+
+/// The longest an operator's run may take (a few LLM round trips).
+pub const RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// A notification whose batch keeps failing (the model down, or answering garbage) is tried
 /// again at later polls with a growing pause, and given up only after this long, with a log

@@ -85,9 +85,9 @@ pub enum Error {
     Vector(#[from] vector::Error),
     #[error(transparent)]
     Text(#[from] text::Error),
-    /// The memory service stopped before it answered (see [`crate::service`]).
-    #[error(transparent)]
-    Stopped(#[from] crate::service::Stopped),
+    /// The memory service stopped before it answered (see [`crate::Handle`]).
+    #[error("the memory service has stopped")]
+    Stopped,
 }
 
 /// The memory engine's knobs (`[memory]` in the node config); defaults are the seeds'.

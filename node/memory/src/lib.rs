@@ -2,7 +2,10 @@
 //! consolidate, supersede, and are found again fast.
 //!
 //! The node opens one fjall database for everything it stores and hands it to
-//! [`Memory::open`], which keeps its records in the keyspace [`KEYSPACE`]. Around the engine
+//! [`Memory::open`], which keeps its records in the keyspace [`KEYSPACE`], then serves the
+//! engine through a [`Handle`] (`service.rs`): a bounded queue to one writer thread, another to
+//! a pool of readers, and a background writer of low priority, so no caller of the node, its
+//! API or its agent runs an engine call on an async thread. Around the engine
 //! live what it needs and the node shares: the governance rules every stored text passes
 //! ([`governance`]) and the background workers that run at low priority ([`background`]).
 
@@ -20,14 +23,14 @@ mod periods;
 mod record;
 mod scopes;
 mod sentences;
-pub mod service;
+mod service;
 pub mod skills;
 mod text;
 mod vector;
 pub mod workflow;
 
 pub use engine::Memory;
-pub use service::Handle;
+pub use service::{Handle, Stopped};
 
 /// The vector index on its own, for measuring it apart from the engine (the `memory-bench`
 /// example's `index` mode): its configuration, its statistics, and the dot product it ranks by.

@@ -36,6 +36,12 @@ const MAX_READERS: usize = 4;
 #[error("the memory service has stopped")]
 pub struct Stopped;
 
+impl From<Stopped> for Error {
+    fn from(_: Stopped) -> Self {
+        Error::Stopped
+    }
+}
+
 /// A handle to the memory service; clones share it.
 #[derive(Clone)]
 pub struct Handle {
