@@ -8,8 +8,7 @@
 //! ([`crate::background`]). An async caller waits for its answer without holding an executor
 //! thread; a caller past a full queue waits to hand its command over, so a flood of requests
 //! queues at the door instead of piling threads on the engine's locks. The threads start with
-//! the first command that needs them, so a node that never reads or writes memory (most of a
-//! swarm benchmark's) starts none; they end when the last handle is dropped.
+//! the first command that needs them and end when the last handle is dropped.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
