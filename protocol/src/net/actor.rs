@@ -122,7 +122,7 @@ impl Actor {
             addr.pop(); // the /p2p/<peer id> suffix: Kademlia keeps the peer id apart
             self.swarm.behaviour_mut().kademlia.add_address(peer, addr.clone());
             // An unreachable bootstrap peer is not fatal: others, or mDNS, may do.
-            if let Err(error) = self.swarm.dial(DialOpts::peer_id(*peer).addresses(vec![addr]).build()) {
+            if let Err(error) = self.dial_own(DialOpts::peer_id(*peer).addresses(vec![addr]).build()) {
                 tracing::warn!(%peer, %error, "cannot dial bootstrap peer");
             }
         }
@@ -275,7 +275,7 @@ impl Actor {
             _ => DialOpts::unknown_peer_id().address(addr).build(),
         };
         let connection = opts.connection_id();
-        match self.swarm.dial(opts) {
+        match self.dial_own(opts) {
             Ok(()) => {
                 self.pending_dials.insert(connection, reply);
             }
@@ -286,6 +286,13 @@ impl Actor {
                 let _ = reply.send(Err(Error::Dial(error.to_string())));
             }
         }
+    }
+
+    /// Dials as the node itself asked to: the gate lets it through whatever the node holds
+    /// (a dial Kademlia starts on its own is refused once the node has its target).
+    fn dial_own(&mut self, opts: DialOpts) -> Result<(), DialError> {
+        self.swarm.behaviour_mut().gate.own(opts.connection_id());
+        self.swarm.dial(opts)
     }
 
     /// Hands an event to the node without waiting; `false` if it was not delivered.
@@ -449,7 +456,7 @@ impl Actor {
             // Kademlia keeps the rest, for the peer manager to dial when it needs them.
             let Some(left) = room.checked_sub(1) else { break };
             room = left;
-            if let Err(error) = self.swarm.dial(DialOpts::peer_id(peer).addresses(addrs).build()) {
+            if let Err(error) = self.dial_own(DialOpts::peer_id(peer).addresses(addrs).build()) {
                 tracing::debug!(%peer, %error, "cannot dial peer found by mDNS");
             }
         }
@@ -524,7 +531,7 @@ impl Actor {
         for peer in peers::shuffled(candidates).into_iter().take(wanted.min(peers::DIALS_PER_TICK)) {
             // Kademlia supplies the addresses; a peer being dialled already is left alone.
             let opts = DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
-            if self.swarm.dial(opts).is_ok() {
+            if self.dial_own(opts).is_ok() {
                 self.topped_up.inc();
             }
         }

@@ -118,11 +118,11 @@ impl Behaviour {
         let mdns =
             if config.mdns { Some(mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)?) } else { None };
 
-        let target = config.target_peers.min(config.max_established);
-        let ceiling = peers::high_water(usize::try_from(target).unwrap_or(usize::MAX));
+        let target = usize::try_from(config.target_peers.min(config.max_established)).unwrap_or(usize::MAX);
+        let ceiling = peers::high_water(target);
         Ok(Self {
             connection_limits: connection_limits::Behaviour::new(limits),
-            gate: Gate::new(ceiling),
+            gate: Gate::new(target, ceiling),
             gossipsub,
             identify,
             ping: ping::Behaviour::new(ping::Config::new()),

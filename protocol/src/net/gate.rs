@@ -1,4 +1,5 @@
-//! Refuses inbound connections while the node is at its ceiling of established connections.
+//! Refuses inbound connections while the node is at its ceiling of established connections,
+//! and outbound ones the node did not ask for once it has its target.
 //!
 //! The peer manager ([`super::peers`]) trims surplus peers only once they are past their grace
 //! period, so on its own it lets a dial storm fill the node up to `max_established` for that
@@ -6,9 +7,18 @@
 //! connections costs a handshake, a gossipsub stream and scoring. The gate holds the line at
 //! once: an inbound connection is refused, before its handshake when possible, while the
 //! node's established connections are at the ceiling ([`super::peers::high_water`] of the
-//! target). The node's own dials are never refused here: it dials only below its target, or
-//! when asked to. A node at the ceiling trims back to the target after the grace period, so a
+//! target). A node at the ceiling trims back to the target after the grace period, so a
 //! newcomer finds room again.
+//!
+//! The node's own dials (the bootstrap list, an operator's dial, mDNS, the peer manager's top-up)
+//! are announced with [`Gate::own`] and never refused: the node makes them only below its
+//! target, or when asked to. Every other outbound dial comes from Kademlia: a lookup or a
+//! bootstrap dials each peer it walks through, whatever the node holds already. Left alone
+//! those dials took a third of a hundred-node swarm past its ceiling, where the trimmer closed
+//! them after their grace period and the next lookup dialled again: a churn of handshakes that
+//! kept an idle swarm busy. So once the node has its target, a dial it did not ask for is
+//! refused before it starts (Kademlia counts the peer as unreachable for that query and keeps
+//! its address), and if several started together, the surplus is closed once established.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -29,22 +39,48 @@ pub(super) struct AtCeiling {
     ceiling: usize,
 }
 
-/// Counts established connections and refuses inbound ones at the ceiling.
+/// Why an outbound connection the node did not ask for was refused: it has its `target`.
+#[derive(Debug, thiserror::Error)]
+#[error("the node has its target of {target} connections; dials it did not ask for are refused")]
+pub(super) struct AtTarget {
+    target: usize,
+}
+
+/// Counts established connections, refuses inbound ones at the ceiling and outbound ones the
+/// node did not ask for at the target.
 #[derive(Debug)]
 pub(super) struct Gate {
+    target: usize,
     ceiling: usize,
     established: HashSet<ConnectionId>,
+    /// The node's own dials not yet established or failed: each leaves on either event, and
+    /// the node starts at most a few a tick.
+    own: HashSet<ConnectionId>,
 }
 
 impl Gate {
-    /// A gate that refuses inbound connections once `ceiling` are established.
-    pub(super) fn new(ceiling: usize) -> Self {
-        Self { ceiling, established: HashSet::new() }
+    /// A gate that refuses inbound connections once `ceiling` are established, and outbound
+    /// ones not announced with [`Gate::own`] once `target` are.
+    pub(super) fn new(target: usize, ceiling: usize) -> Self {
+        Self { target, ceiling, established: HashSet::new(), own: HashSet::new() }
+    }
+
+    /// Marks `connection` as a dial the node itself asked for: it is never refused. Call it
+    /// just before `Swarm::dial` with the dial's connection id.
+    pub(super) fn own(&mut self, connection: ConnectionId) {
+        self.own.insert(connection);
     }
 
     fn check(&self) -> Result<(), ConnectionDenied> {
         if self.established.len() >= self.ceiling {
             return Err(ConnectionDenied::new(AtCeiling { ceiling: self.ceiling }));
+        }
+        Ok(())
+    }
+
+    fn check_outbound(&self, connection: ConnectionId) -> Result<(), ConnectionDenied> {
+        if !self.own.contains(&connection) && self.established.len() >= self.target {
+            return Err(ConnectionDenied::new(AtTarget { target: self.target }));
         }
         Ok(())
     }
@@ -76,14 +112,30 @@ impl NetworkBehaviour for Gate {
         Ok(dummy::ConnectionHandler)
     }
 
+    fn handle_pending_outbound_connection(
+        &mut self,
+        connection: ConnectionId,
+        _: Option<PeerId>,
+        _: &[Multiaddr],
+        _: Endpoint,
+    ) -> Result<Vec<Multiaddr>, ConnectionDenied> {
+        // Refused before it is dialled: no handshake on either side.
+        self.check_outbound(connection)?;
+        Ok(Vec::new())
+    }
+
     fn handle_established_outbound_connection(
         &mut self,
-        _: ConnectionId,
+        connection: ConnectionId,
         _: PeerId,
         _: &Multiaddr,
         _: Endpoint,
         _: PortUse,
     ) -> Result<THandler<Self>, ConnectionDenied> {
+        // Several may have been dialled together; the ones past the target stop here.
+        let checked = self.check_outbound(connection);
+        self.own.remove(&connection);
+        checked?;
         Ok(dummy::ConnectionHandler)
     }
 
@@ -94,6 +146,9 @@ impl NetworkBehaviour for Gate {
             }
             FromSwarm::ConnectionClosed(closed) => {
                 self.established.remove(&closed.connection_id);
+            }
+            FromSwarm::DialFailure(failure) => {
+                self.own.remove(&failure.connection_id);
             }
             _ => {}
         }
