@@ -255,11 +255,7 @@ async fn map(
 ) -> Result<Json<Map>, crate::api::Error> {
     let Query(MapQuery { limit }) = query.map_err(|e| crate::api::Error::bad_request(e.body_text()))?;
     let who = crate::api::caller(&node, &headers);
-    let map = node
-        .memory()
-        .read(move |memory| build(memory, who, limit, now_ms()))
-        .await
-        .map_err(druse_memory::engine::Error::from)??;
+    let map = node.memory().read(move |memory| build(memory, who, limit, now_ms())).await??;
     tracing::debug!(points = map.points.len(), compute_ms = map.compute_ms, "memory map");
     Ok(Json(map))
 }

@@ -135,7 +135,7 @@ impl Agent {
             .memory()
             .read(move |memory| super::privacy::episode_terms(memory, &episodes, &agent, &owner))
             .await
-            .map_err(|e| super::reconcile::MemoryError::from(druse_memory::engine::Error::from(e)))?;
+            .map_err(super::reconcile::MemoryError::from)?;
         if let Some(why) = super::privacy::leaks(&c.text, &terms) {
             super::metrics::Metrics::count(&self.metrics.skills_refused, "privacy");
             return Err(ActionError::Private(crystal, why));

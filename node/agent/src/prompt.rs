@@ -47,7 +47,7 @@ impl Agent {
             };
             Ok((known, told, context::episodic(memory, &q, now)?))
         });
-        let (known, told, episodic) = blocks.await.map_err(druse_memory::engine::Error::from)??;
+        let (known, told, episodic) = blocks.await??;
         // The owner is never a stranger: a local chat, or the owner's first mention, reads
         // nothing of them from the network.
         let strangers: Vec<(String, String)> = authors

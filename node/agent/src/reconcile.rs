@@ -192,10 +192,7 @@ pub async fn store(
 ) -> Result<(Added, By), MemoryError> {
     let config = memory.config().correction.clone();
     let probe = new.clone();
-    let candidates = memory
-        .read(move |m| m.reconciliation_candidates(&probe))
-        .await
-        .map_err(druse_memory::engine::Error::from)??;
+    let candidates = memory.read(move |m| m.reconciliation_candidates(&probe)).await??;
     let decided = match decide(llm, &new, &candidates, &config).await {
         Ok(decision) => Some(decision),
         Err(error) => {

@@ -30,7 +30,7 @@ mod vector;
 pub mod workflow;
 
 pub use engine::Memory;
-pub use service::{Handle, Stopped};
+pub use service::Handle;
 
 /// The vector index on its own, for measuring it apart from the engine (the `memory-bench`
 /// example's `index` mode): its configuration, its statistics, and the dot product it ranks by.

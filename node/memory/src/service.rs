@@ -30,17 +30,6 @@ const READS_WAITING: usize = 256;
 /// Reader threads at most (one per core below that).
 const MAX_READERS: usize = 4;
 
-/// The memory service stopped (the node is shutting down, or a command panicked).
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("the memory service has stopped")]
-pub struct Stopped;
-
-impl From<Stopped> for Error {
-    fn from(_: Stopped) -> Self {
-        Error::Stopped
-    }
-}
-
 /// A handle to the memory service; clones share it.
 #[derive(Clone)]
 pub struct Handle {
@@ -75,27 +64,21 @@ impl Handle {
         Ok(Self { inner: Arc::new(Inner { engine: Arc::new(engine), queues: OnceLock::new(), background }) })
     }
 
-    fn queues(&self) -> Result<&Queues, Stopped> {
-        self.inner.queues.get_or_init(|| start(&self.inner.engine)).as_ref().ok_or(Stopped)
+    fn queues(&self) -> Result<&Queues, Error> {
+        self.inner.queues.get_or_init(|| start(&self.inner.engine)).as_ref().ok_or(Error::Stopped)
     }
 
     /// Runs `work` on the writer, after every write handed over before it, and answers what it
     /// gives. For a write made of several calls (a reconciliation asked beforehand, then the
     /// add it decided).
-    pub async fn write<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&Memory) -> T + Send + 'static,
-    ) -> Result<T, Stopped> {
+    pub async fn write<T: Send + 'static>(&self, work: impl FnOnce(&Memory) -> T + Send + 'static) -> Result<T, Error> {
         let queue = self.queues()?.writes.clone();
         run(&queue, work).await
     }
 
     /// Runs `work` on a reader and answers what it gives: for a read made of several calls
     /// (the blocks of an agent's prompt).
-    pub async fn read<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&Memory) -> T + Send + 'static,
-    ) -> Result<T, Stopped> {
+    pub async fn read<T: Send + 'static>(&self, work: impl FnOnce(&Memory) -> T + Send + 'static) -> Result<T, Error> {
         let queue = self.queues()?.reads.clone();
         run(&queue, work).await
     }
@@ -106,13 +89,10 @@ impl Handle {
     pub fn read_blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Memory) -> T + Send + 'static,
-    ) -> Result<T, Stopped> {
-        let (reply, answer) = oneshot::channel();
-        let job: Job = Box::new(move |m| {
-            let _ = reply.send(work(m));
-        });
-        self.queues()?.reads.blocking_send(job).map_err(|_| Stopped)?;
-        answer.blocking_recv().map_err(|_| Stopped)
+    ) -> Result<T, Error> {
+        let (job, answer) = job(work);
+        self.queues()?.reads.blocking_send(job).map_err(|_| Error::Stopped)?;
+        answer.blocking_recv().map_err(|_| Error::Stopped)
     }
 
     /// Runs `work` on the background writer, at low priority, after the background work
@@ -120,9 +100,9 @@ impl Handle {
     pub async fn background<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Memory) -> T + Send + 'static,
-    ) -> Result<T, Stopped> {
+    ) -> Result<T, Error> {
         let engine = Arc::clone(&self.inner.engine);
-        self.inner.background.run(move || work(&engine)).await.map_err(|_| Stopped)
+        self.inner.background.run(move || work(&engine)).await.map_err(|_| Error::Stopped)
     }
 
     /// Stores a memory ([`Memory::add`]).
@@ -201,12 +181,12 @@ impl Handle {
 
     /// Every crystal `keep` keeps, in no order ([`Memory::crystals_where`]).
     pub async fn scan(&self, keep: impl FnMut(&Crystal) -> bool + Send + 'static) -> Result<Vec<Crystal>, Error> {
-        Ok(self.read(move |m| m.crystals_where(keep)).await?)
+        self.read(move |m| m.crystals_where(keep)).await
     }
 
     /// How many crystals the engine holds, by lifecycle ([`Memory::counts`]).
     pub async fn counts(&self) -> Result<std::collections::HashMap<crate::crystal::Lifecycle, usize>, Error> {
-        Ok(self.read(|m| m.counts()).await?)
+        self.read(|m| m.counts()).await
     }
 
     /// The engine itself, for a benchmark that turns its knobs in place and reads its indexes
@@ -255,13 +235,19 @@ impl Handle {
 async fn run<T: Send + 'static>(
     queue: &mpsc::Sender<Job>,
     work: impl FnOnce(&Memory) -> T + Send + 'static,
-) -> Result<T, Stopped> {
+) -> Result<T, Error> {
+    let (job, answer) = job(work);
+    queue.send(job).await.map_err(|_| Error::Stopped)?;
+    answer.await.map_err(|_| Error::Stopped)
+}
+
+/// `work` as a job, and where its answer comes: the job's end without one (a panic) closes it.
+fn job<T: Send + 'static>(work: impl FnOnce(&Memory) -> T + Send + 'static) -> (Job, oneshot::Receiver<T>) {
     let (reply, answer) = oneshot::channel();
     let job: Job = Box::new(move |m| {
         let _ = reply.send(work(m));
     });
-    queue.send(job).await.map_err(|_| Stopped)?;
-    answer.await.map_err(|_| Stopped)
+    (job, answer)
 }
 
 /// Starts the writer and the readers; `None` (logged) when a thread could not be made.
@@ -308,7 +294,7 @@ fn start(engine: &Arc<Memory>) -> Option<Queues> {
     Some(Queues { writes, reads })
 }
 
-/// Runs one job: one that panics fails alone (its caller hears `Stopped`), and the next runs.
+/// Runs one job: one that panics fails alone (its caller hears `Error::Stopped`), and the next runs.
 fn serve(engine: &Memory, job: Job) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(engine)));
 }
@@ -358,11 +344,11 @@ mod tests {
         // Bad input is the engine's error, unchanged.
         let empty = memory.search(Query::new("", 5), Caller::LocalAgent, 3_000).await;
         assert!(matches!(empty, Err(Error::BadQuery(_))), "{empty:?}");
-        // A command that panics answers `Stopped`, and the service goes on.
+        // A command that panics answers `Error::Stopped`, and the service goes on.
         let panicked = memory.read(|_| -> usize { panic!("a bad command") }).await;
-        assert!(matches!(panicked, Err(Stopped)));
+        assert!(matches!(panicked, Err(Error::Stopped)));
         let panicked = memory.write(|_| -> usize { panic!("a bad command") }).await;
-        assert!(matches!(panicked, Err(Stopped)));
+        assert!(matches!(panicked, Err(Error::Stopped)));
         assert_eq!(memory.scan(|c| c.text.contains("Wren")).await.expect("scan").len(), 1);
         assert_eq!(memory.background(|m| m.len()).await.expect("background"), 2);
         let on_a_blocking_thread = memory.clone();

@@ -226,7 +226,7 @@ impl Market {
         let cosine = self.config().similar_cosine;
         let similar =
             self.node.memory().read_blocking(move |m| m.similar(crystal, &types, cosine, &except, SIMILAR_LOOKED_AT));
-        Ok(similar.map_err(druse_memory::engine::Error::from)??.len())
+        Ok(similar??.len())
     }
 
     /// Signs and publishes a report about a skill this node holds. Its issue time is the
