@@ -6,13 +6,6 @@
 #[error("a blocking task failed: {0}")]
 pub struct Failed(String);
 
-impl Failed {
-    /// A failure of blocking work run elsewhere (a worker thread of the node's own).
-    pub fn new(why: impl Into<String>) -> Self {
-        Self(why.into())
-    }
-}
-
 /// Runs `f` on the runtime's blocking pool and waits for it.
 pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Failed> {
     tokio::task::spawn_blocking(f).await.map_err(|e| Failed(e.to_string()))

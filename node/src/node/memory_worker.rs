@@ -122,7 +122,7 @@ impl Node {
                 Ok((swept, node.boost_owed(memory)?))
             })
             .await;
-        match swept.map_err(|e| Error::Join(crate::task::Failed::new(e.to_string()))).and_then(|r| r) {
+        match swept.map_err(Error::from).and_then(|r| r) {
             Ok((0, 0)) => true,
             Ok((skills, boosted)) => {
                 tracing::info!(skills, boosted, "swept skills and bounty boosts into memory");
