@@ -303,6 +303,9 @@ struct Changes {
     vectors: Vec<(u8, CrystalId, Vec<f32>)>,
     /// Full-text documents to (re)index: a crystal's text with its context.
     texts: Vec<(CrystalId, text::Document)>,
+    /// Turns whose windows now hold a turn stored with these changes: their documents are
+    /// made again once the crystals are in place.
+    rewindow: Vec<CrystalId>,
     audit: Vec<AuditEntry>,
     purge: Vec<CrystalId>,
 }
@@ -600,7 +603,7 @@ impl Memory {
     /// Brings the in-memory map and the derived indexes up to date with stored changes; the
     /// text documents are added but not yet committed.
     fn index(&self, changes: Changes) -> Result<TextPending, Error> {
-        let Changes { crystals, importance, vectors, texts, audit: _, purge } = changes;
+        let Changes { crystals, importance, vectors, texts, rewindow, audit: _, purge } = changes;
         let mut unrecallable = Vec::new();
         {
             let mut map = write(&self.crystals);
@@ -641,6 +644,13 @@ impl Memory {
         for (id, indexed) in &texts {
             self.text.upsert(*id, indexed)?;
             pending.up_to = pending.up_to.max(Some(*id));
+        }
+        for id in rewindow {
+            if let Some(turn) = self.get(id) {
+                self.text.upsert(id, &self.document(&turn))?;
+                pending.docs += 1;
+                pending.up_to = pending.up_to.max(Some(id));
+            }
         }
         self.vectors.remove_many(keys_of(&purge));
         for id in &purge {

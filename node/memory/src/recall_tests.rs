@@ -150,22 +150,68 @@ fn a_match_said_in_the_session_of_the_best_match_outranks_an_equal_one_said_else
     assert_eq!(order(&m), [in_session, elsewhere], "the session of the best match lifts its own");
 }
 
-#[test]
-fn with_next_turn_context_a_turn_is_found_by_the_reply_it_got() {
-    let dir = tempfile::tempdir().unwrap();
-    let m = open(dir.path());
-    m.set_tuning(Tuning { next_turn_context: true, ..m.tuning() });
-    let asked = m.add(turn("Mel: guess what I made yesterday", "mel", "s1", NOW), "u", NOW).unwrap().crystal.id;
-    m.add(turn("Jo: a ceramic bowl, beautiful", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap();
-    let query = Query { namespace: Some(user("mel")), ..Query::new("ceramic", 5) };
-    let by_text: Vec<CrystalId> = m
-        .peek(&query, Caller::LocalAgent, NOW)
+/// The crystals `q` finds in mel's namespace by their text (BM25) alone.
+fn found_by_text(m: &Memory, q: &str) -> Vec<CrystalId> {
+    let query = Query { namespace: Some(user("mel")), ..Query::new(q, 10) };
+    m.peek(&query, Caller::LocalAgent, NOW)
         .unwrap()
         .into_iter()
         .filter(|h| h.text_rank.is_some())
         .map(|h| h.crystal.id)
-        .collect();
-    assert!(by_text.contains(&asked), "{by_text:?}");
+        .collect()
+}
+
+#[test]
+fn a_turn_is_found_by_the_reply_it_got_and_the_question_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let asked = m.add(turn("Mel: guess what I made yesterday", "mel", "s1", NOW), "u", NOW).unwrap().crystal.id;
+    let answered =
+        m.add(turn("Jo: a ceramic bowl, beautiful", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap().crystal.id;
+    let later =
+        m.add(turn("Mel: thanks, glazing took ages", "mel", "s1", NOW + 2 * MINUTE), "u", NOW).unwrap().crystal.id;
+    let elsewhere = m.add(turn("Jo: the bus was late", "mel", "s2", NOW + 3 * MINUTE), "u", NOW).unwrap().crystal.id;
+    let found = found_by_text(&m, "ceramic");
+    assert!(found.contains(&asked) && found.contains(&answered) && found.contains(&later), "{found:?}");
+    assert!(!found.contains(&elsewhere), "another session's turn is not in the window: {found:?}");
+    // A window is the turns on each side, no further.
+    let found = found_by_text(&m, "glazing");
+    assert!(found.contains(&answered) && !found.contains(&asked), "{found:?}");
+}
+
+#[test]
+fn a_turn_stored_between_two_others_joins_both_their_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let first = m.add(turn("Mel: what did the vet say", "mel", "s1", NOW), "u", NOW).unwrap().crystal.id;
+    let third =
+        m.add(turn("Mel: poor thing, give her a treat", "mel", "s1", NOW + 2 * MINUTE), "u", NOW).unwrap().crystal.id;
+    assert!(found_by_text(&m, "sprained paw").is_empty());
+    // Stored late, said between them: both windows now hold it.
+    let second =
+        m.add(turn("Jo: a sprained paw, rest for a week", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap().crystal.id;
+    let found = found_by_text(&m, "sprained paw");
+    for id in [first, second, third] {
+        assert!(found.contains(&id), "{id} not in {found:?}");
+    }
+    // And the windows hold after a restart, when the index is read back.
+    drop(m);
+    let m = open(dir.path());
+    assert_eq!(found_by_text(&m, "sprained paw").len(), 3);
+}
+
+#[test]
+fn with_no_window_a_turn_is_found_by_its_own_words_and_its_day_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    m.set_tuning(Tuning { window_turns: 0, ..m.tuning() });
+    let asked = m.add(turn("Mel: guess what I made yesterday", "mel", "s1", NOW), "u", NOW).unwrap().crystal.id;
+    let answered =
+        m.add(turn("Jo: a ceramic bowl, beautiful", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap().crystal.id;
+    assert_eq!(found_by_text(&m, "ceramic"), [answered]);
+    let described = crate::dates::describe(NOW);
+    let day = described.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    assert!(found_by_text(&m, &day).contains(&asked), "a turn is found by its day: {day}");
 }
 
 #[test]

@@ -89,6 +89,24 @@ impl Scopes {
         self.skills.get(skill).copied()
     }
 
+    /// The `n` turns of `session` said just before `at` (strictly earlier, nearest last) and
+    /// the `n` said just after it (strictly later, nearest first): a turn's window.
+    pub(crate) fn around(
+        &self,
+        namespace: &Namespace,
+        session: &str,
+        at: UnixMillis,
+        n: usize,
+    ) -> (Vec<CrystalId>, Vec<CrystalId>) {
+        let Some(turns) = self.sessions.get(&(namespace.clone(), session.to_owned())) else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut before: Vec<CrystalId> = turns.range(..(at, 0)).rev().take(n).map(|&(_, id)| id).collect();
+        before.reverse();
+        let after = turns.range((Excluded((at, CrystalId::MAX)), Unbounded)).take(n).map(|&(_, id)| id).collect();
+        (before, after)
+    }
+
     /// The first turn of `session` said strictly after `at`.
     pub(crate) fn after(&self, namespace: &Namespace, session: &str, at: UnixMillis) -> Option<CrystalId> {
         let turns = self.sessions.get(&(namespace.clone(), session.to_owned()))?;
@@ -133,6 +151,10 @@ mod tests {
         assert_eq!(scopes.before(&alice, "s1", 301), Some(2));
         assert_eq!(scopes.before(&alice, "s1", 200), Some(1));
         assert_eq!(scopes.before(&alice, "s1", 100), None);
+        assert_eq!(scopes.around(&alice, "s1", 200, 1), (vec![1], vec![2]));
+        assert_eq!(scopes.around(&alice, "s1", 300, 2), (vec![1, 5], vec![]));
+        assert_eq!(scopes.around(&alice, "s1", 100, 0), (vec![], vec![]));
+        assert_eq!(scopes.around(&alice, "s3", 100, 1), (vec![], vec![]));
         assert_eq!(scopes.before(&alice, "s3", 1000), None);
         assert_eq!(scopes.after(&alice, "s1", 100), Some(5));
         assert_eq!(scopes.after(&alice, "s1", 200), Some(2));

@@ -42,16 +42,29 @@ pub enum Error {
 }
 
 /// What a crystal is indexed as: its own text, and what it is recalled by besides (the text it
-/// superseded; for a conversation turn, the turn before it and the day it was said).
+/// superseded; for a conversation turn, the turns said around it and the day it was said).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Document {
     pub text: String,
+    /// Texts it is also found by, counted for less than its own words ([`CONTEXT_BOOST`]):
+    /// the text a correction superseded.
     pub context: Vec<String>,
-    /// For a conversation turn, the day it was said, in words and as a date: indexed as
-    /// context.
-    pub day: Option<String>,
+    /// For a conversation turn: the turns around it and its day. A turn is indexed as its
+    /// window, one text, in place of its own text alone.
+    pub window: Option<Window>,
     /// What recall filters on, indexed beside the text so a filter applies inside the search.
     pub tags: Tags,
+}
+
+/// A conversation turn's window: what was said around it, and when.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Window {
+    /// The turns said just before it, in the order said.
+    pub before: Vec<String>,
+    /// The turns said just after it, in the order said.
+    pub after: Vec<String>,
+    /// The day it was said, in words and as a date.
+    pub day: String,
 }
 
 /// A crystal's filterable attributes, as the text index holds them.
@@ -88,6 +101,7 @@ pub(crate) struct TextIndex {
     id: Field,
     text: Field,
     context: Field,
+    window: Field,
     namespace: Field,
     kind: Field,
     semantic_type: Field,
@@ -105,8 +119,8 @@ impl std::fmt::Debug for TextIndex {
 const WRITER_HEAP: usize = 32 * 1024 * 1024;
 
 /// The analyser's name in the schema: an index written with another analyser (or before the
-/// filter fields) has another schema, so opening it fails and the engine rebuilds it from the
-/// store.
+/// filter fields, or before turns were indexed as windows) has another schema, so opening it
+/// fails and the engine rebuilds it from the store.
 const ANALYSER: &str = "druse_en_conversation_v2";
 
 /// Words that carry no topic in a conversation: pronouns, auxiliaries, articles, common
@@ -256,7 +270,8 @@ impl TextIndex {
             .set_tokenizer(ANALYSER)
             .set_index_option(IndexRecordOption::WithFreqsAndPositions);
         let text = builder.add_text_field("text", TextOptions::default().set_indexing_options(indexing.clone()));
-        let context = builder.add_text_field("context", TextOptions::default().set_indexing_options(indexing));
+        let context = builder.add_text_field("context", TextOptions::default().set_indexing_options(indexing.clone()));
+        let window = builder.add_text_field("window", TextOptions::default().set_indexing_options(indexing));
         let namespace = builder.add_text_field("namespace", STRING);
         let kind = builder.add_text_field("kind", STRING);
         let semantic_type = builder.add_text_field("semantic_type", STRING);
@@ -278,6 +293,7 @@ impl TextIndex {
             id,
             text,
             context,
+            window,
             namespace,
             kind,
             semantic_type,
@@ -302,7 +318,6 @@ impl TextIndex {
         let tags = &document.tags;
         let mut doc = doc!(
             self.id => id,
-            self.text => document.text.as_str(),
             self.namespace => tags.namespace.as_str(),
             self.kind => tags.kind.as_str(),
             self.semantic_type => tags.semantic_type.as_str(),
@@ -311,7 +326,15 @@ impl TextIndex {
         if let Some(session) = &tags.session {
             doc.add_text(self.session, session);
         }
-        for part in document.context.iter().chain(&document.day) {
+        match &document.window {
+            // One text, so BM25 weighs the window's words as one document's.
+            Some(window) => {
+                let said = window.before.iter().chain([&document.text]).chain(&window.after).chain([&window.day]);
+                doc.add_text(self.window, said.map(String::as_str).collect::<Vec<_>>().join("\n"));
+            }
+            None => doc.add_text(self.text, &document.text),
+        }
+        for part in &document.context {
             doc.add_text(self.context, part);
         }
         writer.add_document(doc)?;
@@ -348,7 +371,7 @@ impl TextIndex {
     /// query, so `k` hits come back whenever `k` matching documents pass it.
     pub(crate) fn search_where(&self, query: &str, k: usize, filter: &Filter) -> Result<Vec<(CrystalId, f32)>, Error> {
         let searcher = self.reader.searcher();
-        let mut parser = QueryParser::for_index(&self.index, vec![self.text, self.context]);
+        let mut parser = QueryParser::for_index(&self.index, vec![self.text, self.context, self.window]);
         parser.set_field_boost(self.context, CONTEXT_BOOST);
         let (parsed, _) = parser.parse_query_lenient(query);
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, parsed)];

@@ -406,27 +406,18 @@ impl Memory {
                     changes.audit.push(audit(&old, actor, now, "active", "superseded", &why));
                     changes.crystals.push(old);
                 }
-                let (parts, day) = self.context(&crystal);
-                if let Some(vector) = self.context_vector(&embedding, &parts, day.as_deref(), fresh)? {
+                let around = self.context(&crystal);
+                if let Some(vector) = self.context_vector(&embedding, &around, fresh)? {
                     changes.vectors.push((CONTEXT, id, vector));
                 }
-                let document = self.document_of(&crystal, parts, day);
+                let document = self.document_of(&crystal, &around);
                 changes.vectors.push((EMBEDDING, id, embedding));
                 if !sentences.is_empty() {
                     changes.vectors.push((SENTENCES, id, sentences));
                 }
                 changes.texts.push((id, document));
-                // The turn before this one is now followed by it: its text document says so.
-                if self.tuning().next_turn_context
-                    && let (Some(session), Some(turn_at)) = (&crystal.session, crystal.turn_at)
-                    && let Some(previous) = self.previous_turn(&crystal.namespace, session, turn_at)
-                {
-                    let mut document = self.document(&previous);
-                    if !document.context.contains(&crystal.text) {
-                        document.context.push(crystal.text.clone());
-                    }
-                    changes.texts.push((previous.id, document));
-                }
+                // The turns said around this one hold it in their windows now.
+                changes.rewindow = self.windows_holding(&crystal);
                 changes.audit.push(audit(&crystal, actor, now, "none", crystal.lifecycle.as_str(), "created"));
                 changes.crystals.push(crystal.clone());
                 let superseded = crystal.supersedes;

@@ -3,55 +3,81 @@
 
 use std::collections::HashMap;
 
-use druse_protocol::UnixMillis;
-
-use super::{Error, Memory, kind_tag, read, said_at, semantic_tag};
-use crate::crystal::{Crystal, CrystalId, Namespace};
+use super::{Error, Memory, Tuning, kind_tag, read, said_at, semantic_tag};
+use crate::crystal::{Crystal, CrystalId};
 use crate::{dates, text};
 
+/// What a crystal is recalled by besides its own text.
+#[derive(Debug, Default)]
+pub(super) struct Around {
+    /// The crystal it superseded: a correction is recalled by what it corrects.
+    superseded: Option<Crystal>,
+    /// For a conversation turn (when context indexing is on), the turns said just before it,
+    /// nearest last: the window's ([`Tuning::window_turns`]), and at least the one before it,
+    /// which its context vector holds.
+    before: Vec<Crystal>,
+    /// The turns of its window said just after it, nearest first.
+    after: Vec<Crystal>,
+    /// The day a conversation turn was said, in words and as a date.
+    day: Option<String>,
+}
+
+impl Around {
+    /// The day a conversation turn was said, in words and as a date.
+    pub(super) fn day(&self) -> Option<&str> {
+        self.day.as_deref()
+    }
+
+    /// What a crystal's context vector is made of besides its own: the crystal it superseded
+    /// and the turn said just before it.
+    pub(super) fn vector_parts(&self) -> Vec<&Crystal> {
+        self.superseded.iter().chain(self.before.last()).collect()
+    }
+}
+
 impl Memory {
-    /// The turn said just before `turn_at` in the same conversation.
-    pub(super) fn previous_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let id = read(&self.scopes).before(namespace, session, turn_at)?;
-        self.get(id)
-    }
-
-    /// The turn said just after `turn_at` in the same conversation.
-    pub(super) fn next_turn(&self, namespace: &Namespace, session: &str, turn_at: UnixMillis) -> Option<Crystal> {
-        let id = read(&self.scopes).after(namespace, session, turn_at)?;
-        self.get(id)
-    }
-
-    /// What a crystal is recalled by besides its own text: the crystal it superseded (a
-    /// correction is recalled by what it corrects) and, for a conversation turn when context
-    /// indexing is on, the turn before it (and after it, with `next_turn_context`) and the
-    /// day it was said.
-    pub(super) fn context(&self, crystal: &Crystal) -> (Vec<Crystal>, Option<String>) {
-        let mut parts = Vec::new();
-        let mut day = None;
-        if let Some(old) = crystal.supersedes.and_then(|s| self.get(s)) {
-            parts.push(old);
-        }
+    /// What a crystal is recalled by besides its own text: the crystal it superseded and, for
+    /// a conversation turn when context indexing is on, the turns said around it and its day.
+    pub(super) fn context(&self, crystal: &Crystal) -> Around {
+        let mut around = Around { superseded: crystal.supersedes.and_then(|s| self.get(s)), ..Around::default() };
         if self.context_indexing()
             && let (Some(session), Some(turn_at)) = (&crystal.session, crystal.turn_at)
         {
-            parts.extend(self.previous_turn(&crystal.namespace, session, turn_at));
-            if self.tuning().next_turn_context {
-                parts.extend(self.next_turn(&crystal.namespace, session, turn_at));
-            }
-            day = Some(dates::describe(turn_at));
+            let n = self.window_turns();
+            let (before, after) = read(&self.scopes).around(&crystal.namespace, session, turn_at, n.max(1));
+            around.before = before.into_iter().filter_map(|id| self.get(id)).collect();
+            around.after = after.into_iter().take(n).filter_map(|id| self.get(id)).collect();
+            around.day = Some(dates::describe(turn_at));
         }
-        (parts, day)
+        around
     }
 
-    /// What a crystal is indexed as for BM25: its text, and as context the texts of the
-    /// crystals it is recalled by and its day (see [`Memory::context`]).
+    /// How many turns on each side of a conversation turn its text document holds.
+    fn window_turns(&self) -> usize {
+        self.tuning().window_turns.min(Tuning::MAX_WINDOW_TURNS)
+    }
+
+    /// The turns whose windows hold `crystal` (the [`Tuning::window_turns`] said on each side
+    /// of it): when it is stored, their text documents change too.
+    pub(super) fn windows_holding(&self, crystal: &Crystal) -> Vec<CrystalId> {
+        let n = self.window_turns();
+        match (&crystal.session, crystal.turn_at) {
+            (Some(session), Some(turn_at)) if n > 0 && self.context_indexing() => {
+                let (before, after) = read(&self.scopes).around(&crystal.namespace, session, turn_at, n);
+                before.into_iter().chain(after).filter(|id| *id != crystal.id).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// What a crystal is indexed as for BM25: its text, and what it is recalled by (see
+    /// [`Memory::context`]).
     pub(super) fn document(&self, crystal: &Crystal) -> text::Document {
-        let (parts, day) = self.context(crystal);
-        self.document_of(crystal, parts, day)
+        self.document_of(crystal, &self.context(crystal))
     }
 
-    pub(super) fn document_of(&self, crystal: &Crystal, parts: Vec<Crystal>, day: Option<String>) -> text::Document {
+    /// [`Memory::document`] from what [`Memory::context`] found.
+    pub(super) fn document_of(&self, crystal: &Crystal, around: &Around) -> text::Document {
         let tags = text::Tags {
             namespace: crystal.namespace.as_string(),
             kind: kind_tag(crystal.kind),
@@ -59,8 +85,17 @@ impl Memory {
             session: crystal.session.clone(),
             at: said_at(crystal),
         };
-        let context = parts.into_iter().map(|c| c.text).collect();
-        text::Document { text: crystal.text.clone(), context, day, tags }
+        let context = around.superseded.iter().map(|c| c.text.clone()).collect();
+        let window = around.day.as_ref().map(|day| {
+            let n = self.window_turns();
+            let before = &around.before[around.before.len().saturating_sub(n)..];
+            text::Window {
+                before: before.iter().map(|c| c.text.clone()).collect(),
+                after: around.after.iter().map(|c| c.text.clone()).collect(),
+                day: day.clone(),
+            }
+        });
+        text::Document { text: crystal.text.clone(), context, window, tags }
     }
 
     /// A crystal's context vector: the mean direction of its own vector and the stored vectors
@@ -72,16 +107,16 @@ impl Memory {
     pub(super) fn context_vector(
         &self,
         own: &[f32],
-        parts: &[Crystal],
-        day: Option<&str>,
+        around: &Around,
         fresh: &HashMap<CrystalId, Vec<f32>>,
     ) -> Result<Option<Vec<f32>>, Error> {
-        let mut others: Vec<Vec<f32>> = parts
-            .iter()
+        let mut others: Vec<Vec<f32>> = around
+            .vector_parts()
+            .into_iter()
             .filter_map(|c| fresh.get(&c.id).cloned().or_else(|| self.embedding(c.id)))
             .filter(|v| v.len() == own.len())
             .collect();
-        if let Some(day) = day.filter(|_| self.tuning().day_in_context_vector) {
+        if let Some(day) = around.day().filter(|_| self.tuning().day_in_context_vector) {
             others.push(self.embed_one(day)?);
         }
         if others.is_empty() {

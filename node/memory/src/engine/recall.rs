@@ -28,9 +28,19 @@ pub struct Tuning {
     /// How much of a neighbouring turn's fused relevance a turn takes on: the answer is often
     /// said just before or after the turn that shares the question's words.
     pub neighbour_weight: f64,
-    /// Whether a turn is indexed for text search with the turn that follows it, as well as
-    /// the one before it.
-    pub next_turn_context: bool,
+    /// How many turns said on each side of a conversation turn its BM25 document holds (at
+    /// most [`Tuning::MAX_WINDOW_TURNS`]): a turn is indexed as the window of turns around it
+    /// and the day it was said, one text, so a question matches the exchange rather than one
+    /// side of it ("what did you make?" / "a ceramic bowl"). A turn stored next to others
+    /// changes their windows, and they are indexed again with it. On the LoCoMo dev split
+    /// (recall_any@5 / @10), where a turn was indexed with the turn before it as context
+    /// counted at half weight, 1 raised MiniLM from 0.782 / 0.868 to 0.805 / 0.886 and hashing
+    /// from 0.745 / 0.818 to 0.774 / 0.849; 2 gave MiniLM 0.805 / 0.878. On
+    /// `tests/data/retrieval.json` MiniLM fell from 0.823 to 0.790 (hashing stays at 0.581):
+    /// where the answer is the reply to the turn that shares the question's words, the two now
+    /// tie. 0 indexes a turn's own text and its day. It applies to turns indexed after it is
+    /// set (the whole index is built again when the engine opens one written without windows).
+    pub window_turns: usize,
     /// Whether a turn's context vector embeds the day it was said as well as the turn before
     /// it (the BM25 document always holds the day). Off for an embedder of meaning: on the
     /// LoCoMo dev split with MiniLM the day's words dilute the vector, and leaving them out
@@ -100,6 +110,9 @@ impl Tuning {
     /// 0.3 gives 0.681 / 0.756 on the LoCoMo dev split (rank fusion 0.670 / 0.756, 0.4 about
     /// 0.66 / 0.74) and 0.581 on the labelled set (0.4: 0.597).
     pub const WORD_VECTOR_SHARE: f64 = 0.3;
+
+    /// The most turns on each side a turn's window may hold.
+    pub const MAX_WINDOW_TURNS: usize = 4;
 }
 
 impl Default for Tuning {
@@ -107,7 +120,7 @@ impl Default for Tuning {
         Self {
             fusion: Fusion::Score { vector_share: Self::MEANING_VECTOR_SHARE },
             neighbour_weight: 0.4,
-            next_turn_context: false,
+            window_turns: 1,
             day_in_context_vector: false,
             speaker_weight: 1.0,
             session_weight: 0.3,

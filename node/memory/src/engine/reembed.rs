@@ -55,8 +55,7 @@ impl Memory {
             let mut batch = self.batch();
             for c in chunk {
                 let Some(own) = self.embedding(c.id) else { continue };
-                let (parts, day) = self.context(c);
-                match self.context_vector(&own, &parts, day.as_deref(), &none)? {
+                match self.context_vector(&own, &self.context(c), &none)? {
                     Some(vector) => self.put(&mut batch, &key(CONTEXT, c.id), encode_vector(&vector)),
                     None => self.delete(&mut batch, &key(CONTEXT, c.id)),
                 }

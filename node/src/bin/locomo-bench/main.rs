@@ -83,9 +83,9 @@ struct Cli {
     /// Override recall's time weight (0 turns the lift and search of a named time off).
     #[arg(long)]
     time_weight: Option<f64>,
-    /// Override whether a turn is indexed with the turn after it.
+    /// Override how many turns on each side a turn's text document holds (0: its own text).
     #[arg(long)]
-    next_context: Option<bool>,
+    window: Option<usize>,
     /// Override whether a turn's context vector embeds its day.
     #[arg(long)]
     day_in_vector: Option<bool>,
@@ -299,7 +299,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     tuning.speaker_weight = cli.speaker_weight.unwrap_or(tuning.speaker_weight);
     tuning.session_weight = cli.session_weight.unwrap_or(tuning.session_weight);
     tuning.time_weight = cli.time_weight.unwrap_or(tuning.time_weight);
-    tuning.next_turn_context = cli.next_context.unwrap_or(tuning.next_turn_context);
+    tuning.window_turns = cli.window.unwrap_or(tuning.window_turns);
     tuning.day_in_context_vector = cli.day_in_vector.unwrap_or(tuning.day_in_context_vector);
     memory.set_tuning(tuning);
     if let Some(context) = cli.context {
