@@ -23,11 +23,11 @@ use druse_memory::governance::Caller;
 #[allow(dead_code)]
 mod data;
 
-/// recall_any@5 and @10 on the dev split must not fall below these: MiniLM's are the targets
-/// (measured 0.777 / 0.862), hashing's just under what was measured (0.740 / 0.810); raise them
+/// recall_any@5 and @10 on the dev split must not fall below these, just under what was
+/// measured (MiniLM 0.810 / 0.888, hashing 0.782 / 0.852, turns indexed as windows); raise them
 /// when recall gets better.
-const HASHING_FLOOR: (f64, f64) = (0.72, 0.79);
-const MINILM_FLOOR: (f64, f64) = (0.75, 0.85);
+const HASHING_FLOOR: (f64, f64) = (0.76, 0.83);
+const MINILM_FLOOR: (f64, f64) = (0.79, 0.87);
 
 /// recall_any@5 and @10 over every question.
 fn measure(embedder: Arc<dyn Embedder>) -> (f64, f64) {
