@@ -489,10 +489,17 @@ impl Drop for Silent {
 impl Silent {
     /// Joins the swarm layer with `key` and the given heartbeat, on loopback TCP.
     pub fn start(key: &Keypair, heartbeat: Duration) -> Result<Self> {
+        Self::start_with(key, heartbeat, net::Config::default().target_peers)
+    }
+
+    /// [`Silent::start`] keeping `target_peers` connections, so it dials no more than a test
+    /// has it dial.
+    pub fn start_with(key: &Keypair, heartbeat: Duration, target_peers: u32) -> Result<Self> {
         let config = net::Config {
             listen: vec!["/ip4/127.0.0.1/tcp/0".parse().context("listen address")?],
             mdns: false,
             heartbeat,
+            target_peers,
             ..net::Config::default()
         };
         let (net, mut events) = net::spawn(key, config, &mut net::Registry::default()).context("silent swarm")?;
