@@ -304,7 +304,6 @@ fn topic_score_params(topic_name: &str) -> gossipsub::TopicScoreParams {
         // at once; the decay only sets how long it is remembered (ten minutes to 10%).
         invalid_message_deliveries_weight: -100.0,
         invalid_message_deliveries_decay: memory,
-        ..gossipsub::TopicScoreParams::default()
     }
 }
 
