@@ -211,7 +211,7 @@ fn gossipsub_config(heartbeat: Duration, idontwant: bool) -> Result<gossipsub::C
 /// one invalid message costs 100, and all the credit an honest peer can earn is 30, so a single
 /// `Reject` always drives a peer's score below zero.
 pub(super) fn score_params() -> gossipsub::PeerScoreParams {
-    let topics = topic::ALL.iter().map(|t| (IdentTopic::new(*t).hash(), topic_score_params()));
+    let topics = topic::ALL.iter().map(|t| (IdentTopic::new(*t).hash(), topic_score_params(t)));
     // Counters fade to 10% of their value over this long: a peer's record is about the last
     // ten minutes, long enough that a burst of bad messages is not forgotten between bursts.
     let memory = gossipsub::score_parameter_decay(Duration::from_secs(600));
@@ -244,10 +244,39 @@ pub(super) fn score_params() -> gossipsub::PeerScoreParams {
     }
 }
 
-/// The same parameters for every druse topic: all carry signed envelopes that every node
-/// validates identically, so an invalid message is equally damning on any of them.
-fn topic_score_params() -> gossipsub::TopicScoreParams {
+/// P3's quota on a busy topic: a mesh peer must have delivered this many messages (first, or
+/// within [`MESH_DELIVERY_WINDOW`] of the first), decayed over [`MESH_DELIVERY_MEMORY`].
+const MESH_DELIVERY_THRESHOLD: f64 = 2.0;
+/// P3 and P3b weight: a mesh peer that delivered nothing costs `-8 × 2² = -32` on the topic,
+/// more than all the credit a peer can hold without delivering anything (P1 on every topic,
+/// capped at 20, plus P5's 10), so a silent mesh peer is always below zero.
+const MESH_DELIVERY_WEIGHT: f64 = -8.0;
+/// How late a copy may come after the first and still count as a delivery. Copies that
+/// arrive while the node is still validating the first always count; the window is for a
+/// peer that forwarded in parallel over a slower path, and costs nothing against a peer that
+/// forwards nothing.
+const MESH_DELIVERY_WINDOW: Duration = Duration::from_millis(250);
+/// How long a peer is in a mesh before its quota is checked: time for the first messages to flow.
+const MESH_DELIVERY_ACTIVATION: Duration = Duration::from_secs(30);
+/// Deliveries fade to 10% over an hour: a mesh that saw a few messages keeps its peers in
+/// credit through a long lull.
+const MESH_DELIVERY_MEMORY: Duration = Duration::from_secs(3600);
+/// A peer pruned short of its quota carries the shortfall (P3b) for about as long as
+/// gossipsub's prune backoff keeps it out anyway; then it may be grafted again.
+const MESH_FAILURE_MEMORY: Duration = Duration::from_secs(60);
+
+/// Topics where messages flow all the time (listings), so a mesh peer that delivers none is
+/// silent, not idle. Weather, bans, endorsements and bounties are rare by design; execution
+/// reports flow only where skills are run. A quota there would punish honest peers for the
+/// network being quiet.
+const BUSY_TOPICS: [&str; 1] = [topic::CRYSTALS];
+
+/// The parameters of one druse topic: every topic carries signed envelopes that every node
+/// validates identically, so an invalid message is equally damning on any of them; busy
+/// topics also hold each mesh peer to a delivery quota.
+fn topic_score_params(topic_name: &str) -> gossipsub::TopicScoreParams {
     let memory = gossipsub::score_parameter_decay(Duration::from_secs(600));
+    let busy = BUSY_TOPICS.contains(&topic_name);
     gossipsub::TopicScoreParams {
         topic_weight: 1.0,
         // P1: staying in the mesh earns 0.01 per second, up to 3 after five minutes.
@@ -258,16 +287,23 @@ fn topic_score_params() -> gossipsub::TopicScoreParams {
         first_message_deliveries_weight: 0.5,
         first_message_deliveries_decay: memory,
         first_message_deliveries_cap: 20.0,
-        // P3 and P3b off: weather, bans and bounties are rare by design, so a mesh-delivery
-        // quota would punish honest peers for the network being quiet.
-        mesh_message_deliveries_weight: 0.0,
-        mesh_failure_penalty_weight: 0.0,
+        // P3 and P3b, on busy topics only: a mesh peer short of its quota after the
+        // activation time pays the square of the shortfall, and keeps paying it for a while
+        // after it is pruned. A silent peer falls to -32 on the topic; an honest peer that
+        // only forwards delivers its share of every message and pays nothing.
+        mesh_message_deliveries_weight: if busy { MESH_DELIVERY_WEIGHT } else { 0.0 },
+        mesh_message_deliveries_decay: gossipsub::score_parameter_decay(MESH_DELIVERY_MEMORY),
+        mesh_message_deliveries_cap: 20.0,
+        mesh_message_deliveries_threshold: MESH_DELIVERY_THRESHOLD,
+        mesh_message_deliveries_window: MESH_DELIVERY_WINDOW,
+        mesh_message_deliveries_activation: MESH_DELIVERY_ACTIVATION,
+        mesh_failure_penalty_weight: if busy { MESH_DELIVERY_WEIGHT } else { 0.0 },
+        mesh_failure_penalty_decay: gossipsub::score_parameter_decay(MESH_FAILURE_MEMORY),
         // P4: each `Reject` counts one invalid delivery, and the penalty is 100 times the
         // square of the count: one costs 100, two cost 400, three cost 900. The penalty lands
         // at once; the decay only sets how long it is remembered (ten minutes to 10%).
         invalid_message_deliveries_weight: -100.0,
         invalid_message_deliveries_decay: memory,
-        ..gossipsub::TopicScoreParams::default()
     }
 }
 
@@ -345,9 +381,40 @@ mod unit {
     #[test]
     fn one_rejected_message_outweighs_all_possible_credit() {
         let params = score_params();
-        let topic = topic_score_params();
+        let topic = topic_score_params(topic::WEATHER);
         let credit = params.topic_score_cap + params.app_specific_weight * 1.0;
         assert!(credit + topic.invalid_message_deliveries_weight * topic.topic_weight < 0.0);
+    }
+
+    #[test]
+    fn a_silent_mesh_peer_on_a_busy_topic_falls_below_zero_and_stays_above_gossip() {
+        let params = score_params();
+        let busy = topic_score_params(topic::CRYSTALS);
+        // All the credit a peer can hold without delivering a message: time in every mesh
+        // (within the topic cap) and the highest reputation.
+        let in_mesh = busy.time_in_mesh_weight * busy.time_in_mesh_cap * topic::ALL.len() as f64;
+        let credit = in_mesh.min(params.topic_score_cap) + params.app_specific_weight * 1.0;
+        let shortfall = busy.mesh_message_deliveries_threshold.powi(2);
+        let in_mesh_penalty = shortfall * busy.mesh_message_deliveries_weight * busy.topic_weight;
+        assert!(credit + in_mesh_penalty < 0.0, "a silent mesh peer keeps {}", credit + in_mesh_penalty);
+        // Pruned, it carries the shortfall as P3b: still below zero right after the prune.
+        let pruned_penalty = shortfall * busy.mesh_failure_penalty_weight * busy.topic_weight;
+        assert!(credit + pruned_penalty < 0.0);
+        // Both together never reach the gossip threshold: silence costs mesh slots, not gossip.
+        let worst = in_mesh_penalty + pruned_penalty;
+        assert!(worst > score_thresholds().gossip_threshold, "{worst}");
+        // The quota is checked after the activation time, against a window wider than zero.
+        assert!(busy.mesh_message_deliveries_activation >= Duration::from_secs(1));
+        assert!(busy.mesh_message_deliveries_window > Duration::ZERO);
+    }
+
+    #[test]
+    fn rare_topics_hold_no_peer_to_a_delivery_quota() {
+        for name in topic::ALL {
+            let params = topic_score_params(name);
+            let quota = params.mesh_message_deliveries_weight != 0.0 || params.mesh_failure_penalty_weight != 0.0;
+            assert_eq!(quota, name == topic::CRYSTALS, "{name}");
+        }
     }
 
     #[test]

@@ -243,23 +243,23 @@ async fn main() -> Result<()> {
             "| silent peers ({silent} of {}): scores honest nodes give, low / median / high | value |",
             args.nodes
         );
-        println!("|--------------------------------------------|--------------------------|");
-        println!("| {:<42} | {:>24} |", "messages they took and dropped", taken);
+        println!("|--------------------------------------------|--------------------------------------|");
+        println!("| {:<42} | {:>36} |", "messages they took and dropped", taken);
         for (when, s) in [
             ("settled, before any publish", &scores_before),
             ("after the publishes", &scores_published),
             ("after the weather rounds", &scores),
         ] {
-            println!("| {:<42} | {:>24} |", format!("{when}: honest peers"), spread(&s.honest).to_string());
-            println!("| {:<42} | {:>24} |", "  silent peers", spread(&s.silent).to_string());
+            println!("| {:<42} | {:>36} |", format!("{when}: honest peers"), spread(&s.honest).to_string());
+            println!("| {:<42} | {:>36} |", "  silent peers", spread(&s.silent).to_string());
             println!(
-                "| {:<42} | {:>24} |",
+                "| {:<42} | {:>36} |",
                 "  connections scored (silent / honest)",
                 format!("{} / {}", s.silent.len(), s.honest.len())
             );
         }
         // `measure_publish` and `measure_weather` fail the run when any honest node misses one.
-        println!("| {:<42} | {:>24} |", "honest nodes that store every listing", format!("{honest} of {honest}"));
+        println!("| {:<42} | {:>36} |", "honest nodes that store every listing", format!("{honest} of {honest}"));
         println!("| {:<42} | {:>24} |", "honest nodes that obeyed every weather", format!("{honest} of {honest}"));
     }
     println!();

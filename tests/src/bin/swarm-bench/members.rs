@@ -9,7 +9,7 @@ use druse_node::Role;
 use druse_protocol::body::{Body, CrystalListing};
 use druse_protocol::net::{self, PeerId};
 use druse_tests::procfs::{self, mb};
-use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready_within, mgmt_key, numbered_key};
+use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready_reprobing, mgmt_key, numbered_key};
 use futures::StreamExt;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -127,7 +127,11 @@ pub(crate) async fn start_swarm(args: &Args, rng: &mut StdRng) -> Result<Members
     // Half a second a member for the meshes to form and the probes to arrive, at least the
     // tests' wait: a 500-node swarm on two cores takes minutes.
     let wait = Duration::from_millis(500 * n as u64).max(druse_tests::WAIT);
-    mesh_ready_within(&members.nodes.iter().collect::<Vec<_>>(), wait).await?;
+    // A node short of a probe gets a second round rather than ending the run; the run says so.
+    let short = mesh_ready_reprobing(&members.nodes.iter().collect::<Vec<_>>(), wait).await?;
+    for node in &short {
+        println!("start probes: {node}; it received every probe of a second round");
+    }
     phase("gossip proven between every honest node", meshing, n);
     println!(
         "swarm up: {} members ({} honest, {} silent), {} links dialled, {} dials refused at a full peer",
@@ -389,17 +393,18 @@ impl Scores {
     }
 }
 
-/// The lowest, median and highest of some scores.
+/// The lowest, median and highest of some scores, and the share of them below zero.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Spread {
     pub(crate) low: f64,
     pub(crate) median: f64,
     pub(crate) high: f64,
+    pub(crate) below_zero: f64,
 }
 
 impl std::fmt::Display for Spread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:.2} / {:.2} / {:.2}", self.low, self.median, self.high)
+        write!(f, "{:.2} / {:.2} / {:.2}, {:.1}% < 0", self.low, self.median, self.high, self.below_zero * 100.0)
     }
 }
 
@@ -408,7 +413,10 @@ pub(crate) fn spread(values: &[f64]) -> Spread {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     match (sorted.first(), sorted.last()) {
-        (Some(&low), Some(&high)) => Spread { low, median: sorted[sorted.len() / 2], high },
+        (Some(&low), Some(&high)) => {
+            let below = sorted.iter().filter(|s| **s < 0.0).count() as f64 / sorted.len() as f64;
+            Spread { low, median: sorted[sorted.len() / 2], high, below_zero: below }
+        }
         _ => Spread::default(),
     }
 }
