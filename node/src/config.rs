@@ -68,6 +68,10 @@ pub struct P2p {
     pub target_peers: Option<u32>,
     /// Gossipsub 1.2's IDONTWANT for messages over 1000 bytes (on by default).
     pub idontwant: bool,
+    /// Holds every listing-mesh peer to a delivery quota (gossipsub's P3), so peers that take
+    /// listings and forward none lose their mesh slots. Off by default: where listings are
+    /// quiet for 30 s, honest peers are pruned too. For swarms where listings flow all the time.
+    pub delivery_quota: bool,
 }
 
 impl Default for P2p {
@@ -81,6 +85,7 @@ impl Default for P2p {
             max_connections: net.max_established,
             target_peers: None,
             idontwant: net.idontwant,
+            delivery_quota: net.delivery_quota,
         }
     }
 }
@@ -383,6 +388,7 @@ impl Config {
             // Unset, the network layer's default, unless the connection limit is lower.
             target_peers: self.p2p.target_peers.unwrap_or(defaults.target_peers).min(self.p2p.max_connections),
             idontwant: self.p2p.idontwant,
+            delivery_quota: self.p2p.delivery_quota,
             ..defaults
         }
     }

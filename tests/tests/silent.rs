@@ -3,7 +3,8 @@
 //! hears listings only through its five peers: three honest nodes that publish nothing but
 //! forward what they get, and two silent peers that take every message and forward none. As
 //! listings flow, the hub's scores for the silent peers fall below zero (P3, the mesh-delivery
-//! quota on listings), while the quiet honest peers stay at zero or above.
+//! quota on listings, `[p2p] delivery_quota`, off by default and on here), while the quiet
+//! honest peers stay at zero or above.
 
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ async fn silent_mesh_peers_fall_below_zero_and_quiet_honest_peers_do_not() {
     let target = |n: u32| {
         move |c: &mut druse_node::Config| {
             c.p2p.target_peers = Some(n);
+            c.p2p.delivery_quota = true;
             c.trust.listings_per_window = 1000;
         }
     };

@@ -96,7 +96,7 @@ impl Behaviour {
         // What gossipsub saw: copies received before and after deduplication, bytes per topic,
         // IDONTWANTs, mesh sizes (a handful of topics, so the families stay small).
         .with_metrics(gossip_metrics, gossipsub::MetricsConfig::default());
-        gossipsub.with_peer_score(score_params(), score_thresholds())?;
+        gossipsub.with_peer_score(score_params(config.delivery_quota), score_thresholds())?;
         for t in topic::ALL {
             gossipsub.subscribe(&IdentTopic::new(t))?;
         }
@@ -210,8 +210,8 @@ fn gossipsub_config(heartbeat: Duration, idontwant: bool) -> Result<gossipsub::C
 /// Peer-score weights. Scores are read relative to the thresholds in [`score_thresholds`]:
 /// one invalid message costs 100, and all the credit an honest peer can earn is 30, so a single
 /// `Reject` always drives a peer's score below zero.
-pub(super) fn score_params() -> gossipsub::PeerScoreParams {
-    let topics = topic::ALL.iter().map(|t| (IdentTopic::new(*t).hash(), topic_score_params(t)));
+pub(super) fn score_params(delivery_quota: bool) -> gossipsub::PeerScoreParams {
+    let topics = topic::ALL.iter().map(|t| (IdentTopic::new(*t).hash(), topic_score_params(t, delivery_quota)));
     // Counters fade to 10% of their value over this long: a peer's record is about the last
     // ten minutes, long enough that a burst of bad messages is not forgotten between bursts.
     let memory = gossipsub::score_parameter_decay(Duration::from_secs(600));
@@ -274,9 +274,9 @@ const BUSY_TOPICS: [&str; 1] = [topic::CRYSTALS];
 /// The parameters of one druse topic: every topic carries signed envelopes that every node
 /// validates identically, so an invalid message is equally damning on any of them; busy
 /// topics also hold each mesh peer to a delivery quota.
-fn topic_score_params(topic_name: &str) -> gossipsub::TopicScoreParams {
+fn topic_score_params(topic_name: &str, delivery_quota: bool) -> gossipsub::TopicScoreParams {
     let memory = gossipsub::score_parameter_decay(Duration::from_secs(600));
-    let busy = BUSY_TOPICS.contains(&topic_name);
+    let busy = delivery_quota && BUSY_TOPICS.contains(&topic_name);
     gossipsub::TopicScoreParams {
         topic_weight: 1.0,
         // P1: staying in the mesh earns 0.01 per second, up to 3 after five minutes.
@@ -374,22 +374,23 @@ mod unit {
 
     #[test]
     fn score_parameters_are_accepted_by_gossipsub() {
-        score_params().validate().unwrap();
+        score_params(false).validate().unwrap();
+        score_params(true).validate().unwrap();
         score_thresholds().validate().unwrap();
     }
 
     #[test]
     fn one_rejected_message_outweighs_all_possible_credit() {
-        let params = score_params();
-        let topic = topic_score_params(topic::WEATHER);
+        let params = score_params(true);
+        let topic = topic_score_params(topic::WEATHER, true);
         let credit = params.topic_score_cap + params.app_specific_weight * 1.0;
         assert!(credit + topic.invalid_message_deliveries_weight * topic.topic_weight < 0.0);
     }
 
     #[test]
     fn a_silent_mesh_peer_on_a_busy_topic_falls_below_zero_and_stays_above_gossip() {
-        let params = score_params();
-        let busy = topic_score_params(topic::CRYSTALS);
+        let params = score_params(true);
+        let busy = topic_score_params(topic::CRYSTALS, true);
         // All the credit a peer can hold without delivering a message: time in every mesh
         // (within the topic cap) and the highest reputation.
         let in_mesh = busy.time_in_mesh_weight * busy.time_in_mesh_cap * topic::ALL.len() as f64;
@@ -410,10 +411,12 @@ mod unit {
 
     #[test]
     fn rare_topics_hold_no_peer_to_a_delivery_quota() {
-        for name in topic::ALL {
-            let params = topic_score_params(name);
-            let quota = params.mesh_message_deliveries_weight != 0.0 || params.mesh_failure_penalty_weight != 0.0;
-            assert_eq!(quota, name == topic::CRYSTALS, "{name}");
+        for on in [true, false] {
+            for name in topic::ALL {
+                let params = topic_score_params(name, on);
+                let quota = params.mesh_message_deliveries_weight != 0.0 || params.mesh_failure_penalty_weight != 0.0;
+                assert_eq!(quota, on && name == topic::CRYSTALS, "{name}, quota {on}");
+            }
         }
     }
 

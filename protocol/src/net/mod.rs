@@ -77,6 +77,10 @@ pub struct Config {
     /// Whether gossipsub 1.2's IDONTWANT is sent for messages over 1000 bytes: a peer that
     /// receives one tells its other mesh peers not to send it the same.
     pub idontwant: bool,
+    /// Whether gossipsub holds each listing-mesh peer to a delivery quota (P3): a peer that
+    /// takes listings and forwards none then falls below zero and loses its mesh slots, but so
+    /// does an honest peer whenever listings have been quiet for 30 s. Off by default.
+    pub delivery_quota: bool,
 }
 
 impl Default for Config {
@@ -99,6 +103,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(60),
             event_buffer: 1024,
             idontwant: true,
+            delivery_quota: false,
         }
     }
 }

@@ -425,7 +425,7 @@ impl Bare {
             .build()
             .unwrap();
         let mut gossipsub: gossipsub::Behaviour = gossipsub::Behaviour::new(authenticity(&key), config).unwrap();
-        gossipsub.with_peer_score(behaviour::score_params(), behaviour::score_thresholds()).unwrap();
+        gossipsub.with_peer_score(behaviour::score_params(false), behaviour::score_thresholds()).unwrap();
         gossipsub.subscribe(&IdentTopic::new(crate::topic::REPORTS)).unwrap();
         let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key.to_libp2p())
             .with_tokio()

@@ -67,6 +67,9 @@ pub(crate) struct Args {
     /// Whether nodes send gossipsub 1.2's IDONTWANT (`[p2p] idontwant`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     idontwant: bool,
+    /// Whether nodes hold listing-mesh peers to a delivery quota (`[p2p] delivery_quota`).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    delivery_quota: bool,
     /// Signed 1 KiB listings ingested by one node (0 skips the ingest and flood figures).
     #[arg(long, default_value_t = 20_000)]
     pub(crate) listings: usize,
@@ -118,11 +121,12 @@ pub(crate) fn unlimited(config: &mut Config) {
 /// A swarm node's config: unlimited, with the run's heartbeat, connection limits and IDONTWANT.
 fn swarm_node(args: &Args) -> impl Fn(&mut Config) + use<> {
     let (heartbeat, max_connections, target_peers) = (args.heartbeat, args.max_connections, args.target_peers);
-    let (idontwant, cache) = (args.idontwant, args.cache_mib);
+    let (idontwant, quota, cache) = (args.idontwant, args.delivery_quota, args.cache_mib);
     move |config| {
         unlimited(config);
         config.p2p.heartbeat = heartbeat;
         config.p2p.idontwant = idontwant;
+        config.p2p.delivery_quota = quota;
         if let Some(max) = max_connections {
             config.p2p.max_connections = max;
         }
