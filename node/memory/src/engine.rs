@@ -574,13 +574,6 @@ impl Memory {
             .ok_or_else(|| Error::Invalid("the embedder returned nothing".into()))
     }
 
-    /// The turns said just before and just after `crystal` in its conversation.
-    fn neighbours(&self, crystal: &Crystal) -> [Option<CrystalId>; 2] {
-        let (Some(session), Some(at)) = (&crystal.session, crystal.turn_at) else { return [None, None] };
-        let scopes = read(&self.scopes);
-        [scopes.before(&crystal.namespace, session, at), scopes.after(&crystal.namespace, session, at)]
-    }
-
     /// Writes a set of changes in one batch (one atomic commit) and makes it durable, then
     /// updates the in-memory map and the derived indexes.
     fn commit(&self, changes: Changes) -> Result<(), Error> {
@@ -645,12 +638,9 @@ impl Memory {
             self.text.upsert(*id, indexed)?;
             pending.up_to = pending.up_to.max(Some(*id));
         }
-        for id in rewindow {
-            if let Some(turn) = self.get(id) {
-                self.text.upsert(id, &self.document(&turn))?;
-                pending.docs += 1;
-                pending.up_to = pending.up_to.max(Some(id));
-            }
+        for id in self.index_windows(rewindow)? {
+            pending.docs += 1;
+            pending.up_to = pending.up_to.max(Some(id));
         }
         self.vectors.remove_many(keys_of(&purge));
         for id in &purge {

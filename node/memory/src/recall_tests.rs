@@ -161,16 +161,19 @@ fn found_by_text(m: &Memory, q: &str) -> Vec<CrystalId> {
         .collect()
 }
 
+/// Stores `text` as a turn of mel's session `session`, said at `at`.
+fn said(m: &Memory, text: &str, session: &str, at: u64) -> CrystalId {
+    m.add(turn(text, "mel", session, at), "u", NOW).unwrap().crystal.id
+}
+
 #[test]
 fn a_turn_is_found_by_the_reply_it_got_and_the_question_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
-    let asked = m.add(turn("Mel: guess what I made yesterday", "mel", "s1", NOW), "u", NOW).unwrap().crystal.id;
-    let answered =
-        m.add(turn("Jo: a ceramic bowl, beautiful", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap().crystal.id;
-    let later =
-        m.add(turn("Mel: thanks, glazing took ages", "mel", "s1", NOW + 2 * MINUTE), "u", NOW).unwrap().crystal.id;
-    let elsewhere = m.add(turn("Jo: the bus was late", "mel", "s2", NOW + 3 * MINUTE), "u", NOW).unwrap().crystal.id;
+    let asked = said(&m, "Mel: guess what I made yesterday", "s1", NOW);
+    let answered = said(&m, "Jo: a ceramic bowl, beautiful", "s1", NOW + MINUTE);
+    let later = said(&m, "Mel: thanks, glazing took ages", "s1", NOW + 2 * MINUTE);
+    let elsewhere = said(&m, "Jo: the bus was late", "s2", NOW + 3 * MINUTE);
     let found = found_by_text(&m, "ceramic");
     assert!(found.contains(&asked) && found.contains(&answered) && found.contains(&later), "{found:?}");
     assert!(!found.contains(&elsewhere), "another session's turn is not in the window: {found:?}");
@@ -183,13 +186,11 @@ fn a_turn_is_found_by_the_reply_it_got_and_the_question_before_it() {
 fn a_turn_stored_between_two_others_joins_both_their_windows() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
-    let first = m.add(turn("Mel: what did the vet say", "mel", "s1", NOW), "u", NOW).unwrap().crystal.id;
-    let third =
-        m.add(turn("Mel: poor thing, give her a treat", "mel", "s1", NOW + 2 * MINUTE), "u", NOW).unwrap().crystal.id;
+    let first = said(&m, "Mel: what did the vet say", "s1", NOW);
+    let third = said(&m, "Mel: poor thing, give her a treat", "s1", NOW + 2 * MINUTE);
     assert!(found_by_text(&m, "sprained paw").is_empty());
     // Stored late, said between them: both windows now hold it.
-    let second =
-        m.add(turn("Jo: a sprained paw, rest for a week", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap().crystal.id;
+    let second = said(&m, "Jo: a sprained paw, rest for a week", "s1", NOW + MINUTE);
     let found = found_by_text(&m, "sprained paw");
     for id in [first, second, third] {
         assert!(found.contains(&id), "{id} not in {found:?}");
@@ -205,9 +206,8 @@ fn with_no_window_a_turn_is_found_by_its_own_words_and_its_day_alone() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
     m.set_tuning(Tuning { window_turns: 0, ..m.tuning() });
-    let asked = m.add(turn("Mel: guess what I made yesterday", "mel", "s1", NOW), "u", NOW).unwrap().crystal.id;
-    let answered =
-        m.add(turn("Jo: a ceramic bowl, beautiful", "mel", "s1", NOW + MINUTE), "u", NOW).unwrap().crystal.id;
+    let asked = said(&m, "Mel: guess what I made yesterday", "s1", NOW);
+    let answered = said(&m, "Jo: a ceramic bowl, beautiful", "s1", NOW + MINUTE);
     assert_eq!(found_by_text(&m, "ceramic"), [answered]);
     let described = crate::dates::describe(NOW);
     let day = described.split_whitespace().take(3).collect::<Vec<_>>().join(" ");

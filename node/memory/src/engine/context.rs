@@ -70,6 +70,26 @@ impl Memory {
         }
     }
 
+    /// Indexes the text documents of `turns` again (their windows changed), those still
+    /// stored; returns which were.
+    pub(super) fn index_windows(&self, turns: Vec<CrystalId>) -> Result<Vec<CrystalId>, Error> {
+        let mut indexed = Vec::with_capacity(turns.len());
+        for id in turns {
+            if let Some(turn) = self.get(id) {
+                self.text.upsert(id, &self.document(&turn))?;
+                indexed.push(id);
+            }
+        }
+        Ok(indexed)
+    }
+
+    /// The turns said just before and just after `crystal` in its conversation.
+    pub(super) fn neighbours(&self, crystal: &Crystal) -> [Option<CrystalId>; 2] {
+        let (Some(session), Some(at)) = (&crystal.session, crystal.turn_at) else { return [None, None] };
+        let scopes = read(&self.scopes);
+        [scopes.before(&crystal.namespace, session, at), scopes.after(&crystal.namespace, session, at)]
+    }
+
     /// What a crystal is indexed as for BM25: its text, and what it is recalled by (see
     /// [`Memory::context`]).
     pub(super) fn document(&self, crystal: &Crystal) -> text::Document {

@@ -55,13 +55,9 @@ impl Memory {
         for crystal in &lagging {
             self.text.upsert(crystal.id, &self.document(crystal))?;
             // Turns indexed before it whose windows hold it.
-            for id in
-                self.windows_holding(crystal).into_iter().filter(|id| indexed_up_to.is_some_and(|up_to| *id <= up_to))
-            {
-                if let Some(turn) = self.get(id) {
-                    self.text.upsert(id, &self.document(&turn))?;
-                }
-            }
+            let indexed =
+                self.windows_holding(crystal).into_iter().filter(|id| indexed_up_to.is_some_and(|up_to| *id <= up_to));
+            self.index_windows(indexed.collect())?;
         }
         let crystals = read(&self.crystals);
         let crystals_took = started.elapsed();
