@@ -289,17 +289,21 @@ impl Memory {
         query.check()?;
         let k = query.k;
         let depth = candidate_depth(k);
-        let embedding = self.embed_one(&query.q)?;
         let tuning = self.tuning();
         self.publish_text()?;
-        let crystals = read(&self.crystals);
         let periods = match tuning.time_weight > 0.0 {
-            true => periods::periods(&query.q, now, &|| self.latest_said(query.namespace.as_ref(), &crystals, now)),
+            true => periods::periods(&query.q, now, &|| {
+                self.latest_said(query.namespace.as_ref(), &read(&self.crystals), now)
+            }),
             false => Vec::new(),
         };
         let admits = |c: &Crystal| c.is_recallable(now) && query.admits(c) && c.can_access(caller, now);
         let vector_depth = self.vector_depth(depth);
-        let vector_half = || -> Result<Vec<(u64, f32)>, Error> {
+        // The vector half embeds the question (most of a search's time with an embedder of
+        // meaning), then takes the crystals' read lock for the rest of the search.
+        let vector_half = || -> Result<_, Error> {
+            let embedding = self.embed_one(&query.q)?;
+            let crystals = read(&self.crystals);
             let scoped = match &query.namespace {
                 Some(namespace) => {
                     let search = ScopedSearch { namespace, depth: vector_depth, at_least: k, own_only: false };
@@ -307,29 +311,32 @@ impl Memory {
                 }
                 None => None,
             };
-            Ok(match scoped {
+            let hits = match scoped {
                 Some(hits) => hits,
                 None => {
                     let keep = |key: u64| crystals.get(&crystal_of(key)).is_some_and(admits);
                     self.vectors.search_where(&embedding, vector_depth, k, &keep)?
                 }
-            })
+            };
+            Ok((hits, crystals))
         };
-        // The two halves at once: the text half on a thread of its own, which takes no lock of
-        // the engine's, so that no pool thread waits inside a lock this search holds.
+        // The two halves at once, the text half from the start of the search (it needs no
+        // vector) on a thread of its own, which takes no lock of the engine's, so that no pool
+        // thread waits inside a lock this search holds.
         let text_half = || timed::text_hits(&self.text, &query.q, depth, &query.text_filter(), &periods);
-        let (text_hits, vector_hits) = std::thread::scope(|scope| {
+        let (text_hits, vector_half) = std::thread::scope(|scope| {
             match std::thread::Builder::new().name("druse-recall".into()).spawn_scoped(scope, text_half) {
                 Ok(text) => {
-                    let vector_hits = vector_half();
-                    (text.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), vector_hits)
+                    let vector_half = vector_half();
+                    (text.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), vector_half)
                 }
                 // No thread to be had: one half after the other.
                 Err(_) => (text_half(), vector_half()),
             }
         });
+        let (vector_hits, crystals) = vector_half?;
         let (text_hits, within) = text_hits?;
-        let vector_hits = by_crystal(vector_hits?);
+        let vector_hits = by_crystal(vector_hits);
         let mut fused = fuse(&vector_hits, &text_hits, tuning.fusion);
         if tuning.time_weight > 0.0 {
             // Said in the time the question names: the text list's share of the match among
