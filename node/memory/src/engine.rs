@@ -596,7 +596,14 @@ impl Memory {
     /// Brings the in-memory map and the derived indexes up to date with stored changes; the
     /// text documents are added but not yet committed.
     fn index(&self, changes: Changes) -> Result<TextPending, Error> {
-        let Changes { crystals, importance, vectors, texts, rewindow, audit: _, purge } = changes;
+        let Changes { crystals, importance, vectors, texts, mut rewindow, audit: _, purge } = changes;
+        // A purged turn leaves the windows that held it: they are made again without it.
+        if !purge.is_empty() {
+            let map = read(&self.crystals);
+            rewindow.extend(purge.iter().filter_map(|id| map.get(id)).flat_map(|c| self.windows_holding(c)));
+            rewindow.sort_unstable();
+            rewindow.dedup();
+        }
         let mut unrecallable = Vec::new();
         {
             let mut map = write(&self.crystals);

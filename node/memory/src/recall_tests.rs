@@ -202,6 +202,31 @@ fn a_turn_stored_between_two_others_joins_both_their_windows() {
 }
 
 #[test]
+fn a_purged_turn_leaves_its_neighbours_windows_and_they_close_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let first = said(&m, "Mel: what did the vet say", "s1", NOW);
+    let brief = turn("Jo: a sprained paw, rest", "mel", "s1", NOW + MINUTE);
+    let new = NewMemory { lifespan: crate::crystal::Lifespan::Ttl, ttl_ms: Some(DAY), ..brief };
+    let second = m.add(new, "u", NOW).unwrap().crystal.id;
+    let third = said(&m, "Mel: poor thing, give her a treat", "s1", NOW + 2 * MINUTE);
+    assert_eq!(found_by_text(&m, "sprained paw").len(), 3);
+    assert!(!found_by_text(&m, "treat").contains(&first), "two turns away: not in its window");
+    assert_eq!(m.consolidate(NOW + DAY).unwrap().expired, 1);
+    assert_eq!(m.consolidate(NOW + DAY + 1).unwrap().purged, 1);
+    assert!(m.get(second).is_none());
+    let check = |m: &Memory| {
+        assert!(found_by_text(m, "sprained paw").is_empty(), "the purged turn's words are gone from every window");
+        // The turns on each side of it are now next to each other.
+        let found = found_by_text(m, "treat");
+        assert!(found.contains(&first) && found.contains(&third), "{found:?}");
+    };
+    check(&m);
+    drop(m);
+    check(&open(dir.path()));
+}
+
+#[test]
 fn with_no_window_a_turn_is_found_by_its_own_words_and_its_day_alone() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());
