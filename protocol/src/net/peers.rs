@@ -152,6 +152,14 @@ mod tests {
     }
 
     #[test]
+    fn a_node_is_cut_off_below_a_quarter_of_its_target_and_always_when_alone() {
+        assert_eq!(rejoin_below(32), 8);
+        assert_eq!(rejoin_below(20), 5);
+        assert_eq!(rejoin_below(3), 1);
+        assert_eq!(rejoin_below(0), 1);
+    }
+
+    #[test]
     fn nothing_is_trimmed_below_the_high_water_mark() {
         let now = Instant::now() + Duration::from_secs(3600);
         let old = now - Duration::from_secs(600);
