@@ -469,6 +469,7 @@ class Bench:
         self.execs = {}
         self.results = {}
         self.cleaned = False
+        self.neigh_saved = None
         self.published = {}  # cid -> (name, node)
         self.run_tag = f"{os.getpid()}"
 
@@ -476,9 +477,45 @@ class Bench:
     def sh_ns(self, ns, *cmd, check=True):
         return run(["ip", "netns", "exec", ns] + list(cmd), check=check)
 
+    def raise_neigh_table(self, n):
+        """The kernel's ARP table is one for every namespace, with its bounds (gc_thresh1-3,
+        128/512/1024 by default) set in the root namespace only. Each node may hold an entry
+        for every other and the switch one per node, so past about 30 nodes the table fills
+        ("neighbor table overflow" in dmesg) and nodes cannot reach peers they have not met
+        yet. Raised for the run, restored at the end."""
+        base = "/proc/sys/net/ipv4/neigh/default/gc_thresh"
+        need = 2 * (n + 1) * (n + 1)
+        try:
+            saved = [int(open(f"{base}{k}").read()) for k in (1, 2, 3)]
+        except OSError as e:
+            log(f"cannot read the ARP table bounds ({e}); leaving them")
+            return
+        if saved[2] >= need:
+            return
+        self.neigh_saved = saved
+        for k, v in zip((1, 2, 3), (need // 4, need // 2, need)):
+            with open(f"{base}{k}", "w") as f:
+                f.write(str(max(v, saved[k - 1])))
+        log(f"ARP table bounds (net.ipv4.neigh.default.gc_thresh1-3) raised from {saved} to "
+            f"{[need // 4, need // 2, need]} for the run")
+
+    def restore_neigh_table(self):
+        if self.neigh_saved is None:
+            return
+        base = "/proc/sys/net/ipv4/neigh/default/gc_thresh"
+        # Lowered from thresh1 up, so thresh1 <= thresh2 <= thresh3 holds at every step.
+        for k in (1, 2, 3):
+            try:
+                with open(f"{base}{k}", "w") as f:
+                    f.write(str(self.neigh_saved[k - 1]))
+            except OSError as e:
+                log(f"cannot restore gc_thresh{k} to {self.neigh_saved[k - 1]}: {e}")
+        self.neigh_saved = None
+
     def setup_network(self):
         a = self.a
         n = a.nodes + 1
+        self.raise_neigh_table(n)
         run(["ip", "netns", "add", SW_NS])
         self.sh_ns(SW_NS, "ip", "link", "set", "lo", "up")
         for i in range(n):
@@ -1195,6 +1232,7 @@ class Bench:
         for ex in self.execs.values():
             ex.close()
         cleanup_leftovers(verbose=True)
+        self.restore_neigh_table()
         if self.tmp and os.path.isdir(self.tmp):
             if self.a.keep:
                 print(f"data dirs and logs kept in {self.tmp}", flush=True)
