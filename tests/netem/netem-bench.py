@@ -266,8 +266,22 @@ def switch_daemon(cfg_path):
 
     signal.signal(signal.SIGTERM, on_sig)
     signal.signal(signal.SIGINT, on_sig)
+    kdrops = [0]
+
+    def read_kernel_drops():
+        # PACKET_STATISTICS resets the socket's counters when read, so they are summed here.
+        for s in socks:
+            try:
+                _p, d = struct.unpack("II", s.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+                kdrops[0] += d
+            except OSError:
+                pass
+
+    read_kernel_drops()
     print("ready", flush=True)
-    next_report = time.monotonic() + 30
+    period = 10.0
+    next_report = time.monotonic() + period
+    last = (time.monotonic(), time.process_time(), 0)
     while not stop[0]:
         now = time.monotonic()
         timeout = min(1.0, max(0.0, heap[0][0] - now)) if heap else 1.0
@@ -319,16 +333,19 @@ def switch_daemon(cfg_path):
                 except OSError:
                     st["tx_err"] += 1
         if now >= next_report:
-            next_report = now + 30
-            print(f"switch: {json.dumps(st)} queued {len(heap)}", flush=True)
-    kdrops = 0
-    for s in socks:
-        try:
-            _p, d = struct.unpack("II", s.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
-            kdrops += d
-        except OSError:
-            pass
-    st["kernel_rx_drops"] = kdrops
+            next_report = now + period
+            read_kernel_drops()
+            cpu = time.process_time()
+            fps = (st["rx"] - last[2]) / (now - last[0])
+            busy = 100.0 * (cpu - last[1]) / (now - last[0])
+            last = (now, cpu, st["rx"])
+            st["kernel_rx_drops"] = kdrops[0]
+            st["peak_rx_per_s"] = max(st.get("peak_rx_per_s", 0), round(fps))
+            st["peak_cpu_pct"] = max(st.get("peak_cpu_pct", 0), round(busy))
+            print(f"switch: {fps:.0f} frames/s received, {busy:.0f}% of a core; {json.dumps(st)} "
+                  f"queued {len(heap)}", flush=True)
+    read_kernel_drops()
+    st["kernel_rx_drops"] = kdrops[0]
     print(f"switch final: {json.dumps(st)}", flush=True)
 
 
@@ -452,6 +469,7 @@ class Bench:
         self.execs = {}
         self.results = {}
         self.cleaned = False
+        self.neigh_saved = None
         self.published = {}  # cid -> (name, node)
         self.run_tag = f"{os.getpid()}"
 
@@ -459,9 +477,45 @@ class Bench:
     def sh_ns(self, ns, *cmd, check=True):
         return run(["ip", "netns", "exec", ns] + list(cmd), check=check)
 
+    def raise_neigh_table(self, n):
+        """The kernel's ARP table is one for every namespace, with its bounds (gc_thresh1-3,
+        128/512/1024 by default) set in the root namespace only. Each node may hold an entry
+        for every other and the switch one per node, so past about 30 nodes the table fills
+        ("neighbor table overflow" in dmesg) and nodes cannot reach peers they have not met
+        yet. Raised for the run, restored at the end."""
+        base = "/proc/sys/net/ipv4/neigh/default/gc_thresh"
+        need = 2 * (n + 1) * (n + 1)
+        try:
+            saved = [int(open(f"{base}{k}").read()) for k in (1, 2, 3)]
+        except OSError as e:
+            log(f"cannot read the ARP table bounds ({e}); leaving them")
+            return
+        if saved[2] >= need:
+            return
+        self.neigh_saved = saved
+        for k, v in zip((1, 2, 3), (need // 4, need // 2, need)):
+            with open(f"{base}{k}", "w") as f:
+                f.write(str(max(v, saved[k - 1])))
+        log(f"ARP table bounds (net.ipv4.neigh.default.gc_thresh1-3) raised from {saved} to "
+            f"{[need // 4, need // 2, need]} for the run")
+
+    def restore_neigh_table(self):
+        if self.neigh_saved is None:
+            return
+        base = "/proc/sys/net/ipv4/neigh/default/gc_thresh"
+        # Lowered from thresh1 up, so thresh1 <= thresh2 <= thresh3 holds at every step.
+        for k in (1, 2, 3):
+            try:
+                with open(f"{base}{k}", "w") as f:
+                    f.write(str(self.neigh_saved[k - 1]))
+            except OSError as e:
+                log(f"cannot restore gc_thresh{k} to {self.neigh_saved[k - 1]}: {e}")
+        self.neigh_saved = None
+
     def setup_network(self):
         a = self.a
         n = a.nodes + 1
+        self.raise_neigh_table(n)
         run(["ip", "netns", "add", SW_NS])
         self.sh_ns(SW_NS, "ip", "link", "set", "lo", "up")
         for i in range(n):
@@ -477,8 +531,8 @@ class Bench:
             self.execs[ns] = NsExec(ns)
         # One-way delay of each node's link, jitter and loss.
         for i in range(n):
-            d = self.rng.uniform(a.delay_min, a.delay_max)
-            self.delays.append((d, d * a.jitter_pct / 100.0))
+            d = a.delay_ms if a.delay_ms is not None else self.rng.uniform(a.delay_min, a.delay_max)
+            self.delays.append((d, a.jitter_ms if a.jitter_ms is not None else d * a.jitter_pct / 100.0))
         want = a.emulator
         if want in ("auto", "netem"):
             d, j = self.delays[0]
@@ -529,7 +583,17 @@ class Bench:
         ds = [d for d, _ in self.delays]
         log(f"network: {n} namespaces on {SW_NS} via {'a bridge + tc netem' if self.emulator == 'netem' else 'the userspace switch'}; "
             f"one-way link delay min {min(ds):.0f} / median {pct(ds, 50):.0f} / max {max(ds):.0f} ms, "
-            f"jitter ±{a.jitter_pct:g}%, loss {a.loss:g}% on what each node sends")
+            f"jitter {self.jitter_text()}, loss {a.loss:g}% on what each node sends")
+
+    def delay_text(self):
+        a = self.a
+        if a.delay_ms is not None:
+            return f"{a.delay_ms:g} ms on every link"
+        return f"U({a.delay_min:g}, {a.delay_max:g}) ms per node"
+
+    def jitter_text(self):
+        a = self.a
+        return f"±{a.jitter_ms:g} ms" if a.jitter_ms is not None else f"±{a.jitter_pct:g}%"
 
     def measure_rtt(self):
         a = self.a
@@ -1073,8 +1137,8 @@ class Bench:
         r = self.results
         print()
         print(f"druse netem-bench: {a.nodes} druse-node + 1 druse-mgmt, each in its own namespace; emulator "
-              f"{self.emulator}; one-way link delay U({a.delay_min:g}, {a.delay_max:g}) ms per node, jitter "
-              f"±{a.jitter_pct:g}%, loss {a.loss:g}%; seed {a.seed}; {os.cpu_count()} CPUs, load "
+              f"{self.emulator}; one-way link delay {self.delay_text()}, jitter "
+              f"{self.jitter_text()}, loss {a.loss:g}%; seed {a.seed}; {os.cpu_count()} CPUs, load "
               f"{open('/proc/loadavg').read().split()[0]}")
         rtt = r.get("rtt", {})
         if "p50" in rtt:
@@ -1125,7 +1189,14 @@ class Bench:
             print(self.switch_stats)
         if self.switch_cpu:
             cpu, wall = self.switch_cpu
-            print(f"switch: {cpu:.0f} s of CPU in {wall:.0f} s ({100 * cpu / wall:.0f}% of one core)")
+            rx = None
+            if self.switch_stats and "{" in self.switch_stats:
+                try:
+                    rx = json.loads(self.switch_stats[self.switch_stats.index("{"):]).get("rx")
+                except ValueError:
+                    pass
+            mean = f"; {rx / wall:.0f} frames/s received on average" if rx else ""
+            print(f"switch: {cpu:.0f} s of CPU in {wall:.0f} s ({100 * cpu / wall:.0f}% of one core){mean}")
         print()
 
     # ---- teardown -----------------------------------------------------------------------
@@ -1161,6 +1232,7 @@ class Bench:
         for ex in self.execs.values():
             ex.close()
         cleanup_leftovers(verbose=True)
+        self.restore_neigh_table()
         if self.tmp and os.path.isdir(self.tmp):
             if self.a.keep:
                 print(f"data dirs and logs kept in {self.tmp}", flush=True)
@@ -1234,6 +1306,9 @@ def parse_args(argv):
     p.add_argument("--delay-min", type=float, default=20.0, help="ms (default 20)")
     p.add_argument("--delay-max", type=float, default=150.0, help="ms (default 150)")
     p.add_argument("--jitter-pct", type=float, default=10.0, help="jitter, %% of each link's delay (default 10)")
+    p.add_argument("--delay-ms", type=float, help="one fixed one-way delay for every link, ms (instead of "
+                                                  "--delay-min/--delay-max)")
+    p.add_argument("--jitter-ms", type=float, help="jitter of every frame, ± ms (instead of --jitter-pct)")
     p.add_argument("--loss", type=float, default=1.0, help="%% of what each node sends that is lost (default 1)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--ping-pairs", type=int, default=12, help="namespace pairs pinged (default 12)")

@@ -57,6 +57,11 @@ pub(super) struct Actor {
     closed: Closed,
     /// When the manager last started a Kademlia bootstrap.
     last_bootstrap: Option<Instant>,
+    /// The configured bootstrap peers (addresses without the `/p2p` suffix), dialled again
+    /// while the node is cut off (see [`peers::rejoin_below`]).
+    bootstrap: Vec<(PeerId, Multiaddr)>,
+    /// When the node, cut off, last dialled its bootstrap list.
+    last_rejoin: Option<Instant>,
     /// Peers disconnected because the node had more than it keeps.
     trimmed: Counter,
     /// Peers dialled because the node had fewer than it keeps.
@@ -105,6 +110,8 @@ impl Actor {
             peer_grace: config.peer_grace,
             closed: Closed::default(),
             last_bootstrap: None,
+            bootstrap: Vec::new(),
+            last_rejoin: None,
             trimmed,
             topped_up,
         }
@@ -120,12 +127,10 @@ impl Actor {
         for (peer, addr) in bootstrap {
             let mut addr = addr.clone();
             addr.pop(); // the /p2p/<peer id> suffix: Kademlia keeps the peer id apart
-            self.swarm.behaviour_mut().kademlia.add_address(peer, addr.clone());
-            // An unreachable bootstrap peer is not fatal: others, or mDNS, may do.
-            if let Err(error) = self.dial_own(DialOpts::peer_id(*peer).addresses(vec![addr]).build()) {
-                tracing::warn!(%peer, %error, "cannot dial bootstrap peer");
-            }
+            self.bootstrap.push((*peer, addr));
         }
+        self.last_rejoin = Some(Instant::now());
+        self.dial_bootstrap();
         if !bootstrap.is_empty()
             && let Err(error) = self.swarm.behaviour_mut().kademlia.bootstrap()
         {
@@ -284,6 +289,23 @@ impl Actor {
             }
             Err(error) => {
                 let _ = reply.send(Err(Error::Dial(error.to_string())));
+            }
+        }
+    }
+
+    /// Dials every bootstrap peer not connected or being dialled, and tells Kademlia their
+    /// addresses (again: a failed dial may have made it drop them).
+    fn dial_bootstrap(&mut self) {
+        for (peer, addr) in self.bootstrap.clone() {
+            self.swarm.behaviour_mut().kademlia.add_address(&peer, addr.clone());
+            let opts = DialOpts::peer_id(peer)
+                .addresses(vec![addr])
+                .condition(PeerCondition::DisconnectedAndNotDialing)
+                .build();
+            // An unreachable bootstrap peer is not fatal: others, or mDNS, may do.
+            match self.dial_own(opts) {
+                Ok(()) | Err(DialError::DialPeerConditionFalse(_)) => {}
+                Err(error) => tracing::warn!(%peer, %error, "cannot dial bootstrap peer"),
             }
         }
     }
@@ -468,6 +490,18 @@ impl Actor {
         let now = Instant::now();
         self.closed.expire(now);
         let connected = self.swarm.network_info().num_peers();
+        if connected < peers::rejoin_below(self.target_peers)
+            && !self.bootstrap.is_empty()
+            && self.last_rejoin.is_none_or(|at| now.saturating_duration_since(at) >= peers::REJOIN_EVERY)
+        {
+            // Cut off: every bootstrap peer may have been full, and the few peers the node has
+            // may be newcomers as lost as itself. Try the bootstrap peers again, and bootstrap
+            // Kademlia at the next top-up rather than up to a minute later.
+            tracing::debug!(connected, "too few peers; dialling the bootstrap list again");
+            self.last_rejoin = Some(now);
+            self.last_bootstrap = None;
+            self.dial_bootstrap();
+        }
         if connected >= peers::high_water(self.target_peers) {
             self.trim(now);
         } else if connected < self.target_peers {

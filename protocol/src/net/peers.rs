@@ -12,7 +12,8 @@
 //! time to join meshes) those in the fewest meshes, then the lowest gossipsub score, then the
 //! newest. Below the target it dials peers its Kademlia routing table knows of, a few a tick,
 //! leaving alone for a while those it closed itself or could not reach, and runs a Kademlia
-//! bootstrap when the table has no one left to offer.
+//! bootstrap when the table has no one left to offer. A node left with almost no peers (its
+//! bootstrap peers were full when it came) dials its bootstrap list again every few seconds.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -36,6 +37,20 @@ const CLOSED_MAX: usize = 4096;
 
 /// Kademlia bootstraps, when the routing table has nobody left to dial, at most this often.
 pub(super) const BOOTSTRAP_EVERY: Duration = Duration::from_secs(60);
+
+/// A node short of [`rejoin_below`] peers dials its bootstrap list again this often, and
+/// bootstraps Kademlia through whoever answers. A bootstrap peer at its ceiling refuses a
+/// newcomer before the handshake, and the newcomer then knows nobody else (or only another
+/// newcomer refused the same way): without this it would wait for [`REDIAL_AFTER`], or forever
+/// once Kademlia drops the address. A refused attempt costs the full peer one refused TCP
+/// accept or QUIC handshake.
+pub(super) const REJOIN_EVERY: Duration = Duration::from_secs(5);
+
+/// Below this many peers (a quarter of the target, at least one) a node counts as cut off
+/// from the swarm and dials its bootstrap list again every [`REJOIN_EVERY`].
+pub(super) fn rejoin_below(target: usize) -> usize {
+    (target / 4).max(1)
+}
 
 /// At this many peers the node trims back to `target`, and it refuses inbound connections at
 /// this many established ones (see `gate`): a tenth more, and at least two, so a peer dialling
@@ -134,6 +149,14 @@ mod tests {
         assert_eq!(high_water(8), 10);
         assert_eq!(high_water(20), 22);
         assert_eq!(high_water(32), 35);
+    }
+
+    #[test]
+    fn a_node_is_cut_off_below_a_quarter_of_its_target_and_always_when_alone() {
+        assert_eq!(rejoin_below(32), 8);
+        assert_eq!(rejoin_below(20), 5);
+        assert_eq!(rejoin_below(3), 1);
+        assert_eq!(rejoin_below(0), 1);
     }
 
     #[test]

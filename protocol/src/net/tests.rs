@@ -309,6 +309,38 @@ async fn bootstrap_peers_are_dialled_at_start() {
     .expect("B never connected to its bootstrap peer");
 }
 
+/// A bootstrap peer at its ceiling refuses a newcomer, who knows nobody else: once the peer has
+/// room again the newcomer, still alone, dials it again by itself and gets in.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_refused_by_a_full_bootstrap_peer_joins_once_it_has_room() {
+    // Target 1, ceiling 3 connections; a grace of an hour, so the hub never trims and only
+    // leaving spokes make room.
+    let hub = start(231, Config { target_peers: 1, peer_grace: Duration::from_secs(3600), ..config(TCP) }).await;
+    let mut spokes = Vec::new();
+    for seed in 232..235 {
+        let spoke = start(seed, config(TCP)).await;
+        // The third may find the hub full already (a spoke can hold two connections to it).
+        let _ = timeout(WAIT, spoke.handle.dial(hub.addr.clone())).await.expect("dial hung");
+        spokes.push(spoke);
+    }
+    assert!(hub.handle.peers().await.unwrap().len() >= 2, "the spokes did not fill the hub");
+    let newcomer = start(235, Config { bootstrap: vec![hub.addr.clone()], ..config(TCP) }).await;
+    // Refused: a second later it is still alone, past its first dial.
+    sleep(SILENCE).await;
+    assert!(newcomer.handle.peers().await.unwrap().is_empty(), "a full hub took a newcomer");
+
+    for spoke in spokes {
+        spoke.handle.shutdown().await;
+    }
+    timeout(WAIT, async {
+        while !newcomer.handle.peers().await.unwrap().iter().any(|p| p.peer_id == hub.key.peer_id()) {
+            sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the newcomer never joined the hub once it had room");
+}
+
 /// Reports `Accept` for every gossip message `node` receives, so it forwards them, and sends
 /// `index` to `heard` for each.
 fn accept_everything(mut node: Node, index: usize, heard: mpsc::Sender<usize>) -> (Handle, TaskGuard) {
