@@ -491,11 +491,12 @@ impl Actor {
         self.closed.expire(now);
         let connected = self.swarm.network_info().num_peers();
         if connected < peers::rejoin_below(self.target_peers)
-            && !self.bootstrap.is_empty()
+            && self.bootstrap.iter().any(|(peer, _)| !self.swarm.is_connected(peer))
             && self.last_rejoin.is_none_or(|at| now.saturating_duration_since(at) >= peers::REJOIN_EVERY)
         {
             // Cut off: every bootstrap peer may have been full, and the few peers the node has
-            // may be newcomers as lost as itself. Try the bootstrap peers again, and bootstrap
+            // may be newcomers as lost as itself. (With every bootstrap peer connected, the
+            // swarm is only small: nothing to do.) Try the bootstrap peers again, and bootstrap
             // Kademlia at the next top-up rather than up to a minute later.
             tracing::debug!(connected, "too few peers; dialling the bootstrap list again");
             self.last_rejoin = Some(now);

@@ -47,7 +47,8 @@ pub(super) const BOOTSTRAP_EVERY: Duration = Duration::from_secs(60);
 pub(super) const REJOIN_EVERY: Duration = Duration::from_secs(5);
 
 /// Below this many peers (a quarter of the target, at least one) a node counts as cut off
-/// from the swarm and dials its bootstrap list again every [`REJOIN_EVERY`].
+/// from the swarm and dials its bootstrap list again every [`REJOIN_EVERY`], while one of its
+/// bootstrap peers is not connected (in a swarm smaller than that, the node is not cut off).
 pub(super) fn rejoin_below(target: usize) -> usize {
     (target / 4).max(1)
 }
