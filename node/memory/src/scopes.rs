@@ -90,7 +90,8 @@ impl Scopes {
     }
 
     /// The `n` turns of `session` said just before `at` (strictly earlier, nearest last) and
-    /// the `n` said just after it (strictly later, nearest first): a turn's window.
+    /// the `n` said just after it (strictly later, nearest first): a turn's window. Among turns
+    /// said at the same moment, the one stored last is nearest.
     pub(crate) fn around(
         &self,
         namespace: &Namespace,
@@ -105,19 +106,6 @@ impl Scopes {
         before.reverse();
         let after = turns.range((Excluded((at, CrystalId::MAX)), Unbounded)).take(n).map(|&(_, id)| id).collect();
         (before, after)
-    }
-
-    /// The first turn of `session` said strictly after `at`.
-    pub(crate) fn after(&self, namespace: &Namespace, session: &str, at: UnixMillis) -> Option<CrystalId> {
-        let turns = self.sessions.get(&(namespace.clone(), session.to_owned()))?;
-        turns.range((Excluded((at, CrystalId::MAX)), Unbounded)).next().map(|&(_, id)| id)
-    }
-
-    /// The last turn of `session` said strictly before `at` (among turns said at the same
-    /// moment, the one stored last).
-    pub(crate) fn before(&self, namespace: &Namespace, session: &str, at: UnixMillis) -> Option<CrystalId> {
-        let turns = self.sessions.get(&(namespace.clone(), session.to_owned()))?;
-        turns.range(..(at, 0)).next_back().map(|&(_, id)| id)
     }
 }
 
@@ -134,6 +122,16 @@ mod tests {
         }
     }
 
+    /// The nearest turn said before `at`, as a window of one holds it.
+    fn before(scopes: &Scopes, namespace: &Namespace, session: &str, at: UnixMillis) -> Option<CrystalId> {
+        scopes.around(namespace, session, at, 1).0.last().copied()
+    }
+
+    /// The nearest turn said after `at`, as a window of one holds it.
+    fn after(scopes: &Scopes, namespace: &Namespace, session: &str, at: UnixMillis) -> Option<CrystalId> {
+        scopes.around(namespace, session, at, 1).1.first().copied()
+    }
+
     #[test]
     fn before_is_the_latest_earlier_turn_of_the_same_session_and_namespace() {
         let mut scopes = Scopes::default();
@@ -147,19 +145,19 @@ mod tests {
         ] {
             scopes.insert(&c);
         }
-        assert_eq!(scopes.before(&alice, "s1", 300), Some(5));
-        assert_eq!(scopes.before(&alice, "s1", 301), Some(2));
-        assert_eq!(scopes.before(&alice, "s1", 200), Some(1));
-        assert_eq!(scopes.before(&alice, "s1", 100), None);
+        assert_eq!(before(&scopes, &alice, "s1", 300), Some(5));
+        assert_eq!(before(&scopes, &alice, "s1", 301), Some(2));
+        assert_eq!(before(&scopes, &alice, "s1", 200), Some(1));
+        assert_eq!(before(&scopes, &alice, "s1", 100), None);
         assert_eq!(scopes.around(&alice, "s1", 200, 1), (vec![1], vec![2]));
         assert_eq!(scopes.around(&alice, "s1", 300, 2), (vec![1, 5], vec![]));
         assert_eq!(scopes.around(&alice, "s1", 100, 0), (vec![], vec![]));
         assert_eq!(scopes.around(&alice, "s3", 100, 1), (vec![], vec![]));
-        assert_eq!(scopes.before(&alice, "s3", 1000), None);
-        assert_eq!(scopes.after(&alice, "s1", 100), Some(5));
-        assert_eq!(scopes.after(&alice, "s1", 200), Some(2));
-        assert_eq!(scopes.after(&alice, "s1", 300), None);
-        assert_eq!(scopes.after(&alice, "s3", 0), None);
+        assert_eq!(before(&scopes, &alice, "s3", 1000), None);
+        assert_eq!(after(&scopes, &alice, "s1", 100), Some(5));
+        assert_eq!(after(&scopes, &alice, "s1", 200), Some(2));
+        assert_eq!(after(&scopes, &alice, "s1", 300), None);
+        assert_eq!(after(&scopes, &alice, "s3", 0), None);
     }
 
     #[test]
@@ -193,10 +191,10 @@ mod tests {
         scopes.insert(&first);
         let moved = turn(1, "user:alice", "s2", 100);
         scopes.update(Some(&first), &moved);
-        assert_eq!(scopes.before(&alice, "s1", 500), None);
-        assert_eq!(scopes.before(&alice, "s2", 500), Some(1));
+        assert_eq!(before(&scopes, &alice, "s1", 500), None);
+        assert_eq!(before(&scopes, &alice, "s2", 500), Some(1));
         scopes.remove(&moved);
-        assert_eq!(scopes.before(&alice, "s2", 500), None);
+        assert_eq!(before(&scopes, &alice, "s2", 500), None);
     }
 
     #[test]

@@ -86,8 +86,8 @@ impl Memory {
     /// The turns said just before and just after `crystal` in its conversation.
     pub(super) fn neighbours(&self, crystal: &Crystal) -> [Option<CrystalId>; 2] {
         let (Some(session), Some(at)) = (&crystal.session, crystal.turn_at) else { return [None, None] };
-        let scopes = read(&self.scopes);
-        [scopes.before(&crystal.namespace, session, at), scopes.after(&crystal.namespace, session, at)]
+        let (before, after) = read(&self.scopes).around(&crystal.namespace, session, at, 1);
+        [before.last().copied(), after.first().copied()]
     }
 
     /// What a crystal is indexed as for BM25: its text, and what it is recalled by (see

@@ -52,13 +52,16 @@ impl Memory {
         self.reembed_if_changed()?;
         let lagging: Vec<Crystal> =
             read(&self.crystals).values().filter(|c| indexed_up_to.is_none_or(|up_to| c.id > up_to)).cloned().collect();
+        // Turns indexed before a lagging one whose windows hold it: each indexed again once.
+        let mut rewindow = Vec::new();
         for crystal in &lagging {
             self.text.upsert(crystal.id, &self.document(crystal))?;
-            // Turns indexed before it whose windows hold it.
-            let indexed =
-                self.windows_holding(crystal).into_iter().filter(|id| indexed_up_to.is_some_and(|up_to| *id <= up_to));
-            self.index_windows(indexed.collect())?;
+            let indexed = self.windows_holding(crystal).into_iter();
+            rewindow.extend(indexed.filter(|id| indexed_up_to.is_some_and(|up_to| *id <= up_to)));
         }
+        rewindow.sort_unstable();
+        rewindow.dedup();
+        self.index_windows(rewindow)?;
         let crystals = read(&self.crystals);
         let crystals_took = started.elapsed();
         let preparer = self.vectors.preparer();
