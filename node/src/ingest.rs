@@ -535,7 +535,7 @@ impl Ingestor {
                 }
             }
             Body::Weather(w) => {
-                let applied = self.weather.apply(signer, w);
+                let applied = self.weather.apply(signer, w, now);
                 tracing::info!(level = w.level, seq = w.seq, reason = %w.reason, ?applied, "weather");
                 self.writes.put(&self.store.state, WEATHER_KEY.as_bytes(), &self.weather)?;
                 keep = applied != weather::Applied::Older;

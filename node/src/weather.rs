@@ -14,6 +14,10 @@ pub struct Current {
     pub expires_at: UnixMillis,
     pub seq: u64,
     pub signer: PublicKey,
+    /// When this node applied it (Unix ms, the node's clock): how long a node has been halted,
+    /// and how long weather took to reach it. 0 for weather stored before nodes stamped it.
+    #[serde(default)]
+    pub received_at: UnixMillis,
 }
 
 /// What applying a weather message did.
@@ -34,10 +38,10 @@ pub struct WeatherState {
 }
 
 impl WeatherState {
-    /// Applies a validated weather message. A newer seq from the same key, or a later issue
-    /// time from another key, replaces the current weather; gossip may deliver an older one
-    /// late, and that changes nothing.
-    pub fn apply(&mut self, signer: PublicKey, weather: &Weather) -> Applied {
+    /// Applies a validated weather message, received at `now`. A newer seq from the same key,
+    /// or a later issue time from another key, replaces the current weather; gossip may deliver
+    /// an older one late, and that changes nothing.
+    pub fn apply(&mut self, signer: PublicKey, weather: &Weather, now: UnixMillis) -> Applied {
         if let Some(current) = &self.current {
             let older = if current.signer == signer {
                 weather.seq <= current.seq
@@ -55,6 +59,7 @@ impl WeatherState {
             expires_at: weather.expires_at(),
             seq: weather.seq,
             signer,
+            received_at: now,
         });
         if weather.level <= 0.0 { Applied::Lifted } else { Applied::Replaced }
     }
@@ -98,7 +103,7 @@ mod tests {
     fn weather_halts_until_it_expires() {
         let key = Keypair::from_seed([1; 32]).public();
         let mut state = WeatherState::default();
-        assert_eq!(state.apply(key, &weather(1, 10_000, 0.9)), Applied::Replaced);
+        assert_eq!(state.apply(key, &weather(1, 10_000, 0.9), 10_000), Applied::Replaced);
         assert!(state.halted(10_500));
         assert_eq!(state.effective_cortisol(0.02, 10_500), 0.9);
         assert!(!state.halted(11_000), "expires at issued_at + duration");
@@ -106,11 +111,27 @@ mod tests {
     }
 
     #[test]
+    fn weather_keeps_when_this_node_applied_it_and_older_state_still_reads() {
+        let key = Keypair::from_seed([1; 32]).public();
+        let mut state = WeatherState::default();
+        state.apply(key, &weather(1, 10_000, 0.9), 10_250);
+        assert_eq!(state.active(10_300).map(|c| c.received_at), Some(10_250));
+        // A late, older message does not move the stamp.
+        assert_eq!(state.apply(key, &weather(0, 9_000, 0.5), 10_400), Applied::Older);
+        assert_eq!(state.last().map(|c| c.received_at), Some(10_250));
+        // State persisted before the stamp existed reads with 0.
+        let mut stored = serde_json::to_value(&state).expect("weather state serialises");
+        stored["current"].as_object_mut().expect("a current weather").remove("received_at");
+        let read: WeatherState = serde_json::from_value(stored).expect("older weather state reads");
+        assert_eq!(read.last().map(|c| (c.seq, c.received_at)), Some((1, 0)));
+    }
+
+    #[test]
     fn level_zero_lifts_the_weather() {
         let key = Keypair::from_seed([1; 32]).public();
         let mut state = WeatherState::default();
-        state.apply(key, &weather(1, 10_000, 0.9));
-        assert_eq!(state.apply(key, &weather(2, 10_100, 0.0)), Applied::Lifted);
+        state.apply(key, &weather(1, 10_000, 0.9), 10_000);
+        assert_eq!(state.apply(key, &weather(2, 10_100, 0.0), 10_100), Applied::Lifted);
         assert!(!state.halted(10_200));
     }
 
@@ -118,8 +139,8 @@ mod tests {
     fn older_seq_delivered_late_changes_nothing() {
         let key = Keypair::from_seed([1; 32]).public();
         let mut state = WeatherState::default();
-        state.apply(key, &weather(5, 10_000, 0.0));
-        assert_eq!(state.apply(key, &weather(4, 9_000, 0.9)), Applied::Older);
+        state.apply(key, &weather(5, 10_000, 0.0), 10_000);
+        assert_eq!(state.apply(key, &weather(4, 9_000, 0.9), 9_000), Applied::Older);
         assert!(!state.halted(10_100));
     }
 
@@ -127,7 +148,7 @@ mod tests {
     fn local_cortisol_above_the_override_wins() {
         let key = Keypair::from_seed([1; 32]).public();
         let mut state = WeatherState::default();
-        state.apply(key, &weather(1, 10_000, 0.3));
+        state.apply(key, &weather(1, 10_000, 0.3), 10_000);
         assert_eq!(state.effective_cortisol(0.5, 10_100), 0.5);
     }
 }

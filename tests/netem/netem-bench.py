@@ -705,6 +705,23 @@ class Bench:
             f"median {pct(peers, 50)} / max {max(peers)}")
         self.results["startup"] = {"mesh_s": time.monotonic() - t, "peers_min": min(peers),
                                    "peers_median": pct(peers, 50), "unmeshed": len(pending)}
+        if a.settle > 0:
+            # A swarm in use is older than one that has just meshed: its peer managers have
+            # filled their slots. The trials then measure that swarm, not its first minute.
+            log(f"letting the swarm settle for {a.settle:.0f}s")
+            time.sleep(a.settle)
+            futs = {n: n.ex.submit(http_json, "GET", "/v1/status") for n in self.nodes}
+            settled = []
+            for n, f in futs.items():
+                try:
+                    st, body = f.result(timeout=15)
+                    settled.append(body.get("connected_peers", 0) if st == 200 else 0)
+                except Exception:
+                    settled.append(0)
+            log(f"after settling: connected peers per node min {min(settled)} / median {pct(settled, 50)} / "
+                f"max {max(settled)}")
+            self.results["startup"].update({"settle_s": a.settle, "settled_peers_min": min(settled),
+                                            "settled_peers_median": pct(settled, 50)})
 
     def wait_ready(self, nodes, timeout, fail=True):
         deadline = time.monotonic() + timeout
@@ -771,10 +788,18 @@ class Bench:
         return check
 
     @staticmethod
-    def halted_is(value):
-        def check(_node):
+    def halted_is(value, reason=None, received=None):
+        """True once the node's halted state is `value`; when the last weather it applied is
+        the one named `reason`, records when the node applied it (`received_at`, Unix ms) in
+        received."""
+        def check(node):
             st, body = http_json("GET", "/v1/weather", timeout=3)
-            return st == 200 and body.get("halted") is value
+            if st != 200 or body.get("halted") is not value:
+                return False
+            last = body.get("last") or {}
+            if received is not None and reason is not None and last.get("reason") == reason:
+                received[node.name] = last.get("received_at")
+            return True
         return check
 
     def holds_all(self, cids):
@@ -881,20 +906,26 @@ class Bench:
         `halted`: the milliseconds, or None when the POST failed or a node did not follow in time."""
         a = self.a
         t = time.monotonic()
+        t_wall = time.time() * 1000
         st, resp = self.nodes[0].api("POST", "/v1/weather", {"level": level, "duration": duration, "reason": reason},
                                      auth=True)
         if st not in (200, 201, 202):
             log(f"{what}: POST answered {st}: {resp}")
             return None
         posted = time.monotonic() - t
-        res = self.wait_all(self.nodes, self.halted_is(halted), a.sample_timeout, a.poll_ms / 1000)
+        received = {}
+        res = self.wait_all(self.nodes, self.halted_is(halted, reason, received), a.sample_timeout, a.poll_ms / 1000)
         late = [name for name, v in res.items() if v is None]
         if late:
             state = "not halted" if halted else "still halted"
             log(f"{what}: TIMED OUT after {a.sample_timeout}s; {state}: {', '.join(late)}")
             return None
-        ms = (posted + max(res.values())) * 1000
-        log(f"{what}: every node {'halted' if halted else 'free'} after {ms:.0f} ms")
+        # As for listings: the slowest node's own stamp of when it applied this weather, from
+        # just before the POST; by polling (up to --poll-ms late) when a node gave no stamp.
+        polled = (posted + max(res.values())) * 1000
+        stamps = [v for v in received.values() if isinstance(v, (int, float)) and v > 0]
+        ms = max(stamps) - t_wall if len(stamps) == len(self.nodes) else polled
+        log(f"{what}: every node {'halted' if halted else 'free'} after {ms:.0f} ms (seen by polling: {polled:.0f} ms)")
         return ms
 
     def phase_weather(self):
@@ -1317,7 +1348,8 @@ def parse_args(argv):
     p.add_argument("--weathers", type=int, default=5, help="timed weather broadcasts (default 5)")
     p.add_argument("--publish-gap", type=float, default=0.5, help="s between timed trials (default 0.5)")
     p.add_argument("--sample-timeout", type=float, default=60.0, help="s a publish or weather trial may take (default 60)")
-    p.add_argument("--poll-ms", type=float, default=50.0, help="how often each node is polled in a trial (default 50)")
+    p.add_argument("--poll-ms", type=float, default=200.0,
+                   help="how often each node is polled in a trial (default 200; the times come from the nodes' stamps)")
     p.add_argument("--partition-secs", type=float, default=60.0, help="how long the partition holds (default 60)")
     p.add_argument("--partition-publishes", type=int, default=3, help="publishes on each side (default 3)")
     p.add_argument("--churn-duration", type=float, default=600.0, help="s of churn (default 600)")
@@ -1332,6 +1364,8 @@ def parse_args(argv):
     p.add_argument("--start-timeout", type=float, default=120.0, help="s for a node to answer /healthz (default 120)")
     p.add_argument("--start-batch", type=int, default=5, help="edges started at once (default 5)")
     p.add_argument("--mesh-timeout", type=float, default=180.0, help="s for every node to join the mesh (default 180)")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="s to wait after the swarm meshed, before the trials (default 0)")
     p.add_argument("--min-peers", type=int, default=1, help="connected peers a node needs before the trials (default 1)")
     p.add_argument("--phases", default="publish,weather,partition,churn", help="comma-separated (default: all four)")
     p.add_argument("--net-only", action="store_true", help="build the network, measure its RTTs, tear it down (no nodes)")

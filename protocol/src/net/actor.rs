@@ -362,9 +362,11 @@ impl Actor {
             }
             SwarmEvent::OutgoingConnectionError { connection_id, peer_id, error } => {
                 // The peer manager leaves a peer it could not reach alone for a while, rather
-                // than dial it again every tick.
+                // than dial it again every tick: briefly while this node is cut off, else long,
+                // so that well-connected nodes do not take the slots a full peer frees.
                 if let Some(peer) = peer_id.filter(|peer| !self.swarm.is_connected(peer)) {
-                    self.closed.insert(peer, Instant::now());
+                    let wait = peers::retry_after(self.connected_since.len(), self.target_peers);
+                    self.closed.insert(peer, Instant::now(), wait);
                 }
                 match self.pending_dials.remove(&connection_id) {
                     Some(reply) => {
@@ -538,7 +540,7 @@ impl Actor {
         }
         for peer in excess {
             if self.swarm.disconnect_peer_id(peer).is_ok() {
-                self.closed.insert(peer, now);
+                self.closed.insert(peer, now, peers::REDIAL_AFTER);
                 self.trimmed.inc();
             }
         }

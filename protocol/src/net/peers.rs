@@ -28,9 +28,25 @@ pub(super) const TICK: Duration = Duration::from_secs(1);
 /// At most this many dials a tick while below the target.
 pub(super) const DIALS_PER_TICK: usize = 8;
 
-/// A peer this node closed, or could not reach, is not dialled again for this long (it may
-/// still dial us).
+/// A peer this node closed is not dialled again for this long (it may still dial us): the
+/// node had more peers than it keeps, and dialling it back would undo the trim.
 pub(super) const REDIAL_AFTER: Duration = Duration::from_secs(300);
+
+/// A peer this node could not reach, while the node is cut off (below [`rejoin_below`]), is
+/// tried again after this long. A peer at its ceiling refuses a dial that way (before the
+/// handshake), and has a free slot again once it trims back to its target; a newcomer that
+/// waited [`REDIAL_AFTER`] for each such peer could stay on one or two peers of a busy swarm
+/// for minutes.
+pub(super) const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// How long a node with `connected` peers leaves a peer it could not reach: [`RETRY_AFTER`]
+/// while it is cut off, [`REDIAL_AFTER`] otherwise. A node with peers enough has no hurry, and
+/// its dials would take the slots a full peer frees from the newcomers that need them: with
+/// every node below its target retrying at 30 s, a hundred-node swarm left newcomers at no peer
+/// for minutes.
+pub(super) fn retry_after(connected: usize, target: usize) -> Duration {
+    if connected < rejoin_below(target) { RETRY_AFTER } else { REDIAL_AFTER }
+}
 
 /// The closed peers remembered at most; past it the oldest is forgotten first.
 const CLOSED_MAX: usize = 4096;
@@ -104,31 +120,32 @@ pub(super) fn shuffled(mut candidates: Vec<PeerId>) -> Vec<PeerId> {
     candidates
 }
 
-/// Peers this node closed or could not reach, and when: not dialled again before
-/// [`REDIAL_AFTER`].
+/// Peers this node closed or could not reach, each with when it may be dialled again
+/// ([`REDIAL_AFTER`] or [`RETRY_AFTER`] after).
 #[derive(Debug, Default)]
 pub(super) struct Closed(HashMap<PeerId, Instant>);
 
 impl Closed {
-    pub(super) fn insert(&mut self, peer: PeerId, now: Instant) {
+    /// Leaves `peer` alone for `wait` from `now` (a later call replaces an earlier one).
+    pub(super) fn insert(&mut self, peer: PeerId, now: Instant, wait: Duration) {
         if self.0.len() >= CLOSED_MAX
             && !self.0.contains_key(&peer)
-            && let Some(oldest) = self.0.iter().min_by_key(|(_, at)| **at).map(|(peer, _)| *peer)
+            && let Some(soonest) = self.0.iter().min_by_key(|(_, until)| **until).map(|(peer, _)| *peer)
         {
-            self.0.remove(&oldest);
+            self.0.remove(&soonest);
         }
-        self.0.insert(peer, now);
+        self.0.insert(peer, now + wait);
     }
 
-    /// Whether `peer` was closed less than [`REDIAL_AFTER`] ago.
+    /// Whether `peer` is still to be left alone at `now`.
     pub(super) fn recent(&self, peer: &PeerId, now: Instant) -> bool {
-        self.0.get(peer).is_some_and(|at| now.saturating_duration_since(*at) < REDIAL_AFTER)
+        self.0.get(peer).is_some_and(|until| now < *until)
     }
 
-    /// Forgets closes older than [`REDIAL_AFTER`], so the map holds at most what a few minutes
-    /// of trimming closed.
+    /// Forgets the peers that may be dialled again, so the map holds at most what a few
+    /// minutes of trimming and failed dials put in it.
     pub(super) fn expire(&mut self, now: Instant) {
-        self.0.retain(|_, at| now.saturating_duration_since(*at) < REDIAL_AFTER);
+        self.0.retain(|_, until| now < *until);
     }
 }
 
@@ -199,12 +216,37 @@ mod tests {
         let now = Instant::now();
         let [a, b] = [peers(2)[0], peers(2)[1]];
         let mut closed = Closed::default();
-        closed.insert(a, now);
+        closed.insert(a, now, REDIAL_AFTER);
         assert!(closed.recent(&a, now + REDIAL_AFTER - Duration::from_secs(1)));
         assert!(!closed.recent(&a, now + REDIAL_AFTER));
         assert!(!closed.recent(&b, now));
         closed.expire(now + REDIAL_AFTER);
         assert!(closed.0.is_empty());
+    }
+
+    #[test]
+    fn only_a_node_cut_off_retries_an_unreachable_peer_soon() {
+        assert_eq!(retry_after(0, 32), RETRY_AFTER);
+        assert_eq!(retry_after(7, 32), RETRY_AFTER);
+        assert_eq!(retry_after(8, 32), REDIAL_AFTER);
+        assert_eq!(retry_after(31, 32), REDIAL_AFTER);
+    }
+
+    #[test]
+    fn a_peer_that_could_not_be_reached_is_tried_again_sooner_than_one_trimmed() {
+        let now = Instant::now();
+        let [trimmed, unreachable] = [peers(2)[0], peers(2)[1]];
+        let mut closed = Closed::default();
+        closed.insert(trimmed, now, REDIAL_AFTER);
+        closed.insert(unreachable, now, RETRY_AFTER);
+        let later = now + RETRY_AFTER;
+        assert!(!closed.recent(&unreachable, later), "a failed dial waits only RETRY_AFTER");
+        assert!(closed.recent(&trimmed, later), "a trimmed peer still waits");
+        closed.expire(later);
+        assert_eq!(closed.0.len(), 1, "the failed dial is forgotten, the trim is not");
+        // A trim after a failed dial makes the peer wait the longer time.
+        closed.insert(unreachable, later, REDIAL_AFTER);
+        assert!(closed.recent(&unreachable, later + RETRY_AFTER));
     }
 
     #[test]
@@ -219,7 +261,7 @@ mod tests {
             })
             .collect();
         for (i, peer) in ids.iter().enumerate() {
-            closed.insert(*peer, now + Duration::from_millis(i as u64));
+            closed.insert(*peer, now + Duration::from_millis(i as u64), REDIAL_AFTER);
         }
         assert_eq!(closed.0.len(), CLOSED_MAX);
         assert!(!closed.recent(&ids[0], now), "the oldest went first");
