@@ -20,6 +20,14 @@ pub struct Current {
     pub received_at: UnixMillis,
 }
 
+impl Current {
+    /// Whether `other` is the same signed weather (signer, seq, issue time, level, duration and
+    /// reason), whenever and wherever each was applied: `received_at` is each node's own.
+    pub fn same_message(&self, other: &Current) -> bool {
+        Current { received_at: other.received_at, ..self.clone() } == *other
+    }
+}
+
 /// What applying a weather message did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
@@ -119,6 +127,13 @@ mod tests {
         // A late, older message does not move the stamp.
         assert_eq!(state.apply(key, &weather(0, 9_000, 0.5), 10_400), Applied::Older);
         assert_eq!(state.last().map(|c| c.received_at), Some(10_250));
+        // Another node that applied the same message later holds the same weather.
+        let mut elsewhere = WeatherState::default();
+        elsewhere.apply(key, &weather(1, 10_000, 0.9), 12_000);
+        let (here, there) = (state.last().expect("applied"), elsewhere.last().expect("applied"));
+        assert!(here.same_message(there) && here != there);
+        elsewhere.apply(key, &weather(2, 10_000, 0.9), 12_000);
+        assert!(!here.same_message(elsewhere.last().expect("applied")), "another seq is another message");
         // State persisted before the stamp existed reads with 0.
         let mut stored = serde_json::to_value(&state).expect("weather state serialises");
         stored["current"].as_object_mut().expect("a current weather").remove("received_at");
