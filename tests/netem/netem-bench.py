@@ -683,16 +683,14 @@ class Bench:
         deadline = t + a.mesh_timeout
         last = {}
         while pending and time.monotonic() < deadline:
-            futs = {n: n.ex.submit(http_json, "GET", "/v1/status") for n in pending}
             still = []
-            for n, f in futs.items():
-                try:
-                    st, body = f.result(timeout=15)
-                    last[n.name] = (body.get("connected_peers"), body.get("mesh_peers", {}).get(CRYSTALS_TOPIC))
-                    if not (st == 200 and body["connected_peers"] >= a.min_peers
-                            and body["mesh_peers"].get(CRYSTALS_TOPIC, 0) >= 1):
-                        still.append(n)
-                except Exception:
+            for n, body in self.statuses(pending).items():
+                if body is None:
+                    still.append(n)
+                    continue
+                peers, mesh = body.get("connected_peers", 0), body.get("mesh_peers", {}).get(CRYSTALS_TOPIC, 0)
+                last[n.name] = (peers, mesh)
+                if not (peers >= a.min_peers and mesh >= 1):
                     still.append(n)
             pending = still
             if pending:
@@ -710,18 +708,25 @@ class Bench:
             # filled their slots. The trials then measure that swarm, not its first minute.
             log(f"letting the swarm settle for {a.settle:.0f}s")
             time.sleep(a.settle)
-            futs = {n: n.ex.submit(http_json, "GET", "/v1/status") for n in self.nodes}
-            settled = []
-            for n, f in futs.items():
-                try:
-                    st, body = f.result(timeout=15)
-                    settled.append(body.get("connected_peers", 0) if st == 200 else 0)
-                except Exception:
-                    settled.append(0)
+            settled = [(body or {}).get("connected_peers", 0) for body in self.statuses(self.nodes).values()]
             log(f"after settling: connected peers per node min {min(settled)} / median {pct(settled, 50)} / "
                 f"max {max(settled)}")
             self.results["startup"].update({"settle_s": a.settle, "settled_peers_min": min(settled),
                                             "settled_peers_median": pct(settled, 50)})
+
+    @staticmethod
+    def statuses(nodes):
+        """Each node's `GET /v1/status` body, asked of all at once; None where it did not answer
+        200."""
+        futs = {n: n.ex.submit(http_json, "GET", "/v1/status") for n in nodes}
+        out = {}
+        for n, f in futs.items():
+            try:
+                st, body = f.result(timeout=15)
+                out[n] = body if st == 200 and isinstance(body, dict) else None
+            except Exception:
+                out[n] = None
+        return out
 
     def wait_ready(self, nodes, timeout, fail=True):
         deadline = time.monotonic() + timeout
@@ -788,7 +793,7 @@ class Bench:
         return check
 
     @staticmethod
-    def halted_is(value, reason=None, received=None):
+    def halted_is(value, reason, received):
         """True once the node's halted state is `value`; when the last weather it applied is
         the one named `reason`, records when the node applied it (`received_at`, Unix ms) in
         received."""
@@ -797,10 +802,17 @@ class Bench:
             if st != 200 or body.get("halted") is not value:
                 return False
             last = body.get("last") or {}
-            if received is not None and reason is not None and last.get("reason") == reason:
+            if last.get("reason") == reason:
                 received[node.name] = last.get("received_at")
             return True
         return check
+
+    def slowest(self, received, t_wall, polled):
+        """The slowest node's time (ms) from t_wall (Unix ms, just before the POST) by the
+        nodes' own stamps in received; `polled` when a node gave none (an older node, or a
+        stamp of 0)."""
+        stamps = [v for v in received.values() if isinstance(v, (int, float)) and v > 0]
+        return max(stamps) - t_wall if len(stamps) == len(self.nodes) else polled
 
     def holds_all(self, cids):
         """A check that is true once the node holds every content id in cids. It remembers what
@@ -892,8 +904,7 @@ class Bench:
                 # `received_at` stamps (one clock: every process runs on this machine), and
                 # by polling (up to --poll-ms late).
                 polled = (posted + max(res.values())) * 1000
-                stamps = [v for v in received.values() if isinstance(v, (int, float))]
-                el = max(stamps) - t_wall if len(stamps) == len(self.nodes) else polled
+                el = self.slowest(received, t_wall, polled)
                 samples.append(el)
                 polled_samples.append(polled)
                 log(f"publish {k} on {node.name}: on every node after {el:.0f} ms (seen by polling: {polled:.0f} ms)")
@@ -923,8 +934,7 @@ class Bench:
         # As for listings: the slowest node's own stamp of when it applied this weather, from
         # just before the POST; by polling (up to --poll-ms late) when a node gave no stamp.
         polled = (posted + max(res.values())) * 1000
-        stamps = [v for v in received.values() if isinstance(v, (int, float)) and v > 0]
-        ms = max(stamps) - t_wall if len(stamps) == len(self.nodes) else polled
+        ms = self.slowest(received, t_wall, polled)
         log(f"{what}: every node {'halted' if halted else 'free'} after {ms:.0f} ms (seen by polling: {polled:.0f} ms)")
         return ms
 
