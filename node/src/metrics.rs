@@ -19,6 +19,9 @@ pub struct MessageLabels {
     pub verdict: &'static str,
 }
 
+/// Every verdict a gossip message can get from ingestion: `druse_messages_total`'s `verdict`.
+pub const VERDICTS: [&str; 3] = ["accept", "ignore", "reject"];
+
 /// Labels of one ingestion outcome.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -279,7 +282,7 @@ impl Metrics {
         r.register("druse_build", "Build information", Info::new(vec![("version", version), ("role", role)]));
         // Every series exists from the start, so rate() and increase() see the first event.
         for topic in druse_protocol::topic::ALL {
-            for verdict in ["accept", "ignore", "reject"] {
+            for verdict in VERDICTS {
                 let _ = metrics.messages.get_or_create(&MessageLabels { topic: topic.to_owned(), verdict });
             }
         }
@@ -309,6 +312,14 @@ impl Metrics {
             let _ = metrics.peers.get_or_create(&LevelLabel { level: level.as_str() });
         }
         Self { registry, ..metrics }
+    }
+
+    /// How many gossip messages arrived on `topic`, whatever their verdict.
+    pub fn messages_on(&self, topic: &str) -> u64 {
+        VERDICTS
+            .into_iter()
+            .map(|verdict| self.messages.get_or_create(&MessageLabels { topic: topic.to_owned(), verdict }).get())
+            .sum()
     }
 
     /// The registry, for the network layer to add libp2p's metrics to.
@@ -385,6 +396,21 @@ mod tests {
         metrics.messages.get_or_create(&MessageLabels { topic: "druse/crystals/1".into(), verdict: "accept" }).inc();
         metrics.retrieval_seconds.observe(0.003);
         metrics.render()
+    }
+
+    #[test]
+    fn messages_on_a_topic_count_every_verdict_and_no_other_topic() {
+        let metrics = Metrics::new("0.0.0-test", "edge");
+        let count = |topic: &str, verdict: &'static str, n: u64| {
+            metrics.messages.get_or_create(&MessageLabels { topic: topic.into(), verdict }).inc_by(n);
+        };
+        count("druse/crystals/1", "accept", 3);
+        count("druse/crystals/1", "ignore", 2);
+        count("druse/crystals/1", "reject", 1);
+        count("druse/weather/1", "accept", 7);
+        assert_eq!(metrics.messages_on("druse/crystals/1"), 6);
+        assert_eq!(metrics.messages_on("druse/weather/1"), 7);
+        assert_eq!(metrics.messages_on("druse/bans/1"), 0);
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use druse_management::Management;
 use druse_management::config::Config as ManagementConfig;
-use druse_node::metrics::MessageLabels;
 use druse_node::skill::Skill;
 use druse_node::{Config, Node, Role};
 use druse_protocol::body::{Body, CrystalListing, ExecutionStats, Report, ReportEvent, SemanticType};
@@ -205,11 +204,7 @@ impl TestNode {
     /// few milliseconds, and rendering and parsing a node's whole exposition for it took most of
     /// a large swarm's CPU.
     pub fn messages_on(&self, topic: &str) -> f64 {
-        let messages = &self.node.metrics().messages;
-        ["accept", "ignore", "reject"]
-            .into_iter()
-            .map(|verdict| messages.get_or_create(&MessageLabels { topic: topic.to_owned(), verdict }).get() as f64)
-            .sum()
+        self.node.metrics().messages_on(topic) as f64
     }
 }
 
