@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use druse_node::Role;
 use druse_protocol::body::{Body, CrystalListing};
 use druse_protocol::net::{self, PeerId};
+use druse_protocol::now_ms;
 use druse_tests::procfs::{self, mb};
 use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready_reprobing, mgmt_key, numbered_key};
 use futures::StreamExt;
@@ -21,6 +22,9 @@ const DIALS_AT_ONCE: usize = 64;
 
 /// Each latency sample must complete within this, or the run fails.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the nodes are read while a message spreads; their own stamps time it.
+const STAMP_POLL: Duration = Duration::from_millis(25);
 
 /// The swarm: every honest node (index 0 the management node), then the silent peers.
 pub(crate) struct Members {
@@ -41,13 +45,6 @@ impl Members {
 
     fn len(&self) -> usize {
         self.nodes.len() + self.silent.len()
-    }
-
-    /// How often the stores and weather of every node are polled while timing: every
-    /// millisecond up to a hundred nodes, then a millisecond more per hundred, so polling 500
-    /// stores does not take the cores the swarm runs on.
-    fn poll(&self) -> Duration {
-        Duration::from_millis(1 + self.nodes.len() as u64 / 100)
     }
 
     pub(crate) async fn stop(self) {
@@ -305,38 +302,20 @@ pub(crate) async fn measure_publish(
     for k in 0..publishes {
         let edge = &nodes[rng.random_range(1..nodes.len())];
         let body = Body::Crystal(sized_listing(&format!("bench-skill-{k}"), bytes));
-        let started = Instant::now();
+        let started = now_ms();
         let id = edge.publish(&body).await.with_context(|| format!("publishing from {}", edge.name))?;
-        let mut waiting: Vec<&TestNode> = nodes.iter().collect();
-        let mut half = None;
-        loop {
-            waiting.retain(|n| !n.has_skill(&id));
-            if half.is_none() && waiting.len() * 2 <= nodes.len() {
-                half = Some(started.elapsed());
-            }
-            if waiting.is_empty() {
-                break;
-            }
-            if started.elapsed() > SAMPLE_TIMEOUT {
-                let names: Vec<&str> = waiting.iter().take(10).map(|n| n.name.as_str()).collect();
-                bail!(
-                    "listing {k} from {} did not reach {} nodes ({names:?}...) within {SAMPLE_TIMEOUT:?}",
-                    edge.name,
-                    waiting.len()
-                );
-            }
-            tokio::time::sleep(members.poll()).await;
-        }
-        let all = started.elapsed();
+        let arrivals = wait_stamped(members, started, |node| node.stored(&id).ok().flatten().map(|s| s.received_at))
+            .await
+            .with_context(|| format!("listing {k} from {}", edge.name))?;
         // One line a trial: how the slowest trials differ from the rest (a few late nodes, or
         // the whole swarm late) is what the percentiles cannot say.
         println!(
-            "publish {k} from {}: on half the nodes after {:.1} ms, on every node after {:.1} ms",
+            "publish {k} from {}: on half the nodes after {:.0} ms, on every node after {:.0} ms",
             edge.name,
-            half.unwrap_or(all).as_secs_f64() * 1e3,
-            all.as_secs_f64() * 1e3
+            arrivals.half.as_secs_f64() * 1e3,
+            arrivals.all.as_secs_f64() * 1e3
         );
-        samples.push(all);
+        samples.push(arrivals.all);
     }
     Ok(samples)
 }
@@ -351,33 +330,61 @@ pub(crate) async fn measure_weather(
     let mut lockdown = Vec::with_capacity(rounds);
     let mut lift = Vec::with_capacity(rounds);
     for round in 0..rounds {
-        let started = Instant::now();
-        management.weather(0.9, Duration::from_secs(60), format!("bench round {round}")).await?;
-        wait_all(members, true, started).await.with_context(|| format!("weather round {round}"))?;
-        lockdown.push(started.elapsed());
-
-        let started = Instant::now();
-        management.weather(0.0, Duration::from_secs(1), format!("bench round {round} lifted")).await?;
-        wait_all(members, false, started).await.with_context(|| format!("lifting weather round {round}"))?;
-        lift.push(started.elapsed());
+        for (level, lasting, reason) in [
+            (0.9, Duration::from_secs(60), format!("bench round {round}")),
+            (0.0, Duration::from_secs(1), format!("bench round {round} lifted")),
+        ] {
+            let started = now_ms();
+            management.weather(level, lasting, reason.clone()).await?;
+            let halted = level > 0.0;
+            let applied = wait_stamped(members, started, |node| {
+                let view = node.weather();
+                let last = view.last.filter(|w| w.reason == reason && view.halted == halted)?;
+                Some(last.received_at)
+            })
+            .await
+            .with_context(|| format!("weather \"{reason}\""))?;
+            if halted { &mut lockdown } else { &mut lift }.push(applied.all);
+        }
     }
     Ok((lockdown, lift))
 }
 
-/// Waits until every honest node's `halted()` equals `halted`.
-async fn wait_all(members: &Members, halted: bool, started: Instant) -> Result<()> {
+/// When a message reached half the honest nodes and when it reached all of them, by the
+/// stamps the nodes put on it.
+struct Arrivals {
+    half: Duration,
+    all: Duration,
+}
+
+/// Waits until `stamp` gives every honest node's time of applying a message (Unix ms, the one
+/// clock of this process), and returns the arrivals after `started`. The nodes' own stamps
+/// time it, so the stores are polled only every `STAMP_POLL`: polling them every few
+/// milliseconds took a share of the cores the swarm runs on.
+async fn wait_stamped(members: &Members, started: u64, stamp: impl Fn(&TestNode) -> Option<u64>) -> Result<Arrivals> {
+    let deadline = Instant::now() + SAMPLE_TIMEOUT;
     let mut waiting: Vec<&TestNode> = members.nodes.iter().collect();
+    let mut stamps = Vec::with_capacity(waiting.len());
     loop {
-        waiting.retain(|n| n.halted() != halted);
+        waiting.retain(|node| match stamp(node) {
+            Some(at) => {
+                stamps.push(at.saturating_sub(started));
+                false
+            }
+            None => true,
+        });
         if waiting.is_empty() {
-            return Ok(());
+            break;
         }
-        if started.elapsed() > SAMPLE_TIMEOUT {
+        if Instant::now() > deadline {
             let names: Vec<&str> = waiting.iter().take(10).map(|n| n.name.as_str()).collect();
-            bail!("{} nodes ({names:?}...) did not reach halted={halted} within {SAMPLE_TIMEOUT:?}", waiting.len());
+            bail!("{} nodes ({names:?}...) did not apply it within {SAMPLE_TIMEOUT:?}", waiting.len());
         }
-        tokio::time::sleep(members.poll()).await;
+        tokio::time::sleep(STAMP_POLL).await;
     }
+    stamps.sort_unstable();
+    let at = |i: usize| Duration::from_millis(stamps[i]);
+    Ok(Arrivals { half: at((stamps.len() - 1) / 2), all: at(stamps.len() - 1) })
 }
 
 /// The gossipsub scores honest nodes give their connected peers, split by whether the peer is
