@@ -2,7 +2,8 @@
 //! loopback swarm of in-process nodes with fixed keys and a fixed seed:
 //!
 //! - publish → stored on every honest node, p50 and p99 (target: p99 ≤ `--target`);
-//! - weather broadcast → every honest node halted, p50 and p99 (the same target);
+//! - weather broadcast → every honest node halted, p50 and p99 (the same target); both timed by
+//!   the stamp each node puts on what it applied (`received_at`), in this process's one clock;
 //! - what each published message costs: per node and message, the copies gossipsub received,
 //!   the duplicates among them, and the bytes sent and received (with `--idontwant false`, the
 //!   same without gossipsub 1.2's IDONTWANT);
