@@ -67,4 +67,4 @@ cd "$ROOT"
 bash tests/setup.sh
 # The node finds xllamacpp in $VENV; the scenario prints its summary at the end.
 DRUSE_REAL_GGUF="$MODEL" \
-  cargo test --release --workspace --test agent real::the_agent_survives -- --ignored --nocapture
+  cargo test --release --workspace --test scenarios agent::real::the_agent_survives -- --ignored --nocapture
