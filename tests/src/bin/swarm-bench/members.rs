@@ -1,7 +1,7 @@
 //! The swarm under measure: honest nodes (the management node first) and silent peers, how
 //! they are linked, and what is timed and counted on them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -22,6 +22,9 @@ const DIALS_AT_ONCE: usize = 64;
 
 /// Each latency sample must complete within this, or the run fails.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many of the counters that grew most in the idle time are printed.
+const IDLE_COUNTERS: usize = 15;
 
 /// How often the nodes are read while a message spreads; their own stamps time it.
 const STAMP_POLL: Duration = Duration::from_millis(25);
@@ -214,12 +217,13 @@ pub(crate) async fn measure_idle(pid: u32, before: procfs::Status, members: &Mem
         Ok(sum as f64 / members.nodes.len() as f64)
     };
     let peers_before = connected().await?;
-    let traffic = Traffic::of(&members.nodes);
+    let counters = Counters::of(&members.nodes);
     let (cpu, started) = (procfs::cpu_seconds(pid)?, Instant::now());
     tokio::time::sleep(idle).await;
     let elapsed = started.elapsed();
     let cores = (procfs::cpu_seconds(pid)? - cpu) / elapsed.as_secs_f64();
-    let traffic = Traffic::of(&members.nodes).since(&traffic);
+    let counters = Counters::of(&members.nodes).since(&counters);
+    let traffic = Traffic::from(&counters);
     let peers_after = connected().await?;
     println!(
         "{} members: {:.1} MB resident ({:.1} MB before), {} threads, idle CPU {cores:.2} cores, \
@@ -229,7 +233,63 @@ pub(crate) async fn measure_idle(pid: u32, before: procfs::Status, members: &Mem
         mb(before.rss),
         up.threads
     );
+    // What an idle swarm spends its CPU on varies from run to run (0.3 to 1 core at 300 and 500
+    // nodes): the counters that grew most say which protocol was busy.
+    let per = members.nodes.len() as f64 * elapsed.as_secs_f64();
+    println!("idle: the counters that grew most, per node and second");
+    for (series, grew) in counters.largest(IDLE_COUNTERS) {
+        println!("  {:>12.3}  {series}", grew / per);
+    }
     Ok(Idle { up, cores, peers: peers_after, traffic, elapsed })
+}
+
+/// Every counter of the honest nodes (the series named `…_total`), summed over the nodes, by
+/// name and labels: one reading of each node's `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counters(BTreeMap<(String, BTreeMap<String, String>), f64>);
+
+impl Counters {
+    pub(crate) fn of(nodes: &[TestNode]) -> Self {
+        let mut sum = BTreeMap::new();
+        for node in nodes {
+            for sample in druse_tests::metrics::parse(&node.metrics_text()) {
+                if sample.name.ends_with("_total") {
+                    *sum.entry((sample.name, sample.labels)).or_insert(0.0) += sample.value;
+                }
+            }
+        }
+        Self(sum)
+    }
+
+    /// How much each series grew since `earlier`.
+    pub(crate) fn since(&self, earlier: &Self) -> Self {
+        Self(self.0.iter().map(|(k, v)| (k.clone(), v - earlier.0.get(k).copied().unwrap_or(0.0))).collect())
+    }
+
+    /// The sum of the series named `name` whose labels include every pair of `labels`.
+    fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0
+            .iter()
+            .filter(|((n, l), _)| n == name && labels.iter().all(|(k, v)| l.get(*k).is_some_and(|x| x == v)))
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// The `n` largest series, largest first, each written as the exposition format names it.
+    pub(crate) fn largest(&self, n: usize) -> Vec<(String, f64)> {
+        let mut all: Vec<(String, f64)> = self
+            .0
+            .iter()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|((name, labels), v)| {
+                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+                (format!("{name}{{{}}}", labels.join(",")), *v)
+            })
+            .collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1));
+        all.truncate(n);
+        all
+    }
 }
 
 /// What gossipsub and the transport counted on the honest nodes, summed.
@@ -249,19 +309,7 @@ pub(crate) struct Traffic {
 
 impl Traffic {
     pub(crate) fn of(nodes: &[TestNode]) -> Self {
-        let mut sum = Self::default();
-        for node in nodes {
-            let text = node.metrics_text();
-            let value =
-                |name: &str, labels: &[(&str, &str)]| druse_tests::metrics::value(&text, name, labels).unwrap_or(0.0);
-            sum.copies += value("libp2p_gossipsub_topic_msg_recv_counts_unfiltered_total", &[]);
-            sum.unique += value("libp2p_gossipsub_topic_msg_recv_counts_total", &[]);
-            // libp2p-metrics spells the direction as its enum variant: `Outbound`, `Inbound`.
-            sum.sent += value("libp2p_bandwidth_bytes_total", &[("direction", "Outbound")]);
-            sum.received += value("libp2p_bandwidth_bytes_total", &[("direction", "Inbound")]);
-            sum.idontwant += value("libp2p_gossipsub_idontwant_msgs_total", &[]);
-        }
-        sum
+        Self::from(&Counters::of(nodes))
     }
 
     pub(crate) fn since(&self, earlier: &Self) -> Self {
@@ -271,6 +319,20 @@ impl Traffic {
             sent: self.sent - earlier.sent,
             received: self.received - earlier.received,
             idontwant: self.idontwant - earlier.idontwant,
+        }
+    }
+}
+
+impl From<&Counters> for Traffic {
+    fn from(counters: &Counters) -> Self {
+        let value = |name: &str, labels: &[(&str, &str)]| counters.sum(name, labels);
+        Self {
+            copies: value("libp2p_gossipsub_topic_msg_recv_counts_unfiltered_total", &[]),
+            unique: value("libp2p_gossipsub_topic_msg_recv_counts_total", &[]),
+            // libp2p-metrics spells the direction as its enum variant: `Outbound`, `Inbound`.
+            sent: value("libp2p_bandwidth_bytes_total", &[("direction", "Outbound")]),
+            received: value("libp2p_bandwidth_bytes_total", &[("direction", "Inbound")]),
+            idontwant: value("libp2p_gossipsub_idontwant_msgs_total", &[]),
         }
     }
 }
