@@ -557,7 +557,8 @@ impl Actor {
         let candidates: Vec<PeerId> =
             known.into_iter().filter(|peer| !self.swarm.is_connected(peer) && !self.closed.recent(peer, now)).collect();
         if candidates.is_empty() {
-            if self.last_bootstrap.is_none_or(|at| now.saturating_duration_since(at) >= peers::BOOTSTRAP_EVERY) {
+            let every = peers::bootstrap_every(self.swarm.network_info().num_peers(), self.target_peers);
+            if self.last_bootstrap.is_none_or(|at| now.saturating_duration_since(at) >= every) {
                 self.last_bootstrap = Some(now);
                 if let Err(error) = self.swarm.behaviour_mut().kademlia.bootstrap() {
                     tracing::debug!(%error, "kademlia bootstrap not started");

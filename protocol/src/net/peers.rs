@@ -51,8 +51,26 @@ pub(super) fn retry_after(connected: usize, target: usize) -> Duration {
 /// The closed peers remembered at most; past it the oldest is forgotten first.
 const CLOSED_MAX: usize = 4096;
 
-/// Kademlia bootstraps, when the routing table has nobody left to dial, at most this often.
+/// Kademlia bootstraps, when the routing table has nobody left to dial, at most this often
+/// while the node is short of [`nearly_full`] peers.
 pub(super) const BOOTSTRAP_EVERY: Duration = Duration::from_secs(60);
+
+/// How long a node with `connected` peers waits between Kademlia bootstraps while it is below
+/// its target and knows nobody left to dial: [`BOOTSTRAP_EVERY`] while it is short of
+/// [`nearly_full`], [`REDIAL_AFTER`] once it has that many. A swarm of nodes that keep the
+/// same target never has every node at it (a node one short finds every peer full); each
+/// lookup of a bootstrap asks twenty or so peers, and at a minute a 300-node swarm answered a
+/// `FindNode` a second per node with nothing to gain. At [`REDIAL_AFTER`] the lookups come
+/// back as often as the peers that refused the node may be dialled again.
+pub(super) fn bootstrap_every(connected: usize, target: usize) -> Duration {
+    if connected < nearly_full(target) { BOOTSTRAP_EVERY } else { REDIAL_AFTER }
+}
+
+/// Three quarters of the target: enough peers for every gossipsub mesh and spare, so the
+/// node looks for the rest without hurry.
+pub(super) fn nearly_full(target: usize) -> usize {
+    target - target / 4
+}
 
 /// A node short of [`rejoin_below`] peers dials its bootstrap list again this often, and
 /// bootstraps Kademlia through whoever answers. A bootstrap peer at its ceiling refuses a
@@ -175,6 +193,18 @@ mod tests {
         assert_eq!(rejoin_below(20), 5);
         assert_eq!(rejoin_below(3), 1);
         assert_eq!(rejoin_below(0), 1);
+    }
+
+    #[test]
+    fn a_node_short_of_three_quarters_of_its_target_bootstraps_every_minute_and_later_every_five() {
+        assert_eq!(nearly_full(20), 15);
+        assert_eq!(bootstrap_every(14, 20), BOOTSTRAP_EVERY);
+        assert_eq!(bootstrap_every(15, 20), REDIAL_AFTER);
+        assert_eq!(bootstrap_every(19, 20), REDIAL_AFTER);
+        // A small target has no "nearly": one short of it is short.
+        assert_eq!(bootstrap_every(2, 3), BOOTSTRAP_EVERY);
+        assert_eq!(bootstrap_every(0, 1), BOOTSTRAP_EVERY);
+        assert!(REDIAL_AFTER > BOOTSTRAP_EVERY);
     }
 
     #[test]

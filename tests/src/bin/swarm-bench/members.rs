@@ -209,12 +209,17 @@ impl Idle {
 /// swarm idles.
 pub(crate) async fn measure_idle(pid: u32, before: procfs::Status, members: &Members, idle: Duration) -> Result<Idle> {
     let up = procfs::status(pid)?;
-    let connected = async || -> Result<f64> {
-        let mut sum = 0;
+    // How many nodes hold each number of peers: a node short of its target keeps looking
+    // for more (Kademlia lookups, dials), the rest are quiet.
+    let connected = async || -> Result<BTreeMap<usize, usize>> {
+        let mut nodes = BTreeMap::new();
         for node in &members.nodes {
-            sum += node.net().peers().await?.len();
+            *nodes.entry(node.net().peers().await?.len()).or_insert(0) += 1;
         }
-        Ok(sum as f64 / members.nodes.len() as f64)
+        Ok(nodes)
+    };
+    let mean = |nodes: &BTreeMap<usize, usize>| {
+        nodes.iter().map(|(peers, n)| peers * n).sum::<usize>() as f64 / members.nodes.len() as f64
     };
     let peers_before = connected().await?;
     let counters = Counters::of(&members.nodes);
@@ -227,11 +232,13 @@ pub(crate) async fn measure_idle(pid: u32, before: procfs::Status, members: &Mem
     let peers_after = connected().await?;
     println!(
         "{} members: {:.1} MB resident ({:.1} MB before), {} threads, idle CPU {cores:.2} cores, \
-         peers per node {peers_before:.1} then {peers_after:.1}",
+         peers per node {:.1} then {:.1} (nodes by peers: {peers_after:?})",
         members.len(),
         mb(up.rss),
         mb(before.rss),
-        up.threads
+        up.threads,
+        mean(&peers_before),
+        mean(&peers_after),
     );
     // What an idle swarm spends its CPU on varies from run to run (0.3 to 1 core at 300 and 500
     // nodes): the counters that grew most say which protocol was busy.
@@ -240,7 +247,7 @@ pub(crate) async fn measure_idle(pid: u32, before: procfs::Status, members: &Mem
     for (series, grew) in counters.largest(IDLE_COUNTERS) {
         println!("  {:>12.3}  {series}", grew / per);
     }
-    Ok(Idle { up, cores, peers: peers_after, traffic, elapsed })
+    Ok(Idle { up, cores, peers: mean(&peers_after), traffic, elapsed })
 }
 
 /// Every counter of the honest nodes (the series named `…_total`), summed over the nodes, by
