@@ -57,12 +57,14 @@ fn bound(value: f64) -> String {
 /// The sum of the samples named `name` whose labels include every pair of `labels`; `None`
 /// if no sample matches (the series was never created).
 pub fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let matching: Vec<f64> = parse(text)
-        .into_iter()
-        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v)))
-        .map(|s| s.value)
-        .collect();
+    let matching: Vec<f64> =
+        parse(text).into_iter().filter(|s| s.name == name && has_labels(&s.labels, labels)).map(|s| s.value).collect();
     (!matching.is_empty()).then(|| matching.iter().sum())
+}
+
+/// Whether a series' `labels` include every pair of `wanted`.
+pub fn has_labels(labels: &BTreeMap<String, String>, wanted: &[(&str, &str)]) -> bool {
+    wanted.iter().all(|(k, v)| labels.get(*k).is_some_and(|x| x == v))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The multi-node scenarios, one module a file beside this one, built as one test binary: the
 //! scenarios share most of their code (the harness, the node, libp2p), and one binary compiles
-//! and links it once where one binary a file did it thirty times. Run one file's scenarios
+//! and links it once where one binary a file did it twenty-seven times. Run one file's scenarios
 //! with its module's name as the filter: `cargo test --release --workspace --test scenarios
 //! silent::`. The source reader of `layers.rs` stays a binary of its own (it needs none of it).
 

@@ -508,7 +508,7 @@ impl Actor {
         if connected >= peers::high_water(self.target_peers) {
             self.trim(now);
         } else if connected < self.target_peers {
-            self.top_up(self.target_peers - connected, now);
+            self.top_up(connected, now);
         }
     }
 
@@ -546,7 +546,10 @@ impl Actor {
         }
     }
 
-    fn top_up(&mut self, wanted: usize, now: Instant) {
+    /// Dials known peers while the node has `connected`, fewer than its target; bootstraps
+    /// Kademlia when it knows nobody left to dial.
+    fn top_up(&mut self, connected: usize, now: Instant) {
+        let wanted = self.target_peers.saturating_sub(connected);
         let known: Vec<PeerId> = self
             .swarm
             .behaviour_mut()
@@ -557,7 +560,7 @@ impl Actor {
         let candidates: Vec<PeerId> =
             known.into_iter().filter(|peer| !self.swarm.is_connected(peer) && !self.closed.recent(peer, now)).collect();
         if candidates.is_empty() {
-            let every = peers::bootstrap_every(self.swarm.network_info().num_peers(), self.target_peers);
+            let every = peers::bootstrap_every(connected, self.target_peers);
             if self.last_bootstrap.is_none_or(|at| now.saturating_duration_since(at) >= every) {
                 self.last_bootstrap = Some(now);
                 if let Err(error) = self.swarm.behaviour_mut().kademlia.bootstrap() {

@@ -277,7 +277,7 @@ impl Counters {
     fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.0
             .iter()
-            .filter(|((n, l), _)| n == name && labels.iter().all(|(k, v)| l.get(*k).is_some_and(|x| x == v)))
+            .filter(|((n, l), _)| n == name && druse_tests::metrics::has_labels(l, labels))
             .map(|(_, v)| v)
             .sum()
     }
