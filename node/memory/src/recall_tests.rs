@@ -375,6 +375,27 @@ fn a_question_that_names_a_speaker_prefers_what_they_said_but_not_over_a_clearly
     assert_eq!(ask(&m, "When is Caroline's pottery class?", "pair", 1), [pottery]);
 }
 
+#[test]
+fn a_question_about_one_speaker_and_anothers_doings_prefers_what_the_first_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let bens = m.add(fact("Ben: my trip to Lisbon, the whole trip, was my decision", "pair"), "user", NOW).unwrap();
+    let anas = m.add(fact("Ana: I think Lisbon alone takes courage", "pair"), "user", NOW).unwrap();
+    let (bens, anas) = (bens.crystal.id, anas.crystal.id);
+    // Others of the conversation that match a word or two, so the two above are not merely
+    // the best and worst of a list of two.
+    for other in ["Cy: Lisbon has steep hills and old trams", "Di: a trip by train takes a day", "Ana: a day off"] {
+        m.add(fact(other, "pair"), "user", NOW).unwrap();
+    }
+    let question = "What does Ana think about Ben's trip to Lisbon?";
+    m.set_tuning(Tuning { speaker_weight: 0.0, ..m.tuning() });
+    assert_eq!(ask(&m, question, "pair", 2), [bens, anas], "by their words alone, Ben's turn matches better");
+    m.set_tuning(Tuning { speaker_weight: 1.0, ..m.tuning() });
+    assert_eq!(ask(&m, question, "pair", 2), [anas, bens], "the question is about what Ana thinks");
+    // Asked about Ben, his own turn comes first.
+    assert_eq!(ask(&m, "What did Ben say about Ana's view of his trip to Lisbon?", "pair", 2), [bens, anas]);
+}
+
 /// The hashing embedder, presented as an embedder of meaning, so the engine stores sentence
 /// vectors with it as it does with MiniLM.
 #[derive(Debug)]
