@@ -165,15 +165,17 @@ impl Words {
     /// decision") is not that one; speakers joined by "and" or "or" ("Did Jon and Gina both
     /// ...?") are asked about together. When it names every speaker only as a possessive
     /// ("When is Caroline's class?"), it asks about each of them.
-    fn asked_about(&self, speakers: &HashSet<String>) -> HashSet<String> {
+    fn asked_about<'a>(&self, speakers: &HashSet<&'a str>) -> HashSet<&'a str> {
         let possessive = |place: &Range<usize>| self.0.get(place.end).is_some_and(|next| next == "s");
+        let named: Vec<(&str, Vec<Range<usize>>)> =
+            speakers.iter().map(|who| (*who, self.places(who))).filter(|(_, places)| !places.is_empty()).collect();
         // Each speaker at the first place it is named other than as a possessive, in order.
-        let mut subjects: Vec<(Range<usize>, &String)> = speakers
+        let mut subjects: Vec<(Range<usize>, &str)> = named
             .iter()
-            .filter_map(|who| Some((self.places(who).into_iter().find(|place| !possessive(place))?, who)))
+            .filter_map(|(who, places)| Some((places.iter().find(|place| !possessive(place))?.clone(), *who)))
             .collect();
         if subjects.is_empty() {
-            return speakers.iter().filter(|who| !self.places(who).is_empty()).cloned().collect();
+            return named.into_iter().map(|(who, _)| who).collect();
         }
         subjects.sort_by_key(|(place, _)| place.start);
         let mut asked = HashSet::new();
@@ -184,7 +186,7 @@ impl Words {
                 break;
             }
             end = place.end;
-            asked.insert(who.clone());
+            asked.insert(who);
         }
         asked
     }
@@ -424,11 +426,12 @@ impl Memory {
             }
         }
         if tuning.speaker_weight > 0.0 {
-            let speaker_of = |id: &CrystalId| crystals.get(id).and_then(|c| speaker(&c.text));
-            let speakers: HashSet<String> = fused.keys().filter_map(speaker_of).collect();
-            let asked = Words::of(&query.q).asked_about(&speakers);
+            // Each candidate's speaker, read from its text once.
+            let speakers: HashMap<CrystalId, String> =
+                fused.keys().filter_map(|id| Some((*id, speaker(&crystals.get(id)?.text)?))).collect();
+            let asked = Words::of(&query.q).asked_about(&speakers.values().map(String::as_str).collect());
             for (id, entry) in &mut fused {
-                if speaker_of(id).is_some_and(|who| asked.contains(&who)) {
+                if speakers.get(id).is_some_and(|who| asked.contains(who.as_str())) {
                     entry.0 *= 1.0 + tuning.speaker_weight;
                 }
             }
@@ -531,7 +534,9 @@ mod tests {
     }
 
     fn asked(question: &str, names: &[&str]) -> HashSet<String> {
-        Words::of(question).asked_about(&speakers(names))
+        let speakers = speakers(names);
+        let asked = Words::of(question).asked_about(&speakers.iter().map(String::as_str).collect());
+        asked.into_iter().map(str::to_owned).collect()
     }
 
     #[test]
