@@ -364,7 +364,9 @@ impl Actor {
                 // The peer manager leaves a peer it could not reach alone for a while, rather
                 // than dial it again every tick: briefly while this node is cut off, else long,
                 // so that well-connected nodes do not take the slots a full peer frees.
-                if let Some(peer) = peer_id.filter(|peer| !self.swarm.is_connected(peer)) {
+                if let Some(peer) =
+                    peer_id.filter(|peer| peers::says_peer_unreachable(&error) && !self.swarm.is_connected(peer))
+                {
                     let wait = peers::retry_after(self.connected_since.len(), self.target_peers);
                     self.closed.insert(peer, Instant::now(), wait);
                 }

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use libp2p::PeerId;
+use libp2p::swarm::DialError;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
@@ -46,6 +47,15 @@ pub(super) const RETRY_AFTER: Duration = Duration::from_secs(30);
 /// for minutes.
 pub(super) fn retry_after(connected: usize, target: usize) -> Duration {
     if connected < rejoin_below(target) { RETRY_AFTER } else { REDIAL_AFTER }
+}
+
+/// Whether a failed dial tells that the peer could not be reached, so that the peer manager
+/// leaves it alone for a while. A dial this node refused itself (`Denied`: the gate refuses
+/// Kademlia's dials while the node has its target) or never started says nothing about the
+/// peer: counted, a node at its target would leave every peer its Kademlia walked through alone
+/// for [`REDIAL_AFTER`], and could not dial them back when trimming or churn took its peers.
+pub(super) fn says_peer_unreachable(error: &DialError) -> bool {
+    !matches!(error, DialError::Denied { .. } | DialError::DialPeerConditionFalse(_) | DialError::Aborted)
 }
 
 /// The closed peers remembered at most; past it the oldest is forgotten first.
@@ -215,6 +225,19 @@ mod tests {
         assert!(excess(all[..9].to_vec(), 8, Duration::from_secs(20), now).is_empty(), "9 peers, high water 10");
         assert_eq!(excess(all.clone(), 8, Duration::from_secs(20), now).len(), 2, "10 peers, target 8, high water 10");
         assert_eq!(excess(all, 7, Duration::from_secs(20), now).len(), 3, "10 peers, target 7, high water 9");
+    }
+
+    #[test]
+    fn only_a_dial_that_reached_for_the_peer_marks_it_unreachable() {
+        use libp2p::TransportError;
+        use libp2p::swarm::ConnectionDenied;
+        let refused = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let addr: libp2p::Multiaddr = "/ip4/127.0.0.1/tcp/1".parse().unwrap();
+        assert!(says_peer_unreachable(&DialError::Transport(vec![(addr, TransportError::Other(refused()))])));
+        assert!(says_peer_unreachable(&DialError::NoAddresses));
+        // The node's own gate (or connection limits) refused it before it was dialled.
+        assert!(!says_peer_unreachable(&DialError::Denied { cause: ConnectionDenied::new(refused()) }));
+        assert!(!says_peer_unreachable(&DialError::Aborted));
     }
 
     #[test]
