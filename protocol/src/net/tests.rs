@@ -439,8 +439,7 @@ fn reachable_from_first(links: &[Vec<usize>]) -> usize {
     let mut stack = vec![0];
     seen[0] = true;
     while let Some(node) = stack.pop() {
-        let neighbours = (0..links.len()).filter(|&other| links[node].contains(&other) || links[other].contains(&node));
-        for next in neighbours.collect::<Vec<_>>() {
+        for next in (0..links.len()).filter(|&other| links[node].contains(&other) || links[other].contains(&node)) {
             if !seen[next] {
                 seen[next] = true;
                 stack.push(next);
