@@ -529,14 +529,15 @@ mod tests {
         assert_eq!((score[&1].1, score[&1].2), (Some(3), Some(1)));
     }
 
+    /// `names`, lowercased, to compare with what [`asked`] returns.
     fn speakers(names: &[&str]) -> HashSet<String> {
         names.iter().map(|name| name.to_lowercase()).collect()
     }
 
+    /// Which of `names`, passed as written, `question` asks about (lowercased).
     fn asked(question: &str, names: &[&str]) -> HashSet<String> {
-        let speakers = speakers(names);
-        let asked = Words::of(question).asked_about(&speakers.iter().map(String::as_str).collect());
-        asked.into_iter().map(str::to_owned).collect()
+        let asked = Words::of(question).asked_about(&names.iter().copied().collect());
+        asked.into_iter().map(str::to_lowercase).collect()
     }
 
     #[test]
