@@ -4,7 +4,7 @@
 //!
 //! - [`Hashing`]: feature hashing. Zero files, always there, microseconds per text; it matches
 //!   shared words and word pieces, not meaning.
-//! - [`MiniLm`]: all-MiniLM-L6-v2 (384-d) through candle on the CPU, when its weights are on disk.
+//! - [`MiniLm`]: all-MiniLM-L6-v2 (384-d) on the CPU, when its weights are on disk.
 //! - [`OpenAi`]: any OpenAI-compatible `POST /v1/embeddings` endpoint.
 //!
 //! [`from_config`] picks one; [`for_node`] does the same for a node, which may also find or
@@ -17,6 +17,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod bert;
 mod choose;
 pub mod fetch;
 mod hashing;
@@ -36,30 +37,25 @@ pub const MINILM_DIR_ENV: &str = "DRUSE_MINILM_DIR";
 /// The hashing embedder's dimension when the config names none: the same as MiniLM's, so indexes are alike.
 pub const DEFAULT_HASHING_DIM: usize = 384;
 
-/// The environment variable candle and rayon read for their thread count.
+/// The environment variable rayon reads for the size of its pool.
 const COMPUTE_THREADS_ENV: &str = "RAYON_NUM_THREADS";
 
-/// Names the thread count of the model's matrix products once, for the whole process.
+/// Sizes the compute pool (rayon's global pool, where the model's products and the verify
+/// workers run) once, for the whole process: one thread per physical core, but no more than the
+/// CPUs this process may use, so a container's quota holds. Two hyperthreads of one core share its
+/// vector units, so a second thread there only contends. A size the operator set in
+/// `RAYON_NUM_THREADS` is left to rayon.
 ///
-/// candle reads `RAYON_NUM_THREADS` on every matrix product and, when it is unset, counts the
-/// machine's physical cores by reading `/proc/cpuinfo` again each time: about a quarter of a
-/// query's embedding (2 of 9.5 ms with MiniLM). Setting it to the count candle would find (the
-/// physical cores, but no more than the CPUs this process may use, so a container's quota holds)
-/// keeps its behaviour and drops the reads. A value the operator set is left alone.
-///
-/// Call it first thing in `main`, before the process starts any thread: changing the environment
-/// is only sound while no other thread can read it. The node's binaries do, in
-/// their `block_on`.
-#[allow(unsafe_code)]
+/// Call it before anything uses the pool (the node's binaries do, in their `block_on`); once the
+/// pool exists, it keeps its size and this does nothing.
 pub fn settle_compute_threads() {
     if std::env::var_os(COMPUTE_THREADS_ENV).is_some() {
         return;
     }
     let usable = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let threads = num_cpus::get_physical().clamp(1, usable);
-    // SAFETY: the caller runs this before the process has started a second thread (the contract
-    // above), so nothing reads or writes the environment at the same time.
-    unsafe { std::env::set_var(COMPUTE_THREADS_ENV, threads.to_string()) };
+    // The only error is a pool that already exists, which keeps the size it was built with.
+    let _ = rayon::ThreadPoolBuilder::new().num_threads(threads).build_global();
 }
 
 /// Text → unit-length vector. Implementations are blocking; async callers use spawn_blocking.
@@ -118,17 +114,16 @@ pub enum Error {
     #[error("tokenizing input failed: {0}")]
     Tokenize(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The weights file does not fit the model.
-    #[error("cannot load model weights {}: {source}", path.display())]
+    #[error("cannot load model weights {}: {reason}", path.display())]
     Weights {
         /// The weights file.
         path: PathBuf,
-        /// What candle reported.
-        #[source]
-        source: candle_core::Error,
+        /// What is missing or wrong in it.
+        reason: String,
     },
     /// The model's forward pass failed.
     #[error("model inference failed: {0}")]
-    Inference(#[source] candle_core::Error),
+    Inference(String),
     /// The embedding endpoint could not be reached, or did not answer in time.
     #[error("embedding request to {endpoint} failed: {}", http_failure(source))]
     Http {
