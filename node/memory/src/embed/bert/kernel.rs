@@ -286,7 +286,7 @@ pub(super) mod simd {
 
     /// Whether this CPU has AVX2 and FMA (std caches the answer).
     #[inline]
-    pub(in crate::embed::bert) fn available() -> bool {
+    pub(crate) fn available() -> bool {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
 
@@ -366,7 +366,7 @@ pub(super) mod simd {
 /// Other CPUs: the plain loops only.
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) mod simd {
-    pub(in crate::embed::bert) fn available() -> bool {
+    pub(crate) fn available() -> bool {
         false
     }
 
