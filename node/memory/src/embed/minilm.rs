@@ -22,7 +22,7 @@ const CONFIG: &str = "config.json";
 /// sentence-transformers' `max_seq_length` for this model: longer texts are cut, as there.
 const MAX_TOKENS: usize = 256;
 /// Texts per forward pass: enough to amortise the call, few enough to bound memory (32 × 256
-/// tokens: about 75 MB of activations at most).
+/// tokens: about 125 MB of activations at most).
 const BATCH: usize = 32;
 
 /// The first file `load` needs that `dir` lacks, if any: lets `from_config` probe a folder before loading.
