@@ -170,8 +170,8 @@ pub fn print_json<T: serde::Serialize>(value: &T) {
 }
 
 /// Runs a binary's async `main` on a multi-threaded tokio runtime (what `#[tokio::main]` builds),
-/// after settling, while the process still has one thread, what must be settled before any other
-/// starts ([`druse_memory::embed::settle_compute_threads`]).
+/// after sizing the compute pool, before anything can use it
+/// ([`druse_memory::embed::settle_compute_threads`]).
 pub fn block_on<F: std::future::Future>(main: F) -> F::Output {
     druse_memory::embed::settle_compute_threads();
     // Proof of impossibility: building a runtime fails only when the OS refuses its threads or

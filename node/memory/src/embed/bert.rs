@@ -225,13 +225,20 @@ impl Bert {
             }
         }
 
+        // Which keys each row attends to (its own text's), and whether attention is worth the
+        // compute pool's threads: the same for every layer.
+        let keys: Vec<Range<usize>> =
+            spans.iter().flat_map(|span| std::iter::repeat_n(span.clone(), span.len())).collect();
+        let work: usize = spans.iter().map(|span| span.len() * span.len()).sum::<usize>() * 2 * h;
+        let parallel = work >= PARALLEL_ATTENTION;
+
         let mut qkv = vec![0.0f32; rows * 3 * h];
         let mut context = vec![0.0f32; rows * h];
         let mut projected = vec![0.0f32; rows * h];
         let mut inner = vec![0.0f32; rows * self.intermediate];
         for layer in &self.layers {
             layer.qkv.forward(&x, rows, &mut qkv);
-            self.attend(&qkv, &spans, &mut context);
+            self.attend(&qkv, &keys, parallel, &mut context);
             layer.attention_out.forward(&context, rows, &mut projected);
             self.add_and_norm(&mut x, &projected, &layer.attention_norm);
             layer.up.forward(&x, rows, &mut inner);
@@ -277,22 +284,16 @@ impl Bert {
         Ok(())
     }
 
-    /// Self-attention: each row's query against the keys of its own text, every head, into
-    /// `context` (`rows × hidden`, the heads side by side).
-    fn attend(&self, qkv: &[f32], spans: &[Range<usize>], context: &mut [f32]) {
+    /// Self-attention: each row's query against the keys of its own text (`keys`, by row), every
+    /// head, into `context` (`rows × hidden`, the heads side by side).
+    fn attend(&self, qkv: &[f32], keys: &[Range<usize>], parallel: bool, context: &mut [f32]) {
         let h = self.hidden;
-        let mut text_of = Vec::with_capacity(context.len() / h);
-        for span in spans {
-            text_of.extend(std::iter::repeat_n(span.clone(), span.len()));
-        }
-        let work: usize = spans.iter().map(|span| span.len() * span.len()).sum::<usize>() * 2 * h;
-        let row =
-            |(n, out): (usize, &mut [f32]), scores: &mut Vec<f32>| self.attend_row(qkv, n, &text_of[n], out, scores);
-        if work < PARALLEL_ATTENTION {
+        let row = |(n, out): (usize, &mut [f32]), scores: &mut Vec<f32>| self.attend_row(qkv, n, &keys[n], out, scores);
+        if parallel {
+            context.par_chunks_exact_mut(h).enumerate().for_each_init(Vec::new, |scores, item| row(item, scores));
+        } else {
             let mut scores = Vec::new();
             context.chunks_exact_mut(h).enumerate().for_each(|item| row(item, &mut scores));
-        } else {
-            context.par_chunks_exact_mut(h).enumerate().for_each_init(Vec::new, |scores, item| row(item, scores));
         }
     }
 

@@ -88,12 +88,10 @@ impl Linear {
             });
         } else {
             let per = panels.div_ceil(parts);
-            let parts: Vec<(usize, Vec<f32>)> = (0..panels)
-                .step_by(per)
-                .collect::<Vec<_>>()
+            let parts: Vec<(usize, Vec<f32>)> = (0..panels.div_ceil(per))
                 .into_par_iter()
-                .map(|first| {
-                    let last = (first + per).min(panels);
+                .map(|part| {
+                    let (first, last) = (part * per, ((part + 1) * per).min(panels));
                     let width = (last * PANEL).min(self.outputs) - first * PANEL;
                     let mut part = vec![0.0; rows * width];
                     self.run(x, rows, first..last, &mut part, width, fast);
