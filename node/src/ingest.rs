@@ -114,6 +114,14 @@ pub(crate) enum Content {
 }
 
 impl Content {
+    /// Compiles what a listing's content is checked against (the secret patterns and the skill
+    /// scanner's phrase lists), so the first listing a node receives is checked as fast as the
+    /// rest: its verify thread does this when it starts.
+    pub(crate) fn compile() {
+        governance::compile();
+        druse_protocol::scan::compile();
+    }
+
     /// Checks a listing's name and text: secrets first, then the skill scanner (a folder's
     /// files one by one).
     pub(crate) fn of(listing: &CrystalListing) -> Self {

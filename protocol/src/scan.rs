@@ -43,9 +43,15 @@ impl Phrases {
         Self { list, automaton: OnceLock::new() }
     }
 
+    /// The automaton, built on first use (`None` if it could not be: the list is then searched
+    /// phrase by phrase).
+    fn automaton(&self) -> Option<&AhoCorasick> {
+        self.automaton.get_or_init(|| AhoCorasick::new(self.list).ok()).as_ref()
+    }
+
     /// Where the first phrase found in `hay` starts, if any.
     fn position(&self, hay: &str) -> Option<usize> {
-        match self.automaton.get_or_init(|| AhoCorasick::new(self.list).ok()) {
+        match self.automaton() {
             Some(automaton) => automaton.find(hay).map(|m| m.start()),
             None => self.list.iter().filter_map(|p| hay.find(p)).min(),
         }
@@ -53,10 +59,23 @@ impl Phrases {
 
     /// The phrase found first in `hay`, if any.
     fn find(&self, hay: &str) -> Option<&'static str> {
-        match self.automaton.get_or_init(|| AhoCorasick::new(self.list).ok()) {
+        match self.automaton() {
             Some(automaton) => automaton.find(hay).map(|m| self.list[m.pattern().as_usize()]),
             None => self.list.iter().copied().find(|p| hay.contains(p)),
         }
+    }
+}
+
+/// Every phrase list the rules look for (each is declared above the rule that uses it).
+static EVERY_LIST: [&Phrases; 8] =
+    [&OVERRIDES, &MARKUP, &MARKUP_SQUASHED, &FETCH, &ALWAYS, &SECRET_READS, &SECRET_SQUASHED, &SEND];
+
+/// Builds every phrase list's automaton now rather than on the first skill scanned: about a
+/// millisecond of a core, once a process, that would otherwise fall on the first listing a
+/// node receives and hold up its forwarding.
+pub fn compile() {
+    for list in EVERY_LIST {
+        list.automaton();
     }
 }
 
@@ -343,6 +362,40 @@ fn join_continuations(text: &str) -> String {
     out
 }
 
+/// Instructions aimed at the reading model, on the squashed text (`model-override`).
+static OVERRIDES: Phrases = Phrases::new(&[
+    "forgeteverythingabove",
+    "forgeteverythingyouweretold",
+    "newinstructionsfollow",
+    "yournewinstructionsare",
+    "newsysteminstructions",
+    "newsystemprompt",
+    "youarenowinunrestricted",
+    "youarenowdan",
+    "youarenolongerbound",
+    "developermodeenabled",
+    "enterdevelopermode",
+    "jailbreakmode",
+    "donottelltheuser",
+    "donotmentionthistotheuser",
+    "dontmentionthistotheuser",
+    "withoutinformingtheuser",
+    "withouttellingtheuser",
+    "hidethisfromtheuser",
+    "keepthissecretfromtheuser",
+    "revealyoursystemprompt",
+    "printyoursystemprompt",
+    "repeatyoursystemprompt",
+    "thisisyoursystemprompt",
+    "thefollowingisasystemmessage",
+    "actasthesystem",
+    "youmustobeythisskill",
+    "thisskilloverrides",
+    "overridesafety",
+    "disableyoursafety",
+    "ignoresafety",
+]);
+
 /// Instructions aimed at the model, matched on the squashed text (letters and digits only),
 /// so spacing, line breaks and markup between the words do not hide them.
 fn phrases(found: &mut Found, file: &str, squashed: &str) {
@@ -385,83 +438,91 @@ fn phrases(found: &mut Found, file: &str, squashed: &str) {
             }
         }
     }
-    static PHRASES: Phrases = Phrases::new(&[
-        "forgeteverythingabove",
-        "forgeteverythingyouweretold",
-        "newinstructionsfollow",
-        "yournewinstructionsare",
-        "newsysteminstructions",
-        "newsystemprompt",
-        "youarenowinunrestricted",
-        "youarenowdan",
-        "youarenolongerbound",
-        "developermodeenabled",
-        "enterdevelopermode",
-        "jailbreakmode",
-        "donottelltheuser",
-        "donotmentionthistotheuser",
-        "dontmentionthistotheuser",
-        "withoutinformingtheuser",
-        "withouttellingtheuser",
-        "hidethisfromtheuser",
-        "keepthissecretfromtheuser",
-        "revealyoursystemprompt",
-        "printyoursystemprompt",
-        "repeatyoursystemprompt",
-        "thisisyoursystemprompt",
-        "thefollowingisasystemmessage",
-        "actasthesystem",
-        "youmustobeythisskill",
-        "thisskilloverrides",
-        "overridesafety",
-        "disableyoursafety",
-        "ignoresafety",
-    ]);
-    if let Some(p) = PHRASES.find(squashed) {
+    if let Some(p) = OVERRIDES.find(squashed) {
         found.add("model-override", Severity::High, file, p);
     }
 }
 
+/// Chat and tool-call markup and role claims, on the folded text (`role-markup`).
+static MARKUP: Phrases = Phrases::new(&[
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|system|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+    "<<sys>>",
+    "[inst]",
+    "<tool_call>",
+    "</tool_call>",
+    "[tool_calls]",
+    "\"tool_calls\"",
+    "<function_calls>",
+    "<invoke name=",
+    "</system>",
+    "<system>",
+    "[system]",
+    "### system",
+    "system message:",
+    "system prompt:",
+]);
+
+/// The same markup spaced out, on the squashed text.
+static MARKUP_SQUASHED: Phrases = Phrases::new(&["imstartsystem", "toolcallname", "startheaderidsystem"]);
+
 /// Chat and tool-call markup, and role claims, on the folded text (and squashed, for markup
 /// spaced out).
 fn markup(found: &mut Found, file: &str, plain: &str, squashed: &str) {
-    static MARKUP: Phrases = Phrases::new(&[
-        "<|im_start|>",
-        "<|im_end|>",
-        "<|system|>",
-        "<|start_header_id|>",
-        "<|end_header_id|>",
-        "<|eot_id|>",
-        "<|python_tag|>",
-        "<<sys>>",
-        "[inst]",
-        "<tool_call>",
-        "</tool_call>",
-        "[tool_calls]",
-        "\"tool_calls\"",
-        "<function_calls>",
-        "<invoke name=",
-        "</system>",
-        "<system>",
-        "[system]",
-        "### system",
-        "system message:",
-        "system prompt:",
-    ]);
     if let Some(m) = MARKUP.find(plain) {
         found.add("role-markup", Severity::High, file, m);
         return;
     }
-    static SQUASHED: Phrases = Phrases::new(&["imstartsystem", "toolcallname", "startheaderidsystem"]);
-    if let Some(m) = SQUASHED.find(squashed) {
+    if let Some(m) = MARKUP_SQUASHED.find(squashed) {
         found.add("role-markup", Severity::High, file, m);
     }
 }
 
+/// Commands that download (`remote-exec` when what they fetch is run).
+static FETCH: Phrases =
+    Phrases::new(&["curl ", "wget ", "iwr ", "invoke-webrequest", "invoke-restmethod", "irm ", "fetch("]);
+
+/// Shell that runs what it downloads, whatever follows (`remote-exec`).
+static ALWAYS: Phrases = Phrases::new(&[
+    "bash <(curl",
+    "bash <(wget",
+    "sh <(curl",
+    "source <(curl",
+    "eval \"$(curl",
+    "eval \"$(wget",
+    "eval $(curl",
+    "eval $(wget",
+    "sh -c \"$(curl",
+    "sh -c \"$(wget",
+    "bash -c \"$(curl",
+    "iex (iwr",
+    "iex(iwr",
+    "iex (new-object net.webclient",
+    "iex(new-object net.webclient",
+    "invoke-expression",
+    "powershell -enc",
+    "powershell -e ",
+    "powershell.exe -enc",
+    "-encodedcommand",
+    "/dev/tcp/",
+    "nc -e ",
+    "ncat -e ",
+    "base64 -d | sh",
+    "base64 -d | bash",
+    "base64 --decode | sh",
+    "base64 --decode | bash",
+    "base64 -d|sh",
+    "base64 -d|bash",
+    "mkfifo /tmp/",
+]);
+
 /// Shell that fetches code and runs it.
 fn remote_exec(found: &mut Found, file: &str, joined: &str) {
-    static FETCH: Phrases =
-        Phrases::new(&["curl ", "wget ", "iwr ", "invoke-webrequest", "invoke-restmethod", "irm ", "fetch("]);
     const RUN: &[&str] = &[
         "| sh",
         "|sh",
@@ -478,38 +539,6 @@ fn remote_exec(found: &mut Found, file: &str, joined: &str) {
         "| node",
         "| ruby",
     ];
-    static ALWAYS: Phrases = Phrases::new(&[
-        "bash <(curl",
-        "bash <(wget",
-        "sh <(curl",
-        "source <(curl",
-        "eval \"$(curl",
-        "eval \"$(wget",
-        "eval $(curl",
-        "eval $(wget",
-        "sh -c \"$(curl",
-        "sh -c \"$(wget",
-        "bash -c \"$(curl",
-        "iex (iwr",
-        "iex(iwr",
-        "iex (new-object net.webclient",
-        "iex(new-object net.webclient",
-        "invoke-expression",
-        "powershell -enc",
-        "powershell -e ",
-        "powershell.exe -enc",
-        "-encodedcommand",
-        "/dev/tcp/",
-        "nc -e ",
-        "ncat -e ",
-        "base64 -d | sh",
-        "base64 -d | bash",
-        "base64 --decode | sh",
-        "base64 --decode | bash",
-        "base64 -d|sh",
-        "base64 -d|bash",
-        "mkfifo /tmp/",
-    ]);
     if let Some(m) = ALWAYS.find(joined) {
         found.add("remote-exec", Severity::High, file, m);
         return;
@@ -538,47 +567,73 @@ fn remote_exec(found: &mut Found, file: &str, joined: &str) {
     }
 }
 
+/// Paths and commands that read secrets (`secret-read`).
+static SECRET_READS: Phrases = Phrases::new(&[
+    "~/.ssh",
+    "$home/.ssh",
+    "/.ssh/",
+    "id_rsa",
+    "id_ed25519",
+    "id_ecdsa",
+    "authorized_keys",
+    ".aws/credentials",
+    "aws_secret_access_key",
+    ".config/gcloud",
+    "application_default_credentials",
+    ".azure/accesstokens",
+    ".kube/config",
+    ".docker/config.json",
+    "~/.netrc",
+    "/.netrc",
+    ".git-credentials",
+    ".pypirc",
+    "/etc/shadow",
+    "login.keychain",
+    "find-generic-password",
+    "find-internet-password",
+    "dump-keychain",
+    "keychain access",
+    "wallet.dat",
+    "gnome-keyring",
+    "kwallet",
+    "browser cookies",
+    "cookies.sqlite",
+    "login data",
+]);
+
+/// The same, on the squashed text.
+static SECRET_SQUASHED: Phrases =
+    Phrases::new(&["sshprivatekey", "idrsa", "awscredentials", "awssecretaccesskey", "yourprivatekeys"]);
+
+/// What sends a file away: a `.env` read beside one is `secret-read`, not `env-file`.
+static SEND: Phrases = Phrases::new(&[
+    "curl -d",
+    "curl --data",
+    "curl -f ",
+    "curl -t ",
+    "--upload-file",
+    "-x post",
+    "--request post",
+    "wget --post",
+    "requests.post",
+    "fetch(",
+    "nc ",
+    "scp ",
+    "send it to",
+    "send them to",
+    "post it to",
+    "upload it to",
+    "send the contents",
+    "email it to",
+]);
+
 /// Reads of secrets; a `.env` file is high only when something is also sent away.
 fn secrets(found: &mut Found, file: &str, joined: &str, squashed: &str) {
-    static SECRET: Phrases = Phrases::new(&[
-        "~/.ssh",
-        "$home/.ssh",
-        "/.ssh/",
-        "id_rsa",
-        "id_ed25519",
-        "id_ecdsa",
-        "authorized_keys",
-        ".aws/credentials",
-        "aws_secret_access_key",
-        ".config/gcloud",
-        "application_default_credentials",
-        ".azure/accesstokens",
-        ".kube/config",
-        ".docker/config.json",
-        "~/.netrc",
-        "/.netrc",
-        ".git-credentials",
-        ".pypirc",
-        "/etc/shadow",
-        "login.keychain",
-        "find-generic-password",
-        "find-internet-password",
-        "dump-keychain",
-        "keychain access",
-        "wallet.dat",
-        "gnome-keyring",
-        "kwallet",
-        "browser cookies",
-        "cookies.sqlite",
-        "login data",
-    ]);
-    if let Some(m) = SECRET.find(joined) {
+    if let Some(m) = SECRET_READS.find(joined) {
         found.add("secret-read", Severity::High, file, m);
         return;
     }
-    static SQUASHED: Phrases =
-        Phrases::new(&["sshprivatekey", "idrsa", "awscredentials", "awssecretaccesskey", "yourprivatekeys"]);
-    if let Some(m) = SQUASHED.find(squashed) {
+    if let Some(m) = SECRET_SQUASHED.find(squashed) {
         found.add("secret-read", Severity::High, file, m);
         return;
     }
@@ -589,26 +644,6 @@ fn secrets(found: &mut Found, file: &str, joined: &str, squashed: &str) {
     if !env_file {
         return;
     }
-    static SEND: Phrases = Phrases::new(&[
-        "curl -d",
-        "curl --data",
-        "curl -f ",
-        "curl -t ",
-        "--upload-file",
-        "-x post",
-        "--request post",
-        "wget --post",
-        "requests.post",
-        "fetch(",
-        "nc ",
-        "scp ",
-        "send it to",
-        "send them to",
-        "post it to",
-        "upload it to",
-        "send the contents",
-        "email it to",
-    ]);
     if let Some(m) = SEND.find(joined) {
         found.add("secret-read", Severity::High, file, &format!(".env sent away ({})", m.trim()));
     } else {

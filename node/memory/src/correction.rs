@@ -42,6 +42,13 @@ static NEGATION: LazyLock<RegexSet> = LazyLock::new(|| {
     .unwrap()
 });
 
+/// Compiles the signals above now rather than on the first memory added (see
+/// [`crate::compile_patterns`]).
+pub fn compile() {
+    LazyLock::force(&CORRECTION);
+    LazyLock::force(&NEGATION);
+}
+
 /// Whether `text` explicitly corrects something said before (seed 003's signals).
 pub fn is_explicit_correction(text: &str) -> bool {
     CORRECTION.is_match(text)

@@ -30,6 +30,14 @@ mod vector;
 pub mod workflow;
 
 pub use engine::Memory;
+
+/// Compiles the fixed patterns every memory added is read against (secrets and personal
+/// details, corrections) now: a node's memory writer does it when it starts, so its first
+/// memory does not pay for it (about 5 ms of a core, once a process).
+pub fn compile_patterns() {
+    governance::compile();
+    correction::compile();
+}
 pub use service::Handle;
 
 /// The vector index on its own, for measuring it apart from the engine (the `memory-bench`

@@ -260,6 +260,7 @@ fn start(engine: &Arc<Memory>) -> Option<Queues> {
     let started = spawn(
         "druse-memory-w".into(),
         Box::new(move || {
+            crate::compile_patterns();
             while let Some(job) = write_queue.blocking_recv() {
                 serve(&writer, job);
             }

