@@ -74,7 +74,11 @@ static EVERY_LIST: [&Phrases; 8] =
 /// millisecond of a core, once a process, that would otherwise fall on the first listing a
 /// node receives and hold up its forwarding.
 pub fn compile() {
-    for list in EVERY_LIST {
+    compile_lists(&EVERY_LIST);
+}
+
+fn compile_lists(lists: &[&Phrases]) {
+    for list in lists {
         list.automaton();
     }
 }

@@ -30,6 +30,7 @@ mod vector;
 pub mod workflow;
 
 pub use engine::Memory;
+pub use service::Handle;
 
 /// Compiles the fixed patterns every memory added is read against (secrets and personal
 /// details, corrections) now: a node's memory writer does it when it starts, so its first
@@ -38,7 +39,6 @@ pub fn compile_patterns() {
     governance::compile();
     correction::compile();
 }
-pub use service::Handle;
 
 /// The vector index on its own, for measuring it apart from the engine (the `memory-bench`
 /// example's `index` mode): its configuration, its statistics, and the dot product it ranks by.

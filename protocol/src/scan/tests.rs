@@ -160,6 +160,14 @@ fn a_download_continued_with_a_backslash_into_the_next_file_is_one_command() {
 
 #[test]
 fn compile_builds_every_phrase_list_before_a_scan() {
+    // A list nothing has searched yet (the statics may have been searched by other tests in
+    // this process) has no automaton until it is compiled, then one that finds its phrases.
+    static FRESH: Phrases = Phrases::new(&["alpha", "beta"]);
+    assert!(FRESH.automaton.get().is_none());
+    compile_lists(&[&FRESH]);
+    assert!(FRESH.automaton.get().is_some_and(Option::is_some));
+    assert_eq!(FRESH.find("gamma beta alpha"), Some("beta"));
+
     compile();
     for list in EVERY_LIST {
         // An automaton for each: none falls back to searching phrase by phrase.
