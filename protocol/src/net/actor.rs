@@ -466,15 +466,15 @@ impl Actor {
         }
     }
 
-    /// Dials the peers mDNS found on the local network, as many as the node has room for, and
-    /// tells Kademlia about all of them.
+    /// Dials the peers mDNS found on the local network, as many as the node has room for and
+    /// may still dial (see [`peers::dial_at_most`]), and tells Kademlia about all of them.
     fn on_discovered(&mut self, found: Vec<(PeerId, Multiaddr)>) {
         let mut by_peer: HashMap<PeerId, Vec<Multiaddr>> = HashMap::new();
         for (peer, addr) in found {
             self.swarm.behaviour_mut().kademlia.add_address(&peer, addr.clone());
             by_peer.entry(peer).or_default().push(addr);
         }
-        let mut room = self.target_peers.saturating_sub(self.swarm.network_info().num_peers());
+        let mut room = self.room_to_dial(self.swarm.network_info().num_peers());
         for (peer, addrs) in by_peer {
             if self.swarm.is_connected(&peer) {
                 continue;
@@ -548,10 +548,22 @@ impl Actor {
         }
     }
 
-    /// Dials known peers while the node has `connected`, fewer than its target; bootstraps
-    /// Kademlia when it knows nobody left to dial.
+    /// How many more peers the node dials itself with `connected` peers: up to its target, and
+    /// no more than [`peers::dial_at_most`] connections of its own dialling in all (the rest of
+    /// its slots are for the peers that dial it).
+    fn room_to_dial(&self, connected: usize) -> usize {
+        let dialled = self.swarm.behaviour().gate.dialled();
+        self.target_peers.saturating_sub(connected).min(peers::dial_at_most(self.target_peers).saturating_sub(dialled))
+    }
+
+    /// Dials known peers while the node has `connected`, fewer than its target, and may still
+    /// dial; bootstraps Kademlia when it knows nobody left to dial.
     fn top_up(&mut self, connected: usize, now: Instant) {
-        let wanted = self.target_peers.saturating_sub(connected);
+        let wanted = self.room_to_dial(connected);
+        if wanted == 0 {
+            // It has dialled all it dials: the rest come to it.
+            return;
+        }
         let known: Vec<PeerId> = self
             .swarm
             .behaviour_mut()

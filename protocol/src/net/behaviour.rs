@@ -122,7 +122,7 @@ impl Behaviour {
         let ceiling = peers::high_water(target);
         Ok(Self {
             connection_limits: connection_limits::Behaviour::new(limits),
-            gate: Gate::new(target, ceiling),
+            gate: Gate::new(target, ceiling, peers::dial_at_most(target)),
             gossipsub,
             identify,
             ping: ping::Behaviour::new(ping::Config::new()),

@@ -16,9 +16,11 @@
 //! bootstrap dials each peer it walks through, whatever the node holds already. Left alone
 //! those dials took a third of a hundred-node swarm past its ceiling, where the trimmer closed
 //! them after their grace period and the next lookup dialled again: a churn of handshakes that
-//! kept an idle swarm busy. So once the node has its target, a dial it did not ask for is
-//! refused before it starts (Kademlia counts the peer as unreachable for that query and keeps
-//! its address), and if several started together, the surplus is closed once established.
+//! kept an idle swarm busy. So once the node has its target, or has dialled as many
+//! connections as it dials at all ([`super::peers::dial_at_most`]: it leaves the rest of its
+//! slots to the peers that dial it), a dial it did not ask for is refused before it starts
+//! (Kademlia counts the peer as unreachable for that query and keeps its address), and if
+//! several started together, the surplus is closed once established.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -46,13 +48,26 @@ pub(super) struct AtTarget {
     target: usize,
 }
 
+/// Why an outbound connection the node did not ask for was refused: it has dialled `most`
+/// connections, as many as it dials, and leaves the rest of its slots to inbound peers.
+#[derive(Debug, thiserror::Error)]
+#[error("the node has dialled {most} connections, all it dials; dials it did not ask for are refused")]
+pub(super) struct DialledEnough {
+    most: usize,
+}
+
 /// Counts established connections, refuses inbound ones at the ceiling and outbound ones the
-/// node did not ask for at the target.
+/// node did not ask for at the target or once it has dialled all it dials.
 #[derive(Debug)]
 pub(super) struct Gate {
     target: usize,
     ceiling: usize,
+    /// The most established connections this node dialled, beyond which a dial it did not
+    /// ask for is refused.
+    dial_at_most: usize,
     established: HashSet<ConnectionId>,
+    /// The established connections this node dialled (a subset of `established`).
+    dialled: HashSet<ConnectionId>,
     /// The node's own dials not yet established or failed: each leaves on either event, and
     /// the node starts at most a few a tick.
     own: HashSet<ConnectionId>,
@@ -60,9 +75,22 @@ pub(super) struct Gate {
 
 impl Gate {
     /// A gate that refuses inbound connections once `ceiling` are established, and outbound
-    /// ones not announced with [`Gate::own`] once `target` are.
-    pub(super) fn new(target: usize, ceiling: usize) -> Self {
-        Self { target, ceiling, established: HashSet::new(), own: HashSet::new() }
+    /// ones not announced with [`Gate::own`] once `target` are, or once `dial_at_most` of the
+    /// established ones were dialled by this node.
+    pub(super) fn new(target: usize, ceiling: usize, dial_at_most: usize) -> Self {
+        Self {
+            target,
+            ceiling,
+            dial_at_most,
+            established: HashSet::new(),
+            dialled: HashSet::new(),
+            own: HashSet::new(),
+        }
+    }
+
+    /// How many of the established connections this node dialled.
+    pub(super) fn dialled(&self) -> usize {
+        self.dialled.len()
     }
 
     /// Marks `connection` as a dial the node itself asked for: it is never refused. Call it
@@ -79,8 +107,14 @@ impl Gate {
     }
 
     fn check_outbound(&self, connection: ConnectionId) -> Result<(), ConnectionDenied> {
-        if !self.own.contains(&connection) && self.established.len() >= self.target {
+        if self.own.contains(&connection) {
+            return Ok(());
+        }
+        if self.established.len() >= self.target {
             return Err(ConnectionDenied::new(AtTarget { target: self.target }));
+        }
+        if self.dialled.len() >= self.dial_at_most {
+            return Err(ConnectionDenied::new(DialledEnough { most: self.dial_at_most }));
         }
         Ok(())
     }
@@ -143,9 +177,13 @@ impl NetworkBehaviour for Gate {
         match event {
             FromSwarm::ConnectionEstablished(established) => {
                 self.established.insert(established.connection_id);
+                if established.endpoint.is_dialer() {
+                    self.dialled.insert(established.connection_id);
+                }
             }
             FromSwarm::ConnectionClosed(closed) => {
                 self.established.remove(&closed.connection_id);
+                self.dialled.remove(&closed.connection_id);
             }
             FromSwarm::DialFailure(failure) => {
                 self.own.remove(&failure.connection_id);

@@ -10,7 +10,9 @@
 //! So, once a tick: at the high water mark, the node closes connections until it is back at
 //! the target, choosing among the peers connected longer than a grace period (a newcomer has
 //! time to join meshes) those in the fewest meshes, then the lowest gossipsub score, then the
-//! newest. Below the target it dials peers its Kademlia routing table knows of, a few a tick,
+//! newest. Below the target, while the connections it dialled itself are fewer than a third of
+//! it ([`dial_at_most`]: the rest are kept for peers that dial in), it dials peers its Kademlia
+//! routing table knows of, a few a tick,
 //! leaving alone for a while those it closed itself or could not reach, and runs a Kademlia
 //! bootstrap when the table has no one left to offer. A node left with almost no peers (its
 //! bootstrap peers were full when it came) dials its bootstrap list again every few seconds.
@@ -95,6 +97,20 @@ pub(super) const REJOIN_EVERY: Duration = Duration::from_secs(5);
 /// bootstrap peers is not connected (in a swarm smaller than that, the node is not cut off).
 pub(super) fn rejoin_below(target: usize) -> usize {
     (target / 4).max(1)
+}
+
+/// The most connections a node with `target` dials itself to top up (the peer manager's
+/// dials, mDNS's, Kademlia's): a third of the target, at least one. The rest of its slots are
+/// left to the peers that dial it, as Ethereum's clients keep two thirds of theirs for
+/// inbound peers. A node that dialled up to its target filled its peers' slots with every
+/// dial: in a swarm of nodes that all did, the first third to start dialled each other up to
+/// their ceilings, and the hundred nodes of a lossy network came after to find every peer they
+/// learned of full, half of them left on one peer (the bootstrap node, itself full and trimming
+/// newcomers) three minutes on. Dialling a third, a swarm of nodes with one target holds about
+/// two thirds of it on each, so a newcomer finds room wherever it looks. The bootstrap list and
+/// an operator's dials are not counted against it.
+pub(super) fn dial_at_most(target: usize) -> usize {
+    (target / 3).max(1)
 }
 
 /// At this many peers the node trims back to `target`, and it refuses inbound connections at
@@ -187,6 +203,20 @@ mod tests {
 
     fn connected(peer: PeerId, since: Instant, meshes: usize, score: f64) -> Connected {
         Connected { peer, since, meshes, score }
+    }
+
+    #[test]
+    fn a_node_dials_a_third_of_its_target_and_at_least_one_peer() {
+        assert_eq!(dial_at_most(1), 1);
+        assert_eq!(dial_at_most(3), 1);
+        assert_eq!(dial_at_most(6), 2);
+        assert_eq!(dial_at_most(20), 6);
+        assert_eq!(dial_at_most(32), 10);
+        // What a swarm of such nodes holds on average (twice what each dials) leaves room
+        // below the ceiling for a newcomer's dials.
+        for target in [1, 3, 8, 20, 32, 100] {
+            assert!(2 * dial_at_most(target) < high_water(target), "target {target}");
+        }
     }
 
     #[test]

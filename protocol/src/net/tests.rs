@@ -309,6 +309,36 @@ async fn bootstrap_peers_are_dialled_at_start() {
     .expect("B never connected to its bootstrap peer");
 }
 
+/// A node dials a third of its target itself and leaves the rest of its slots to the peers
+/// that dial it: knowing eight peers with room, a node whose target is nine dials three (its
+/// bootstrap peer and two Kademlia found) and no more, so the peers that come later find room.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_dials_a_third_of_its_target_and_leaves_the_rest_to_inbound_peers() {
+    const TARGET: u32 = 9;
+    let dialled = peers::dial_at_most(TARGET as usize);
+    let hub = start(241, config(TCP)).await;
+    let mut spokes = Vec::new();
+    for seed in 242..250 {
+        // A target of one: each spoke dials the hub and nobody else, and has room for two more.
+        let spoke = start(seed, Config { target_peers: 1, ..config(TCP) }).await;
+        connect(&spoke, &hub).await;
+        spokes.push(spoke);
+    }
+    let node = start(250, Config { target_peers: TARGET, bootstrap: vec![hub.addr.clone()], ..config(TCP) }).await;
+    timeout(WAIT, async {
+        while node.handle.peers().await.unwrap().len() < dialled {
+            sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the node never dialled the peers it may");
+    // Several peer-manager ticks later it still holds what it dialled: six more spokes had room.
+    sleep(peers::TICK * 3).await;
+    let held = node.handle.peers().await.unwrap();
+    assert_eq!(held.len(), dialled, "{held:?}");
+    assert!(held.iter().any(|p| p.peer_id == hub.key.peer_id()), "the bootstrap peer was dropped");
+}
+
 /// A bootstrap peer at its ceiling refuses a newcomer, who knows nobody else: once the peer has
 /// room again the newcomer, still alone, dials it again by itself and gets in.
 #[tokio::test(flavor = "multi_thread")]
