@@ -63,7 +63,8 @@ pub struct P2p {
     /// Most connections at once.
     pub max_connections: u32,
     /// Peers the node keeps connections to: at a tenth more (at least two) it refuses inbound
-    /// connections and closes the least useful, below it dials peers it has heard of. At most
+    /// connections and closes the least useful; below it, it dials peers it has heard of, up
+    /// to a third of it, and leaves the rest to peers that dial in. At most
     /// `max_connections`; unset, 32 or `max_connections` if that is lower.
     pub target_peers: Option<u32>,
     /// Gossipsub 1.2's IDONTWANT for messages over 1000 bytes (on by default).
