@@ -66,7 +66,8 @@ pub struct Config {
     /// At most this many connections in total.
     pub max_established: u32,
     /// The peers the node keeps connections to: it trims back to this many once it has a
-    /// quarter more, and dials peers it knows of while it has fewer (see `peers`).
+    /// tenth more (at least two), and while it has fewer dials peers it knows of, up to a
+    /// third of this many dialled by itself (see `peers`).
     pub target_peers: u32,
     /// A new connection is never trimmed before it is this old.
     pub peer_grace: Duration,
