@@ -27,7 +27,7 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE_COUNTERS: usize = 15;
 
 /// How often the nodes are read while a message spreads; their own stamps time it.
-const STAMP_POLL: Duration = Duration::from_millis(25);
+const STAMP_POLL: Duration = Duration::from_millis(100);
 
 /// The swarm: every honest node (index 0 the management node), then the silent peers.
 pub(crate) struct Members {
