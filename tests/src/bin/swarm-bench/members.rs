@@ -378,11 +378,16 @@ pub(crate) async fn measure_publish(
             .with_context(|| format!("listing {k} from {}", edge.name))?;
         // One line a trial: how the slowest trials differ from the rest (a few late nodes, or
         // the whole swarm late) is what the percentiles cannot say.
+        let last: Vec<String> =
+            arrivals.last.iter().map(|(name, at)| format!("{name} {:.0} ms", at.as_secs_f64() * 1e3)).collect();
         println!(
-            "publish {k} from {}: on half the nodes after {:.0} ms, on every node after {:.0} ms",
+            "publish {k} from {}: on half the nodes after {:.0} ms, 90% after {:.0} ms, every node after {:.0} ms \
+             (last: {})",
             edge.name,
             arrivals.half.as_secs_f64() * 1e3,
-            arrivals.all.as_secs_f64() * 1e3
+            arrivals.p90.as_secs_f64() * 1e3,
+            arrivals.all.as_secs_f64() * 1e3,
+            last.join(", ")
         );
         samples.push(arrivals.all);
     }
@@ -423,8 +428,15 @@ pub(crate) async fn measure_weather(
 /// stamps the nodes put on it.
 struct Arrivals {
     half: Duration,
+    p90: Duration,
     all: Duration,
+    /// The nodes it reached last, the last one first, with when: a few late nodes and a whole
+    /// swarm late are different faults.
+    last: Vec<(String, Duration)>,
 }
+
+/// The late nodes [`Arrivals`] names.
+const LAST_NAMED: usize = 3;
 
 /// Waits until `stamp` gives every honest node's time of applying a message (Unix ms, the one
 /// clock of this process), and returns the arrivals after `started`. The nodes' own stamps
@@ -437,7 +449,7 @@ async fn wait_stamped(members: &Members, started: u64, stamp: impl Fn(&TestNode)
     loop {
         waiting.retain(|node| match stamp(node) {
             Some(at) => {
-                stamps.push(at.saturating_sub(started));
+                stamps.push((at.saturating_sub(started), node.name.as_str()));
                 false
             }
             None => true,
@@ -452,8 +464,10 @@ async fn wait_stamped(members: &Members, started: u64, stamp: impl Fn(&TestNode)
         tokio::time::sleep(STAMP_POLL).await;
     }
     stamps.sort_unstable();
-    let at = |i: usize| Duration::from_millis(stamps[i]);
-    Ok(Arrivals { half: at((stamps.len() - 1) / 2), all: at(stamps.len() - 1) })
+    let at = |i: usize| Duration::from_millis(stamps[i].0);
+    let n = stamps.len();
+    let last = stamps.iter().rev().take(LAST_NAMED).map(|(ms, name)| ((*name).to_owned(), Duration::from_millis(*ms)));
+    Ok(Arrivals { half: at((n - 1) / 2), p90: at((n - 1) * 9 / 10), all: at(n - 1), last: last.collect() })
 }
 
 /// The gossipsub scores honest nodes give their connected peers, split by whether the peer is
