@@ -549,8 +549,8 @@ impl Actor {
     }
 
     /// How many more peers the node dials itself with `connected` peers: up to its target, and
-    /// no more than [`peers::dial_at_most`] connections of its own dialling in all (the rest of
-    /// its slots are for the peers that dial it).
+    /// no more than [`peers::dial_at_most`] connections of its own dialling in all, those still
+    /// being dialled counted (the rest of its slots are for the peers that dial it).
     fn room_to_dial(&self, connected: usize) -> usize {
         let dialled = self.swarm.behaviour().gate.dialled();
         self.target_peers.saturating_sub(connected).min(peers::dial_at_most(self.target_peers).saturating_sub(dialled))

@@ -88,9 +88,10 @@ impl Gate {
         }
     }
 
-    /// How many of the established connections this node dialled.
+    /// How many connections this node dialled: established, and its own dials still under
+    /// way (each becomes one of the first, or fails).
     pub(super) fn dialled(&self) -> usize {
-        self.dialled.len()
+        self.dialled.len() + self.own.len()
     }
 
     /// Marks `connection` as a dial the node itself asked for: it is never refused. Call it
