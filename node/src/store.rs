@@ -542,6 +542,41 @@ mod tests {
         assert_eq!(store.state::<u64>("weather").unwrap(), Some(42));
     }
 
+    /// The journal is synced outside its writer lock (vendor/fjall): batches committed while
+    /// other threads sync all land, and what was synced reads back after the store reopens.
+    #[test]
+    fn batches_committed_while_other_threads_sync_all_read_back_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let (threads, batches) = (4u8, 200u16);
+        {
+            let store = Store::open_in(dir.path()).unwrap();
+            std::thread::scope(|scope| {
+                for thread in 0..threads {
+                    let store = &store;
+                    scope.spawn(move || {
+                        for n in 0..batches {
+                            let mut writes = Writes::default();
+                            writes.put(&store.market, &[&[thread][..], &n.to_be_bytes()].concat(), &n).unwrap();
+                            store.commit(&mut writes).unwrap();
+                            // Half the threads sync after every batch, as memory adds do.
+                            if thread % 2 == 0 {
+                                store.flush_blocking().unwrap();
+                            }
+                        }
+                    });
+                }
+            });
+            store.flush_blocking().unwrap();
+        }
+        let store = Store::open_in(dir.path()).unwrap();
+        for thread in 0..threads {
+            for n in 0..batches {
+                let key = [&[thread][..], &n.to_be_bytes()].concat();
+                assert_eq!(store.market.get::<u16>(&key).unwrap(), Some(n), "thread {thread}, batch {n}");
+            }
+        }
+    }
+
     #[test]
     fn writes_are_read_back_before_they_commit_and_seen_by_others_only_after() {
         let dir = tempfile::tempdir().unwrap();
