@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use clap::Parser;
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 
@@ -72,6 +72,7 @@ fn main() -> Result<()> {
         Some(thread) => thread.join().map_err(|_| anyhow::anyhow!("the syncing thread panicked"))??,
         None => 0,
     };
+    ensure!(!waits.is_empty(), "no commit was timed: --secs must be at least 1");
     waits.sort_unstable();
     let at = |q: f64| waits[((waits.len() - 1) as f64 * q) as usize];
     println!(
