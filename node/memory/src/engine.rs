@@ -44,22 +44,7 @@ pub use query::Query;
 pub use query::kind_tag;
 pub(crate) use query::{said_at, semantic_tag};
 pub use recall::{Fusion, Tuning};
-
-/// Ids handed out by the engine (crystals and audit entries): unique and rising across
-/// restarts. A window of them is reserved durably before the first is used, and a restart
-/// starts past the last window, so an id handed out before a crash is never handed out again.
-#[derive(Debug)]
-pub(super) struct Ids {
-    pub(super) next: u64,
-    pub(super) reserved: u64,
-}
-
-impl From<u64> for Ids {
-    /// The ids of a store whose last window ends at `reserved`: a restart starts past it.
-    fn from(reserved: u64) -> Self {
-        Self { next: reserved, reserved }
-    }
-}
+use storage::Ids;
 
 /// Why the memory engine failed.
 #[derive(Debug, thiserror::Error)]
@@ -412,12 +397,7 @@ impl Memory {
         now: UnixMillis,
     ) -> Result<Self, Error> {
         let tree = crate::open_keyspace(db)?;
-        let reserved = match tree.get(IDS)? {
-            Some(bytes) => <[u8; 8]>::try_from(&bytes[..])
-                .map(u64::from_be_bytes)
-                .map_err(|_| Error::Invalid("the stored id bound is not 8 bytes".into()))?,
-            None => 0,
-        };
+        let ids = Ids::stored(&tree)?;
         // The graphs come from their files and the crystals from the store: a start reads both
         // at once, so the slower of the two, not their sum, is what it waits for.
         let started = std::time::Instant::now();
@@ -455,7 +435,7 @@ impl Memory {
         let memory = Self {
             db: db.clone(),
             tree,
-            ids: Mutex::new(Ids::from(reserved)),
+            ids: Mutex::new(ids),
             crystals: RwLock::new(FxHashMap::default()),
             scopes: RwLock::new(Scopes::default()),
             extras: RwLock::new(FxHashMap::default()),
@@ -471,6 +451,7 @@ impl Memory {
             text_pending: Mutex::new(TextPending::default()),
             write: Mutex::new(()),
         };
+        memory.reserve_ids()?;
         memory.load(crystals, now)?;
         Ok(memory)
     }

@@ -151,6 +151,26 @@ fn everything_survives_a_restart() {
 }
 
 #[test]
+fn opening_reserves_the_first_window_of_ids_before_any_memory_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::testing::database(&dir.path().join("db"));
+    let bound = || {
+        let stored = crate::open_keyspace(&db).unwrap().get(crate::engine::IDS).unwrap();
+        stored.map(|bytes| u64::from_be_bytes(bytes[..].try_into().unwrap()))
+    };
+    let open = || Memory::open(&db, &dir.path().join("index"), Config::default(), Arc::new(Hashing::new(384)), NOW);
+    assert_eq!(bound(), None, "a new store holds no id bound");
+    let first = open().unwrap();
+    let reserved = bound().expect("the engine reserved ids as it opened");
+    let id = first.add(memory("the first note"), "user", NOW).unwrap().crystal.id;
+    assert!(id < reserved, "the first memory takes an id of the window reserved at open: {id} < {reserved}");
+    assert_eq!(bound(), Some(reserved), "storing it reserved nothing more");
+    drop(first);
+    let _second = open().unwrap();
+    assert!(bound().unwrap() > reserved, "a reopening reserves the window past the last one");
+}
+
+#[test]
 fn ids_handed_out_before_a_restart_are_never_handed_out_again() {
     let dir = tempfile::tempdir().unwrap();
     let first = {

@@ -9,6 +9,28 @@ use super::{
 /// Ids reserved with one durable write.
 const ID_WINDOW: u64 = 1 << 20;
 
+/// Ids handed out by the engine (crystals and audit entries): unique and rising across
+/// restarts. A window of them is reserved durably before the first is used, and a restart
+/// starts past the last window, so an id handed out before a crash is never handed out again.
+#[derive(Debug)]
+pub(super) struct Ids {
+    next: u64,
+    reserved: u64,
+}
+
+impl Ids {
+    /// The ids of a store, from the end of its last window: a restart starts past it.
+    pub(super) fn stored(tree: &fjall::Keyspace) -> Result<Self, Error> {
+        let reserved = match tree.get(IDS)? {
+            Some(bytes) => <[u8; 8]>::try_from(&bytes[..])
+                .map(u64::from_be_bytes)
+                .map_err(|_| Error::Invalid("the stored id bound is not 8 bytes".into()))?,
+            None => 0,
+        };
+        Ok(Self { next: reserved, reserved })
+    }
+}
+
 impl Memory {
     /// Writes a set of changes in one batch (one atomic commit), not yet made durable.
     pub(super) fn store(&self, changes: &Changes) -> Result<(), Error> {
@@ -49,13 +71,25 @@ impl Memory {
     pub(super) fn next_id(&self) -> Result<u64, Error> {
         let mut ids = lock(&self.ids);
         if ids.next >= ids.reserved {
-            let reserved = ids.next + ID_WINDOW;
-            self.tree.insert(IDS, reserved.to_be_bytes())?;
-            self.sync()?;
-            ids.reserved = reserved;
+            self.reserve(&mut ids)?;
         }
         ids.next += 1;
         Ok(ids.next - 1)
+    }
+
+    /// Reserves the first window of ids when the engine opens, so the first memory stored
+    /// (on a node, the first skill gossip brings) waits for no sync of its own.
+    pub(super) fn reserve_ids(&self) -> Result<(), Error> {
+        self.reserve(&mut lock(&self.ids))
+    }
+
+    /// Makes the window after `ids.next` durable, then hands it out.
+    fn reserve(&self, ids: &mut Ids) -> Result<(), Error> {
+        let reserved = ids.next + ID_WINDOW;
+        self.tree.insert(IDS, reserved.to_be_bytes())?;
+        self.sync()?;
+        ids.reserved = reserved;
+        Ok(())
     }
 
     /// Adds a set of changes to a batch.
