@@ -44,7 +44,15 @@ pub use query::Query;
 pub use query::kind_tag;
 pub(crate) use query::{said_at, semantic_tag};
 pub use recall::{Fusion, Tuning};
-use storage::Ids;
+
+/// Ids handed out by the engine (crystals and audit entries): unique and rising across
+/// restarts. A window of them is reserved durably before the first is used, and a restart
+/// starts past the last window, so an id handed out before a crash is never handed out again.
+#[derive(Debug)]
+struct Ids {
+    next: u64,
+    reserved: u64,
+}
 
 /// Why the memory engine failed.
 #[derive(Debug, thiserror::Error)]

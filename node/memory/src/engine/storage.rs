@@ -3,20 +3,11 @@
 
 use super::codec::encode_vector;
 use super::{
-    CONTEXT, CRYSTAL, Changes, EMBEDDING, Error, IDS, Memory, SENTENCES, audit_key, encode_crystals, key, lock,
+    CONTEXT, CRYSTAL, Changes, EMBEDDING, Error, IDS, Ids, Memory, SENTENCES, audit_key, encode_crystals, key, lock,
 };
 
 /// Ids reserved with one durable write.
 const ID_WINDOW: u64 = 1 << 20;
-
-/// Ids handed out by the engine (crystals and audit entries): unique and rising across
-/// restarts. A window of them is reserved durably before the first is used, and a restart
-/// starts past the last window, so an id handed out before a crash is never handed out again.
-#[derive(Debug)]
-pub(super) struct Ids {
-    next: u64,
-    reserved: u64,
-}
 
 impl Ids {
     /// The ids of a store, from the end of its last window: a restart starts past it.
