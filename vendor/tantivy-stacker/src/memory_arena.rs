@@ -182,9 +182,9 @@ impl MemoryArena {
         );
         let new_page_id = self.pages.len();
         let mut page = Page::new(new_page_id);
-        page.len = len;
+        let addr = page.allocate_space(len).unwrap_or(Addr::new(new_page_id, 0));
         self.pages.push(page);
-        Addr::new(new_page_id, 0)
+        addr
     }
 
     /// Allocates `len` bytes and returns the allocated address.
@@ -198,10 +198,16 @@ impl MemoryArena {
     }
 }
 
+/// How much more of a page is zeroed at a time, as its allocations reach past what is.
+const PAGE_GROWTH: usize = 16 * 1024;
+
 struct Page {
     page_id: usize,
     len: usize,
-    data: Box<[u8; PAGE_SIZE]>,
+    /// The page's bytes: its whole size reserved at once, so they never move, and zeroed
+    /// only as far as allocations have reached (in steps of [`PAGE_GROWTH`]), so a page
+    /// that holds a few terms touches a few pages of memory, not a megabyte.
+    data: Vec<u8>,
 }
 
 impl Page {
@@ -214,8 +220,22 @@ impl Page {
         Page {
             page_id,
             len: 0,
-            data: vec![0u8; PAGE_SIZE].into_boxed_slice().try_into().unwrap(),
+            data: Vec::with_capacity(PAGE_SIZE),
         }
+    }
+
+    /// Makes the first `len` bytes of the page initialised (zeroed where they were not).
+    #[inline]
+    fn initialise_up_to(&mut self, len: usize) {
+        if self.data.len() < len {
+            self.grow(len);
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self, len: usize) {
+        // Within the capacity reserved at creation: the bytes do not move.
+        self.data.resize(len.next_multiple_of(PAGE_GROWTH).min(PAGE_SIZE), 0);
     }
 
     #[inline]
@@ -249,6 +269,7 @@ impl Page {
         if self.is_available(len) {
             let addr = Addr::new(self.page_id, self.len);
             self.len += len;
+            self.initialise_up_to(self.len);
             Some(addr)
         } else {
             None
@@ -308,6 +329,26 @@ mod tests {
         pub a: usize,
         pub b: u8,
         pub c: u32,
+    }
+
+    #[test]
+    fn a_page_is_zeroed_only_as_far_as_its_allocations_reach() {
+        use crate::memory_arena::PAGE_GROWTH;
+        let mut arena = MemoryArena::default();
+        assert_eq!(arena.pages[0].data.len(), 0, "a new arena touches none of its page");
+        let start = arena.pages[0].data.as_ptr();
+        let a = arena.allocate_space(10);
+        arena.slice_mut(a, 10).copy_from_slice(b"0123456789");
+        assert_eq!(arena.pages[0].data.len(), PAGE_GROWTH);
+        let b = arena.allocate_space(PAGE_GROWTH);
+        assert!(arena.slice(b, PAGE_GROWTH).iter().all(|&byte| byte == 0), "new space reads as zeros");
+        assert_eq!(arena.pages[0].data.len(), 2 * PAGE_GROWTH);
+        assert_eq!(arena.pages[0].data.as_ptr(), start, "the page's bytes never move");
+        assert_eq!(arena.slice(a, 10), b"0123456789");
+        let next = arena.allocate_space(PAGE_SIZE);
+        assert_eq!(arena.pages.len(), 2);
+        assert_eq!(arena.pages[1].data.len(), PAGE_SIZE);
+        assert_eq!(arena.slice(next, PAGE_SIZE).len(), PAGE_SIZE);
     }
 
     #[test]
