@@ -182,9 +182,10 @@ impl MemoryArena {
         );
         let new_page_id = self.pages.len();
         let mut page = Page::new(new_page_id);
-        let addr = page.allocate_space(len).unwrap_or(Addr::new(new_page_id, 0));
+        page.len = len;
+        page.initialise_up_to(len);
         self.pages.push(page);
-        addr
+        Addr::new(new_page_id, 0)
     }
 
     /// Allocates `len` bytes and returns the allocated address.
