@@ -15,6 +15,7 @@ use std::sync::Mutex;
 
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
+use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, QueryParser, RangeQuery, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
@@ -284,8 +285,15 @@ impl TextIndex {
         let index = Index::builder().schema(schema).tokenizers(tokenizers).open_or_create(MmapDirectory::open(dir)?)?;
         // The writer's indexing, merging and updating threads are started here and by each
         // commit: both run at background priority, so indexing yields to ingestion and to
-        // the API while it catches up.
-        let writer = run_lowered(LOW, || index.writer_with_num_threads(1, WRITER_HEAP))??;
+        // the API while it catches up. One merge thread, not tantivy's four: a node's
+        // segments are small and merge in milliseconds, and a host running hundreds of
+        // nodes would otherwise hold three idle threads for each of them.
+        let options = IndexWriterOptions::builder()
+            .num_worker_threads(1)
+            .num_merge_threads(1)
+            .memory_budget_per_thread(WRITER_HEAP)
+            .build();
+        let writer = run_lowered(LOW, || index.writer_with_options(options))??;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         Ok(Self {
             index,
@@ -463,6 +471,28 @@ mod tests {
             assert_eq!(ids(&index, &word(n)), vec![u64::from(n)], "word {n}");
         }
         assert_eq!(index.search("shared", 10).unwrap().len(), 10);
+    }
+
+    /// The names of this process's threads.
+    #[cfg(target_os = "linux")]
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim_end().to_owned())
+            .collect()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_open_index_merges_on_one_thread() {
+        let (_dir, index) = indexed(&[(1, doc("one memory"))]);
+        let names = thread_names();
+        assert!(names.iter().any(|n| n == "merge_thread_0"), "no merge thread among {names:?}");
+        // Every index in this process is opened the same way, so no second merge thread
+        // exists while this one is open.
+        assert!(!names.iter().any(|n| n.starts_with("merge_thread_") && n != "merge_thread_0"), "{names:?}");
+        drop(index);
     }
 
     #[test]
