@@ -120,10 +120,10 @@ impl std::fmt::Debug for TextIndex {
 const WRITER_HEAP: usize = 32 * 1024 * 1024;
 
 /// The analyser's name in the schema: an index written with another analyser (or before the
-/// filter fields, before turns were indexed as windows, or with FST term dictionaries where
-/// they are now sstables) has another schema, so opening it fails and the engine rebuilds it
-/// from the store.
-const ANALYSER: &str = "druse_en_conversation_v3";
+/// filter fields, before turns were indexed as windows, or with the sstable term dictionaries
+/// one release used, where they are FSTs) has another schema, so opening it fails and the
+/// engine rebuilds it from the store.
+const ANALYSER: &str = "druse_en_conversation_v4";
 
 /// Words that carry no topic in a conversation: pronouns, auxiliaries, articles, common
 /// prepositions, question words and contraction tails ("what's" splits into "what" and "s").
