@@ -121,7 +121,7 @@ const WRITER_HEAP: usize = 32 * 1024 * 1024;
 
 /// The analyser's name in the schema: an index written with another analyser (or before the
 /// filter fields, before turns were indexed as windows, or with the sstable term dictionaries
-/// one release used, where they are FSTs) has another schema, so opening it fails and the
+/// an earlier build used in place of FSTs) has another schema, so opening it fails and the
 /// engine rebuilds it from the store.
 const ANALYSER: &str = "druse_en_conversation_v4";
 
