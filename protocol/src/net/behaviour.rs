@@ -90,7 +90,7 @@ impl Behaviour {
         // take the place of the author and sequence number in deduplication.
         let mut gossipsub = Gossipsub::new_with_subscription_filter(
             MessageAuthenticity::Anonymous,
-            gossipsub_config(config.heartbeat, config.idontwant)?,
+            gossipsub_config(config.heartbeat, config.idontwant, config.mesh_degree)?,
             gossipsub::WhitelistSubscriptionFilter(topics),
         )?
         // What gossipsub saw: copies received before and after deduplication, bytes per topic,
@@ -159,7 +159,32 @@ pub(super) fn message_id(message: &gossipsub::Message) -> MessageId {
     MessageId::new(&message_id_of(message.topic.as_str(), &message.data))
 }
 
-fn gossipsub_config(heartbeat: Duration, idontwant: bool) -> Result<gossipsub::Config, BoxError> {
+/// The mesh bounds for mesh degree `d`, as gossipsub's defaults are for its D of 6:
+/// (D_low, D_high, D_out, D_lazy) = (5, 12, 2, 6). D_low is five sixths of D, D_high twice it,
+/// D_out (outbound peers a mesh keeps, against eclipses) a third of it and at most 2, and gossip
+/// (IHAVE) goes to D peers outside the mesh.
+fn mesh_bounds(d: usize) -> Result<MeshBounds, String> {
+    if !super::MESH_DEGREES.contains(&d) {
+        return Err(format!(
+            "a mesh degree of {d} is out of range: it must be between {} and {}",
+            super::MESH_DEGREES.start(),
+            super::MESH_DEGREES.end()
+        ));
+    }
+    Ok(MeshBounds { n: d, low: (d * 5 / 6).max(1), high: 2 * d, outbound: (d / 3).clamp(1, 2), lazy: d })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MeshBounds {
+    n: usize,
+    low: usize,
+    high: usize,
+    outbound: usize,
+    lazy: usize,
+}
+
+fn gossipsub_config(heartbeat: Duration, idontwant: bool, mesh_degree: usize) -> Result<gossipsub::Config, BoxError> {
+    let mesh = mesh_bounds(mesh_degree)?;
     // The message cache holds `history_length` heartbeats; keep a message at least
     // VALIDATION_WINDOW so the node's verdict still finds it when heartbeats are short.
     let heartbeat_ms = heartbeat.as_millis().max(1);
@@ -192,6 +217,11 @@ fn gossipsub_config(heartbeat: Duration, idontwant: bool) -> Result<gossipsub::C
         // Nothing is forwarded until the node has opened the envelope and said Accept.
         .validate_messages()
         .message_id_fn(message_id)
+        .mesh_n(mesh.n)
+        .mesh_n_low(mesh.low)
+        .mesh_n_high(mesh.high)
+        .mesh_outbound_min(mesh.outbound)
+        .gossip_lazy(mesh.lazy)
         // The largest envelope plus room for gossipsub's own framing (topic, and the author,
         // key and signature a signing peer still adds).
         .max_transmit_size(MAX_ENVELOPE_LEN + 4096)
@@ -458,7 +488,7 @@ mod unit {
 
     #[test]
     fn anonymous_publishing_is_accepted_with_permissive_validation() {
-        let config = gossipsub_config(Duration::from_millis(100), true).unwrap();
+        let config = gossipsub_config(Duration::from_millis(100), true, 6).unwrap();
         assert!(matches!(config.validation_mode(), ValidationMode::Permissive));
         Gossipsub::new_with_subscription_filter(
             MessageAuthenticity::Anonymous,
@@ -470,9 +500,42 @@ mod unit {
 
     #[test]
     fn idontwant_is_sent_above_the_threshold_only_when_on() {
-        let on = gossipsub_config(Duration::from_millis(100), true).unwrap();
+        let on = gossipsub_config(Duration::from_millis(100), true, 6).unwrap();
         assert_eq!(on.idontwant_message_size_threshold(), IDONTWANT_MIN_BYTES);
-        let off = gossipsub_config(Duration::from_millis(100), false).unwrap();
+        let off = gossipsub_config(Duration::from_millis(100), false, 6).unwrap();
         assert_eq!(off.idontwant_message_size_threshold(), usize::MAX);
+    }
+
+    #[test]
+    fn the_default_mesh_degree_keeps_gossipsubs_default_bounds() {
+        let ours = gossipsub_config(Duration::from_secs(1), true, Config::default().mesh_degree).unwrap();
+        let theirs = gossipsub::Config::default();
+        assert_eq!(
+            (ours.mesh_n(), ours.mesh_n_low(), ours.mesh_n_high(), ours.mesh_outbound_min(), ours.gossip_lazy()),
+            (
+                theirs.mesh_n(),
+                theirs.mesh_n_low(),
+                theirs.mesh_n_high(),
+                theirs.mesh_outbound_min(),
+                theirs.gossip_lazy()
+            )
+        );
+    }
+
+    #[test]
+    fn every_mesh_degree_in_range_builds_and_others_are_refused_by_name() {
+        for d in super::super::MESH_DEGREES {
+            let config = gossipsub_config(Duration::from_secs(1), true, d)
+                .unwrap_or_else(|e| panic!("mesh degree {d} should build: {e}"));
+            assert_eq!(config.mesh_n(), d);
+            assert!(config.mesh_outbound_min() <= config.mesh_n_low() && config.mesh_n_low() <= d);
+            assert!(config.mesh_n_high() >= d);
+        }
+        let four = gossipsub_config(Duration::from_secs(1), true, 4).unwrap();
+        assert_eq!((four.mesh_n_low(), four.mesh_n_high(), four.mesh_outbound_min(), four.gossip_lazy()), (3, 8, 1, 4));
+        for d in [0, 1, 17, 100] {
+            let error = gossipsub_config(Duration::from_secs(1), true, d).unwrap_err().to_string();
+            assert!(error.contains(&format!("mesh degree of {d}")) && error.contains("between 2 and 16"), "{error}");
+        }
     }
 }

@@ -47,6 +47,10 @@ pub use start::spawn;
 
 use crate::sync;
 
+/// The mesh degrees a node may be configured with: below 2 a mesh is a line, and past 16 every
+/// message is sent to more peers than most nodes hold.
+pub const MESH_DEGREES: std::ops::RangeInclusive<usize> = 2..=16;
+
 /// How many commands may wait for the swarm task before callers feel backpressure.
 const COMMAND_BUFFER: usize = 256;
 
@@ -78,6 +82,10 @@ pub struct Config {
     /// Whether gossipsub 1.2's IDONTWANT is sent for messages over 1000 bytes: a peer that
     /// receives one tells its other mesh peers not to send it the same.
     pub idontwant: bool,
+    /// Gossipsub's mesh degree D: the peers a node forwards each message to, per topic
+    /// ([`MESH_DEGREES`]; the rest of the mesh bounds follow from it, see `behaviour`).
+    /// Gossipsub's default, 6.
+    pub mesh_degree: usize,
     /// Whether gossipsub holds each listing-mesh peer to a delivery quota (P3): a peer that
     /// takes listings and forwards none then falls below zero and loses its mesh slots, but so
     /// does an honest peer whenever listings have been quiet for 30 s. Off by default.
@@ -104,6 +112,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(60),
             event_buffer: 1024,
             idontwant: true,
+            mesh_degree: 6,
             delivery_quota: false,
         }
     }

@@ -68,6 +68,9 @@ pub(crate) struct Args {
     /// Whether nodes send gossipsub 1.2's IDONTWANT (`[p2p] idontwant`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     idontwant: bool,
+    /// Gossipsub's mesh degree D on every node (`[p2p] mesh_degree`, 2 to 16).
+    #[arg(long, default_value_t = 6)]
+    mesh_degree: usize,
     /// Whether nodes hold listing-mesh peers to a delivery quota (`[p2p] delivery_quota`).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     delivery_quota: bool,
@@ -123,10 +126,12 @@ pub(crate) fn unlimited(config: &mut Config) {
 fn swarm_node(args: &Args) -> impl Fn(&mut Config) + use<> {
     let (heartbeat, max_connections, target_peers) = (args.heartbeat, args.max_connections, args.target_peers);
     let (idontwant, quota, cache) = (args.idontwant, args.delivery_quota, args.cache_mib);
+    let mesh_degree = args.mesh_degree;
     move |config| {
         unlimited(config);
         config.p2p.heartbeat = heartbeat;
         config.p2p.idontwant = idontwant;
+        config.p2p.mesh_degree = mesh_degree;
         config.p2p.delivery_quota = quota;
         if let Some(max) = max_connections {
             config.p2p.max_connections = max;
@@ -180,13 +185,14 @@ async fn main() -> Result<()> {
     let silent = args.silent_count();
     println!(
         "druse swarm-bench: {} members ({} edges + 1 management, {} of them silent) on loopback, each dialling {}, \
-         heartbeat {:?}, IDONTWANT {}, listings of {} bytes, seed {}",
+         heartbeat {:?}, IDONTWANT {}, mesh degree {}, listings of {} bytes, seed {}",
         args.nodes,
         args.nodes - 1,
         silent,
         args.dials.min(args.nodes - 1),
         args.heartbeat,
         if args.idontwant { "on" } else { "off" },
+        args.mesh_degree,
         args.listing_bytes,
         args.seed
     );
