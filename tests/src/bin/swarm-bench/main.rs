@@ -4,6 +4,8 @@
 //! - publish → stored on every honest node, p50 and p99 (target: p99 ≤ `--target`);
 //! - weather broadcast → every honest node halted, p50 and p99 (the same target); both timed by
 //!   the stamp each node puts on what it applied (`received_at`), in this process's one clock;
+//!   the weather rounds start once every honest node has indexed every listing in its memory
+//!   (how long after the last listing that took is printed);
 //! - what each published message costs: per node and message, the copies gossipsub received,
 //!   the duplicates among them, and the bytes sent and received (with `--idontwant false`, the
 //!   same without gossipsub 1.2's IDONTWANT);
@@ -209,9 +211,14 @@ async fn main() -> Result<()> {
     let scores_before = Scores::read(&members).await?;
     let traffic_before = Traffic::of(&members.nodes);
     let publish_started = std::time::Instant::now();
-    let publish = members::measure_publish(&members, args.publishes, args.listing_bytes, &mut rng).await?;
+    let (publish, published) = members::measure_publish(&members, args.publishes, args.listing_bytes, &mut rng).await?;
     let publish_elapsed = publish_started.elapsed();
     let traffic = Traffic::of(&members.nodes).since(&traffic_before);
+    let indexed = members::wait_indexed(&members, &published).await?;
+    println!(
+        "memory: every listing indexed on every honest node {:.1} s after the last was stored",
+        indexed.as_secs_f64()
+    );
     let scores_published = Scores::read(&members).await?;
     let (lockdown, lift) = members::measure_weather(&members, &management, args.weather_rounds).await?;
     let scores = Scores::read(&members).await?;

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use druse_node::Role;
 use druse_protocol::body::{Body, CrystalListing};
 use druse_protocol::net::{self, PeerId};
-use druse_protocol::now_ms;
+use druse_protocol::{ContentId, now_ms};
 use druse_tests::procfs::{self, mb};
 use druse_tests::swarm::{MGMT_SEED, Silent, TestNode, connect, mesh_ready_reprobing, mgmt_key, numbered_key};
 use futures::StreamExt;
@@ -25,6 +25,9 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many of the counters that grew most in the idle time are printed.
 const IDLE_COUNTERS: usize = 15;
+
+/// How long every node may take to put the published listings into its memory.
+const INDEX_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often the nodes are read while a message spreads; their own stamps time it.
 const STAMP_POLL: Duration = Duration::from_millis(100);
@@ -365,9 +368,10 @@ pub(crate) async fn measure_publish(
     publishes: usize,
     bytes: usize,
     rng: &mut StdRng,
-) -> Result<Vec<Duration>> {
+) -> Result<(Vec<Duration>, Vec<ContentId>)> {
     let nodes = &members.nodes;
     let mut samples = Vec::with_capacity(publishes);
+    let mut ids = Vec::with_capacity(publishes);
     for k in 0..publishes {
         let edge = &nodes[rng.random_range(1..nodes.len())];
         let body = Body::Crystal(sized_listing(&format!("bench-skill-{k}"), bytes));
@@ -390,8 +394,35 @@ pub(crate) async fn measure_publish(
             last.join(", ")
         );
         samples.push(arrivals.all);
+        ids.push(id);
     }
-    Ok(samples)
+    Ok((samples, ids))
+}
+
+/// Waits until every honest node has put every listing in `ids` into its memory (a node
+/// indexes a peer's skill after it has stored it, at background priority), and says how long
+/// that took after the last listing reached every node: the weather rounds then start on a
+/// quiet swarm, as the publishes do after the idle time.
+pub(crate) async fn wait_indexed(members: &Members, ids: &[ContentId]) -> Result<Duration> {
+    let started = Instant::now();
+    let deadline = started + INDEX_TIMEOUT;
+    let indexed =
+        |node: &TestNode| ids.iter().all(|id| node.stored(id).ok().flatten().is_some_and(|s| s.crystal.is_some()));
+    let mut waiting: Vec<&TestNode> = members.nodes.iter().collect();
+    loop {
+        waiting.retain(|node| !indexed(node));
+        if waiting.is_empty() {
+            return Ok(started.elapsed());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} nodes ({}...) had not indexed every listing after {INDEX_TIMEOUT:?}",
+                waiting.len(),
+                waiting[0].name
+            );
+        }
+        tokio::time::sleep(STAMP_POLL).await;
+    }
 }
 
 /// Weather rounds from the management node: each timed until every honest node is halted,
