@@ -116,6 +116,16 @@ impl std::fmt::Debug for TextIndex {
     }
 }
 
+/// The id of the document that starts the next segment as soon as the index opens and after
+/// each commit, on the writer's indexing thread at background priority: a segment's start
+/// (its files, each registered in `.managed.json` by an atomic rewrite, and its arenas) costs
+/// a node 2–3 ms and its disk a few fsyncs, and without it the first memory after a commit
+/// paid that, on every node of a swarm at the same moment when that memory is a listing
+/// (tests/README, "Where the first listing's time goes"). The document has only this id, so no
+/// query matches it, and it is deleted in the commit that would make it searchable. No crystal
+/// has this id: crystal ids count up from 1.
+const NEXT_SEGMENT: u64 = u64::MAX;
+
 /// Memory the index writer may use before it flushes a segment.
 const WRITER_HEAP: usize = 32 * 1024 * 1024;
 
@@ -294,6 +304,7 @@ impl TextIndex {
             .memory_budget_per_thread(WRITER_HEAP)
             .build();
         let writer = run_lowered(LOW, || index.writer_with_options(options))??;
+        writer.add_document(doc!(id => NEXT_SEGMENT))?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         Ok(Self {
             index,
@@ -360,9 +371,11 @@ impl TextIndex {
     pub(crate) fn commit(&self, up_to: CrystalId) -> Result<(), Error> {
         run_lowered(LOW, || -> Result<(), Error> {
             let mut writer = self.writer();
+            writer.delete_term(Term::from_field_u64(self.id, NEXT_SEGMENT));
             let mut prepared = writer.prepare_commit()?;
             prepared.set_payload(&up_to.to_string());
             prepared.commit()?;
+            writer.add_document(doc!(self.id => NEXT_SEGMENT))?;
             Ok(())
         })??;
         self.reader.reload()?;
@@ -425,6 +438,7 @@ impl TextIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn doc(text: &str) -> Document {
         Document { text: text.into(), ..Document::default() }
@@ -493,6 +507,58 @@ mod tests {
         // exists while this one is open.
         assert!(!names.iter().any(|n| n.starts_with("merge_thread_") && n != "merge_thread_0"), "{names:?}");
         drop(index);
+    }
+
+    /// The segments whose files are in `dir` and that no commit has made searchable yet.
+    fn started_segments(dir: &Path, index: &TextIndex) -> BTreeSet<String> {
+        let committed: BTreeSet<String> =
+            index.index.searchable_segment_ids().unwrap().iter().map(|s| s.uuid_string()).collect();
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter_map(|name| name.split_once('.').map(|(uuid, _)| uuid.to_owned()))
+            .filter(|uuid| uuid.len() == 32 && uuid.bytes().all(|b| b.is_ascii_hexdigit()) && !committed.contains(uuid))
+            .collect()
+    }
+
+    /// Waits (up to 10 s) for the writer's indexing thread to start a segment no commit has
+    /// made searchable, and returns it.
+    fn next_segment(dir: &Path, index: &TextIndex) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Some(started) = started_segments(dir, index).into_iter().next() {
+                return started;
+            }
+            assert!(std::time::Instant::now() < deadline, "no segment was started ahead of the next memory");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn the_next_segment_starts_at_open_and_after_each_commit_and_nothing_finds_what_starts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = TextIndex::open(dir.path()).unwrap();
+        let first = next_segment(dir.path(), &index);
+        index.upsert(1, &doc("the boat is called Wren")).unwrap();
+        index.commit(1).unwrap();
+        // The memory went into the segment started at open, which the commit made searchable.
+        assert!(index.index.searchable_segment_ids().unwrap().iter().any(|s| s.uuid_string() == first));
+        assert_eq!(index.len(), 1, "only the memory is searchable");
+        let second = next_segment(dir.path(), &index);
+        assert_ne!(first, second);
+        // A commit with nothing new, and one with a removal, keep the count right too.
+        index.commit(1).unwrap();
+        index.upsert(2, &doc("the garden has three apple trees")).unwrap();
+        index.commit(2).unwrap();
+        index.remove(1);
+        index.commit(2).unwrap();
+        assert_eq!(index.len(), 1);
+        assert_eq!(ids(&index, "garden apple"), vec![2]);
+        assert!(index.search("boat Wren", 5).unwrap().is_empty());
+        drop(index);
+        let index = TextIndex::open(dir.path()).unwrap();
+        assert_eq!((index.len(), index.indexed_up_to()), (1, Some(2)), "reopened");
+        next_segment(dir.path(), &index);
     }
 
     #[test]
