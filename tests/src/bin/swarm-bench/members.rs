@@ -405,24 +405,10 @@ pub(crate) async fn measure_publish(
 /// quiet swarm, as the publishes do after the idle time.
 pub(crate) async fn wait_indexed(members: &Members, ids: &[ContentId]) -> Result<Duration> {
     let started = Instant::now();
-    let deadline = started + INDEX_TIMEOUT;
     let indexed =
         |node: &TestNode| ids.iter().all(|id| node.stored(id).ok().flatten().is_some_and(|s| s.crystal.is_some()));
-    let mut waiting: Vec<&TestNode> = members.nodes.iter().collect();
-    loop {
-        waiting.retain(|node| !indexed(node));
-        if waiting.is_empty() {
-            return Ok(started.elapsed());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{} nodes ({}...) had not indexed every listing after {INDEX_TIMEOUT:?}",
-                waiting.len(),
-                waiting[0].name
-            );
-        }
-        tokio::time::sleep(STAMP_POLL).await;
-    }
+    wait_each(members, INDEX_TIMEOUT, "index every listing", |node| indexed(node).then_some(())).await?;
+    Ok(started.elapsed())
 }
 
 /// Weather rounds from the management node: each timed until every honest node is halted,
@@ -474,31 +460,44 @@ const LAST_NAMED: usize = 3;
 /// time it, so the stores are polled only every `STAMP_POLL`: polling them every few
 /// milliseconds took a share of the cores the swarm runs on.
 async fn wait_stamped(members: &Members, started: u64, stamp: impl Fn(&TestNode) -> Option<u64>) -> Result<Arrivals> {
-    let deadline = Instant::now() + SAMPLE_TIMEOUT;
-    let mut waiting: Vec<&TestNode> = members.nodes.iter().collect();
-    let mut stamps = Vec::with_capacity(waiting.len());
-    loop {
-        waiting.retain(|node| match stamp(node) {
-            Some(at) => {
-                stamps.push((at.saturating_sub(started), node.name.as_str()));
-                false
-            }
-            None => true,
-        });
-        if waiting.is_empty() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let names: Vec<&str> = waiting.iter().take(10).map(|n| n.name.as_str()).collect();
-            bail!("{} nodes ({names:?}...) did not apply it within {SAMPLE_TIMEOUT:?}", waiting.len());
-        }
-        tokio::time::sleep(STAMP_POLL).await;
-    }
+    let stamped = wait_each(members, SAMPLE_TIMEOUT, "apply it", stamp).await?;
+    let mut stamps: Vec<(u64, &str)> =
+        stamped.into_iter().map(|(at, name)| (at.saturating_sub(started), name)).collect();
     stamps.sort_unstable();
     let at = |i: usize| Duration::from_millis(stamps[i].0);
     let n = stamps.len();
     let last = stamps.iter().rev().take(LAST_NAMED).map(|(ms, name)| ((*name).to_owned(), Duration::from_millis(*ms)));
     Ok(Arrivals { half: at((n - 1) / 2), p90: at((n - 1) * 9 / 10), all: at(n - 1), last: last.collect() })
+}
+
+/// Polls every honest node every `STAMP_POLL` until `probe` gives something for each (a node
+/// that has given it is not read again), within `timeout`; each node's answer with its name.
+async fn wait_each<'a, T>(
+    members: &'a Members,
+    timeout: Duration,
+    what: &str,
+    probe: impl Fn(&TestNode) -> Option<T>,
+) -> Result<Vec<(T, &'a str)>> {
+    let deadline = Instant::now() + timeout;
+    let mut waiting: Vec<&TestNode> = members.nodes.iter().collect();
+    let mut answers = Vec::with_capacity(waiting.len());
+    loop {
+        waiting.retain(|node| match probe(node) {
+            Some(answer) => {
+                answers.push((answer, node.name.as_str()));
+                false
+            }
+            None => true,
+        });
+        if waiting.is_empty() {
+            return Ok(answers);
+        }
+        if Instant::now() > deadline {
+            let names: Vec<&str> = waiting.iter().take(10).map(|n| n.name.as_str()).collect();
+            bail!("{} nodes ({names:?}...) did not {what} within {timeout:?}", waiting.len());
+        }
+        tokio::time::sleep(STAMP_POLL).await;
+    }
 }
 
 /// The gossipsub scores honest nodes give their connected peers, split by whether the peer is
