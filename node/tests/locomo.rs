@@ -24,9 +24,9 @@ use druse_memory::governance::Caller;
 mod data;
 
 /// recall_any@5 and @10 on the dev split must not fall below these, just under what was
-/// measured (MiniLM 0.810 / 0.888, hashing 0.782 / 0.852, turns indexed as windows); raise them
-/// when recall gets better.
-const HASHING_FLOOR: (f64, f64) = (0.76, 0.83);
+/// measured (MiniLM 0.816 / 0.888, hashing 0.803 / 0.855, turns indexed as windows, irregular
+/// forms at their base's term); raise them when recall gets better.
+const HASHING_FLOOR: (f64, f64) = (0.78, 0.83);
 const MINILM_FLOOR: (f64, f64) = (0.79, 0.87);
 
 /// recall_any@5 and @10 over every question.

@@ -20,11 +20,11 @@ use druse_memory::governance::Caller;
 use serde::Deserialize;
 
 /// Recall@5 with the default context setting must not fall below these. They
-/// sit under what was measured (hashing 0.597, MiniLM 0.790 through `search` with the default
-/// tuning: a turn indexed as its window of turns; MiniLM read 0.823 when a turn was indexed
-/// with the turn before it only), so only a real regression trips them; raise them when
-/// retrieval gets better.
-const HASHING_FLOOR: f64 = 0.55;
+/// sit under what was measured (hashing 0.645, MiniLM 0.806 through `search` with the default
+/// tuning: a turn indexed as its window of turns, irregular forms at their base's term; MiniLM
+/// read 0.823 when a turn was indexed with the turn before it only), so only a real regression
+/// trips them; raise them when retrieval gets better.
+const HASHING_FLOOR: f64 = 0.60;
 const MINILM_FLOOR: f64 = 0.76;
 
 #[derive(Debug, Deserialize)]

@@ -183,6 +183,18 @@ fn a_turn_is_found_by_the_reply_it_got_and_the_question_before_it() {
 }
 
 #[test]
+fn a_question_in_the_present_finds_what_was_told_in_the_past_tense_of_an_irregular_verb() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path());
+    let bought = said(&m, "Mel: I bought a red kayak last weekend", "s1", NOW);
+    let taught = said(&m, "Mel: my aunt taught the children to swim", "s2", NOW + 10 * MINUTE);
+    let neither = said(&m, "Mel: the weather turned cold", "s3", NOW + 20 * MINUTE);
+    assert_eq!(found_by_text(&m, "What did she buy?"), vec![bought]);
+    assert_eq!(found_by_text(&m, "Who teaches a child?"), vec![taught]);
+    assert_eq!(found_by_text(&m, "the weather is turning"), vec![neither], "regular forms stem as before");
+}
+
+#[test]
 fn a_turn_stored_between_two_others_joins_both_their_windows() {
     let dir = tempfile::tempdir().unwrap();
     let m = open(dir.path());

@@ -23,8 +23,9 @@
 //!
 //! `--repeat` asks every question a second time and reports that pass too: asking again must
 //! not lower recall. To study misses, `LOCOMO_MISSES=1` prints every question whose evidence
-//! is not in the top 10, and `LOCOMO_SHOW=<words>` (with `--via engine`) prints the hits, with
-//! their vector and text ranks, of each question containing those words.
+//! is not in the top 10, with the turns found instead, and `LOCOMO_SHOW=<words>` (with `--via
+//! engine`) prints the hits, with their vector and text ranks, of each question containing
+//! those words.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -255,14 +256,20 @@ fn percentiles(samples: &[Duration]) -> String {
 
 async fn ask(target: &Target, questions: &[Question], ids: &HashMap<String, CrystalId>) -> anyhow::Result<Pass> {
     let mut pass = Pass::default();
+    let misses = std::env::var_os("LOCOMO_MISSES").is_some();
+    let names: HashMap<CrystalId, &str> = match misses {
+        true => ids.iter().map(|(name, id)| (*id, name.as_str())).collect(),
+        false => HashMap::new(),
+    };
     for question in questions {
         let evidence: Vec<CrystalId> = question.evidence.iter().filter_map(|e| ids.get(e).copied()).collect();
         let started = Instant::now();
         let hits = target.search(question, 10).await?;
         pass.latency.push(started.elapsed());
         pass.record(&question.namespace, question.category, &hits, &evidence);
-        if std::env::var_os("LOCOMO_MISSES").is_some() && !hits.iter().any(|h| evidence.contains(h)) {
-            println!("MISS [{}] {} <- {:?}", question.category, question.text, question.evidence);
+        if misses && !hits.iter().any(|h| evidence.contains(h)) {
+            let found: Vec<&str> = hits.iter().map(|h| names.get(h).copied().unwrap_or("?")).collect();
+            println!("MISS [{}] {} <- {:?}; found {found:?}", question.category, question.text, question.evidence);
         }
     }
     Ok(pass)
