@@ -140,8 +140,7 @@ const WRITER_HEAP: usize = 32 * 1024 * 1024;
 /// The analyser's name in the schema: an index written with another analyser (or before the
 /// filter fields, before turns were indexed as windows, or with the sstable term dictionaries
 /// an earlier build used in place of FSTs, or before irregular forms came to their base's
-/// term) has another schema, so opening it fails and the
-/// engine rebuilds it from the store.
+/// term) has another schema, so opening it fails and the engine rebuilds it from the store.
 const ANALYSER: &str = "druse_en_conversation_v5";
 
 /// Words that carry no topic in a conversation: pronouns, auxiliaries, articles, common
