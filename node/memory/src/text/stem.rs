@@ -1,7 +1,8 @@
 //! English stemming with a memo: the Snowball stemmer tantivy's own `Stemmer` filter runs, on
-//! each distinct word once. Words repeat (a handful make up most of any text), and stemming is
-//! most of what indexing a document costs, so a text index that remembers the stems it made
-//! indexes several times fewer words through the stemmer. The stems are the same either way.
+//! each distinct word once, after an irregular form is put at its base ([`base_form`]). Words
+//! repeat (a handful make up most of any text), and stemming is most of what indexing a
+//! document costs, so a text index that remembers the stems it made indexes several times
+//! fewer words through the stemmer. But for the irregular forms, the stems are tantivy's.
 
 use std::mem;
 
@@ -12,7 +13,8 @@ use tantivy::tokenizer::{Token, TokenFilter, TokenStream, Tokenizer};
 /// within a few hundred KiB whatever it is fed.
 const MEMO_WORDS: usize = 16 * 1024;
 
-/// The token filter: stems lowercased tokens as `tantivy::tokenizer::Stemmer` does for English.
+/// The token filter: stems lowercased tokens as `tantivy::tokenizer::Stemmer` does for English,
+/// an irregular form as its base.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct MemoStemmer;
 
@@ -227,6 +229,19 @@ mod tests {
 
     use super::*;
 
+    /// Words, lowercased, through the memo.
+    fn memo() -> TextAnalyzer {
+        TextAnalyzer::builder(SimpleTokenizer::default()).filter(LowerCaser).filter(MemoStemmer).build()
+    }
+
+    /// Words, lowercased, through tantivy's own English stemmer.
+    fn plain() -> TextAnalyzer {
+        TextAnalyzer::builder(SimpleTokenizer::default())
+            .filter(LowerCaser)
+            .filter(Stemmer::new(Language::English))
+            .build()
+    }
+
     fn tokens(analyser: &mut TextAnalyzer, text: &str) -> Vec<String> {
         let mut stream = analyser.token_stream(text);
         let mut out = Vec::new();
@@ -240,11 +255,7 @@ mod tests {
     fn stems_as_tantivys_stemmer_does_for_every_word_repeated_or_not() {
         let text = "Running runners run; the tutors' tutoring was generously generous. Running again, \
                     caresses ponies ties caress cats running generously relational conditional";
-        let mut memo = TextAnalyzer::builder(SimpleTokenizer::default()).filter(LowerCaser).filter(MemoStemmer).build();
-        let mut plain = TextAnalyzer::builder(SimpleTokenizer::default())
-            .filter(LowerCaser)
-            .filter(Stemmer::new(Language::English))
-            .build();
+        let (mut memo, mut plain) = (memo(), plain());
         let expected = tokens(&mut plain, text);
         assert!(expected.contains(&"run".to_owned()) && expected.contains(&"poni".to_owned()));
         for _ in 0..3 {
@@ -256,11 +267,7 @@ mod tests {
 
     #[test]
     fn an_irregular_form_comes_to_the_term_of_its_base_and_words_that_could_be_others_do_not() {
-        let mut memo = TextAnalyzer::builder(SimpleTokenizer::default()).filter(LowerCaser).filter(MemoStemmer).build();
-        let mut plain = TextAnalyzer::builder(SimpleTokenizer::default())
-            .filter(LowerCaser)
-            .filter(Stemmer::new(Language::English))
-            .build();
+        let (mut memo, mut plain) = (memo(), plain());
         for _ in 0..2 {
             assert_eq!(
                 tokens(&mut memo, "Bought went gone children taught thought MET"),
